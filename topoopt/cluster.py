@@ -1,0 +1,160 @@
+"""The cluster shard (servers, NICs, links, GPUs) and the training job run on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
+
+from topoopt._validation import require_choice, require_fraction, require_int, require_positive
+
+__all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job"]
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Peak figures of one GPU (vendor datasheet, dense, no sparsity).
+
+    Attributes
+    ----------
+    name : str
+    fp16_flops : float
+        FP16/BF16 tensor-core FLOP/s.
+    tf32_flops : float
+        TF32 tensor-core FLOP/s (used for ``precision = "fp32"``).
+    memory : float
+        HBM capacity, bytes.
+    hbm_bandwidth : float
+        HBM bandwidth, bits/s.
+    nvlink_bandwidth : float
+        NVLink bandwidth per GPU, bits/s.
+    """
+
+    name: str
+    fp16_flops: float
+    tf32_flops: float
+    memory: float
+    hbm_bandwidth: float
+    nvlink_bandwidth: float
+
+
+#: NVIDIA A100 and H100 SXM 80GB datasheets (see shared REFERENCE-DATA.md):
+#: A100: 312 TFLOP/s FP16/BF16, 156 TF32, 80 GB at 2,039 GB/s, NVLink 600 GB/s.
+#: H100: 989.4 TFLOP/s FP16/BF16, 494.7 TF32, 80 GB at 3.35 TB/s, NVLink 900 GB/s.
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({
+    "A100": GpuSpec("A100", 312e12, 156e12, 80e9, 2039e9 * 8, 600e9 * 8),
+    "H100": GpuSpec("H100", 989.4e12, 494.7e12, 80e9, 3.35e12 * 8, 900e9 * 8),
+})
+
+#: Bytes per element of parameters, activations and gradients.
+PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2})
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A shard of ``n`` servers with ``d`` NICs of bandwidth ``B`` each (TopoOpt §5).
+
+    Attributes
+    ----------
+    servers : int
+        n, at least 2.
+    nics : int
+        d, NICs (optical ports) per server, at least 1.
+    link_bandwidth : float
+        B, bits/s per NIC.
+    link_latency : float
+        Propagation delay per link, seconds (TopoOpt §5: 1 us).
+    gpus_per_server : int
+    gpu : GpuSpec
+    intra_server_bandwidth : float
+        Bits/s between GPUs inside a server (NVLink per GPU by default).
+    compute_efficiency : float
+        Achieved fraction of peak FLOP/s for compute-bound operators. Default 0.44:
+        Megatron-LM's GPT-3 175B on 1,024 A100 at 138 TFLOP/s per GPU.
+    memory_efficiency : float
+        Achieved fraction of HBM bandwidth for memory-bound operators (embedding
+        lookups). No public per-lookup figure exists; 0.5 is our assumption.
+    """
+
+    servers: int
+    nics: int
+    link_bandwidth: float
+    link_latency: float = 1e-6
+    gpus_per_server: int = 4
+    gpu: GpuSpec = GPUS["A100"]
+    intra_server_bandwidth: float = GPUS["A100"].nvlink_bandwidth
+    compute_efficiency: float = 0.44
+    memory_efficiency: float = 0.5
+
+    def __post_init__(self) -> None:
+        require_int("cluster.servers", self.servers, minimum=2)
+        require_int("cluster.nics", self.nics, minimum=1)
+        require_positive("cluster.link_bandwidth", self.link_bandwidth)
+        require_positive("cluster.link_latency", self.link_latency, allow_zero=True)
+        require_int("cluster.gpus_per_server", self.gpus_per_server, minimum=1)
+        require_positive("cluster.intra_server_bandwidth", self.intra_server_bandwidth)
+        require_fraction("cluster.compute_efficiency", self.compute_efficiency)
+        require_fraction("cluster.memory_efficiency", self.memory_efficiency)
+
+    @property
+    def server_bandwidth(self) -> float:
+        """Total NIC bandwidth of one server, d x B (bits/s)."""
+        return self.nics * self.link_bandwidth
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s of one server's GPUs at ``precision``."""
+        per_gpu = self.gpu.tf32_flops if precision == "fp32" else self.gpu.fp16_flops
+        return per_gpu * self.gpus_per_server
+
+    def with_(self, **changes) -> "Cluster":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job: which model, its size, batch and precision.
+
+    Attributes
+    ----------
+    model : str
+        Built-in model name or ``"custom"``.
+    batch_per_gpu : int
+        Local batch per GPU; the global batch is servers x GPUs x this.
+    precision : str
+        ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+    size : Mapping
+        Overrides of the model's size parameters.
+    operators : tuple
+        For ``model = "custom"``: the operator tables from the config.
+    """
+
+    model: str
+    batch_per_gpu: int
+    precision: str = "fp32"
+    size: Mapping[str, object] = field(default_factory=dict)
+    operators: tuple = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", MappingProxyType(dict(self.size)))
+        require_int("job.batch_per_gpu", self.batch_per_gpu, minimum=1)
+        require_choice("job.precision", self.precision, tuple(PRECISION_BYTES))
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element."""
+        return PRECISION_BYTES[self.precision]
+
+    def global_batch(self, cluster: Cluster) -> int:
+        """Samples per iteration over the whole shard."""
+        return cluster.servers * cluster.gpus_per_server * self.batch_per_gpu
+
+    def build_model(self):
+        """The job's operator graph (:class:`workloads.Model`)."""
+        from workloads import build_model
+
+        if self.model == "custom":
+            from workloads.custom import custom_model
+
+            return custom_model("custom", list(self.operators))
+        return build_model(self.model, self.size)

@@ -1,0 +1,1 @@
+"""Click commands of the ``topoopt`` CLI, one module each."""

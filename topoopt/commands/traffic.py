@@ -1,0 +1,90 @@
+"""``topoopt traffic``: AllReduce and MP volumes of a strategy, and its heatmap."""
+
+from __future__ import annotations
+
+import click
+import numpy as np
+
+from topoopt.commands._common import (build_strategy, config_argument, print_table,
+                                      read_config, require_matplotlib, strategy_option)
+from topoopt.units import format_size
+
+__all__ = ["traffic", "plot_heatmap"]
+
+
+def _members(members: tuple[int, ...], servers: int) -> str:
+    if len(members) == servers:
+        return f"all {servers}"
+    if len(members) <= 6:
+        return ",".join(map(str, members))
+    return f"{len(members)} servers"
+
+
+def plot_heatmap(matrix: np.ndarray, title: str, path: str) -> None:
+    """Draw a server-to-server traffic heatmap (TopoOpt Figure 1 style) to a PNG."""
+    from matplotlib.colors import LogNorm
+
+    from topoopt._io import atomic_path
+
+    plt = require_matplotlib()
+    n = matrix.shape[0]
+    fig, ax = plt.subplots(figsize=(6.4, 5.4), dpi=120)
+    data = np.ma.masked_equal(matrix, 0.0)
+    positive = matrix[matrix > 0]
+    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size else None
+    image = ax.imshow(data, cmap="viridis_r", norm=norm, interpolation="nearest")
+    ax.set_facecolor("white")
+    ax.set_xlabel("destination server")
+    ax.set_ylabel("source server")
+    ax.set_title(title, fontsize=10)
+    step = max(1, n // 16)
+    ax.set_xticks(range(0, n, step))
+    ax.set_yticks(range(0, n, step))
+    bar = fig.colorbar(image, ax=ax)
+    bar.set_label("bytes per iteration")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+@click.command()
+@config_argument
+@strategy_option
+@click.option("--png", type=click.Path(dir_okay=False),
+              help="Also draw the server-to-server traffic heatmap to this PNG file "
+                   "(needs the plot extra).")
+def traffic(config: str, strategy: str, png: str | None) -> None:
+    """Print the AllReduce and MP traffic of one training iteration of CONFIG's job.
+
+    AllReduce groups are listed with S (gradient bytes per member) and the bytes a
+    ring sends per neighbour pair, 2(g-1)/g x S. MP transfers are activations
+    (forward) and their gradients (backward) between operators on different servers.
+    """
+    from topoopt.traffic import derive_traffic
+
+    cfg = read_config(config)
+    cluster, job = cfg.cluster, cfg.job
+    if png:
+        require_matplotlib()  # fail before the work, not after
+    model, strat = build_strategy(cfg, strategy)
+    t = derive_traffic(model, strat, cluster.servers, job.global_batch(cluster), job.dtype_bytes)
+    click.echo(f"config    {cfg.source}: {cluster.servers} servers x {cluster.nics} NICs, "
+               f"{cluster.gpus_per_server} {cluster.gpu.name} each")
+    click.echo(f"model     {model.name}: {model.params / 1e6:,.1f}M params "
+               f"({format_size(model.params * job.dtype_bytes)} at {job.precision}), "
+               f"global batch {job.global_batch(cluster)}, strategy {strategy}")
+    click.echo(f"AllReduce {len(t.allreduce)} group(s), {format_size(t.allreduce_bytes)} sent")
+    if t.allreduce:
+        print_table(["members", "S per member", "ring bytes per pair", "operators"],
+                    [[_members(g.members, cluster.servers), format_size(g.bytes),
+                      format_size(g.ring_bytes_per_pair), len(g.ops)] for g in t.allreduce])
+    pairs = int(np.count_nonzero(t.mp))
+    click.echo(f"MP        {format_size(t.mp_bytes)} in {len(t.transfers)} transfers over "
+               f"{pairs} server pairs" + (f", largest pair {format_size(t.mp.max())}"
+                                         if pairs else ""))
+    full = t.matrix()
+    click.echo(f"largest server-pair transfer {format_size(full.max())}")
+    if png:
+        plot_heatmap(full, f"{model.name}, {strategy}, {cluster.servers} servers", png)
+        click.echo(f"wrote {png}")
