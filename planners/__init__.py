@@ -1,0 +1,1 @@
+"""Parallelization search: the strategy space, MCMC (Comp x Comm) and alternating optimization."""

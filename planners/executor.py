@@ -1,0 +1,133 @@
+"""One interface for running independent jobs: in-process, a local process pool, or Ray.
+
+Independent MCMC chains, the per-fabric searches and REACT scenario sweeps are lists of
+pure, seeded tasks. :func:`make_executor` picks where they run; results come back in
+task order and do not depend on which executor ran them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from topoopt.errors import TopoOptError
+
+__all__ = ["Executor", "SerialExecutor", "PoolExecutor", "RayExecutor", "make_executor"]
+
+
+class Executor(Protocol):
+    """Runs ``fn(item)`` for every item; returns the results in item order."""
+
+    name: str
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class SerialExecutor:
+    """Run tasks one after the other in this process (``--workers 1``)."""
+
+    name = "serial"
+
+    def map(self, fn, items):
+        return [fn(item) for item in items]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class PoolExecutor(SerialExecutor):
+    """A local process pool of ``workers`` processes (spawned, so state never leaks)."""
+
+    name = "pool"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def map(self, fn, items):
+        return list(self._pool.map(fn, list(items)))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor(SerialExecutor):
+    """Ray tasks: a local Ray (``address=None``) or an existing cluster (``"host:port"``).
+
+    A local Ray is started with ``num_cpus=workers`` and shut down on :meth:`close`;
+    a cluster we joined is only disconnected.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise TopoOptError("--ray needs Ray: pip install 'topoopt[ray]'")
+        self._ray = ray
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
+                                      ignore_reinit_error=True)
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = workers or os.cpu_count() or 1
+        ray.init(**kwargs)
+        self._remotes: dict[Callable, Any] = {}
+
+    def map(self, fn, items):
+        remote = self._remotes.get(fn)
+        if remote is None:
+            remote = self._remotes[fn] = self._ray.remote(fn)
+        return self._ray.get([remote.remote(item) for item in items])
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def make_executor(workers: int = 1, ray: str | bool | None = None) -> SerialExecutor:
+    """Choose an executor.
+
+    Parameters
+    ----------
+    workers : int
+        Local processes; 1 runs in this process.
+    ray : bool or str, optional
+        ``True`` (or ``""``/``"local"``) starts a local Ray; a string ``"host:port"``
+        joins that Ray cluster.
+
+    Returns
+    -------
+    Executor
+        Use it as a context manager so pools and Ray are shut down.
+    """
+    if workers < 1:
+        raise TopoOptError(f"--workers = {workers}: use 1 or more worker processes")
+    if ray:
+        address = None if ray is True or ray in ("", "local", "auto") else str(ray)
+        return RayExecutor(address, workers)
+    return SerialExecutor() if workers == 1 else PoolExecutor(workers)
+
+
+def chunked(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    """Split ``items`` into at most ``parts`` contiguous, nearly equal lists."""
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (i < extra)
+        out.append(list(items[start:end]))
+        start = end
+    return out

@@ -1,0 +1,40 @@
+"""Executors give the same results in task order, wherever the tasks run."""
+
+import pytest
+
+from planners.executor import chunked, make_executor
+from topoopt.errors import TopoOptError
+
+
+from topoopt.units import parse_size  # importable by pool and Ray workers
+
+ITEMS = [f"{seed}.{seed % 5}MB" for seed in range(12)]
+
+
+def test_serial_and_pool_agree():
+    with make_executor(1) as serial:
+        expected = serial.map(parse_size, ITEMS)
+    with make_executor(2) as pool:
+        assert pool.name == "pool"
+        assert pool.map(parse_size, ITEMS) == expected
+
+
+@pytest.mark.slow
+def test_ray_local_agrees(monkeypatch, tmp_path):
+    pytest.importorskip("ray", reason="Ray not installed: pip install 'topoopt[ray]'")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with make_executor(1) as serial:
+        expected = serial.map(parse_size, ITEMS)
+    with make_executor(2, ray=True) as ray_exec:
+        assert ray_exec.name == "ray"
+        assert ray_exec.map(parse_size, ITEMS) == expected
+
+
+def test_bad_workers():
+    with pytest.raises(TopoOptError, match="--workers"):
+        make_executor(0)
+
+
+def test_chunked():
+    assert chunked(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert chunked([1], 4) == [[1]]
