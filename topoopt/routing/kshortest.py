@@ -1,0 +1,229 @@
+"""k-shortest simple paths on an unweighted directed topology, and MP routes split across them."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Iterable
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from topoopt.topology.topology import Topology
+
+__all__ = ["UNREACHABLE", "hop_distances", "neighbour_table", "k_shortest_paths",
+           "equal_cost_paths", "k_shortest_routes"]
+
+#: Hop distance stored for unreachable pairs.
+UNREACHABLE = np.iinfo(np.int32).max // 2
+
+
+def _adjacency(topology: Topology) -> csr_matrix:
+    n = topology.servers
+    if not topology.links:
+        return csr_matrix((n, n))
+    a = np.array([(l[0], l[2]) for l in topology.links], dtype=np.int64)
+    m = csr_matrix((np.ones(len(a)), (a[:, 0], a[:, 1])), shape=(n, n))
+    m.data[:] = 1.0  # parallel links are one hop
+    return m
+
+
+def hop_distances(topology: Topology) -> np.ndarray:
+    """All-pairs hop counts (BFS from every server); ``UNREACHABLE`` where no path exists."""
+    d = shortest_path(_adjacency(topology), method="D", unweighted=True, directed=True)
+    d[np.isinf(d)] = UNREACHABLE
+    return d.astype(np.int32)
+
+
+def neighbour_table(topology: Topology) -> np.ndarray:
+    """``(n, w)`` distinct out-neighbours of every server, ascending, padded with -1."""
+    adj = _adjacency(topology)
+    adj.sort_indices()
+    n = topology.servers
+    counts = np.diff(adj.indptr)
+    w = int(counts.max()) if n else 0
+    table = np.full((n, max(w, 1)), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(n), counts)
+    cols = np.arange(adj.indices.size) - np.repeat(adj.indptr[:-1], counts)
+    table[rows, cols] = adj.indices
+    return table
+
+
+def k_shortest_paths(neighbours: np.ndarray, dist: np.ndarray, source: int, target: int,
+                     k: int, max_extra_hops: int | None = None) -> list[tuple[int, ...]]:
+    """The ``k`` shortest simple paths from ``source`` to ``target``, shortest first.
+
+    Parameters
+    ----------
+    neighbours : ndarray
+        :func:`neighbour_table` of the topology.
+    dist : ndarray
+        :func:`hop_distances` of the topology (the column of ``target`` is used as an
+        exact lower bound on the hops left).
+    source, target : int
+    k : int
+    max_extra_hops : int or None
+        Ignore paths more than this many hops longer than the shortest (None = none
+        ignored: the same lengths as networkx's ``shortest_simple_paths``).
+
+    Returns
+    -------
+    list of tuple of int
+        Node paths, ascending length; fewer than ``k`` when fewer exist.
+
+    Notes
+    -----
+    Iterative deepening on the path length ``L``: a depth-first search that only
+    steps to ``v`` when ``hops so far + 1 + dist[v, target] <= L`` enumerates the
+    simple paths of length exactly ``L`` without ever straying off them by more than
+    the simple-path constraint, so the cost is proportional to the paths produced,
+    not to the graph (unlike Yen's algorithm, which reruns a shortest-path search for
+    every spur node). Equal-length paths come in lexicographic order of their nodes.
+
+    Examples
+    --------
+    >>> from topoopt.topology.topology import Topology
+    >>> t = Topology(4, 2, ((0, 0, 1, 0), (1, 0, 2, 0), (2, 0, 3, 0), (3, 0, 0, 0),
+    ...                     (0, 1, 2, 1), (2, 1, 0, 1)), 1e9)
+    >>> k_shortest_paths(neighbour_table(t), hop_distances(t), 0, 3, 3)
+    [(0, 2, 3), (0, 1, 2, 3)]
+    """
+    if source == target:
+        raise ValueError("source and target must differ")
+    dt = dist[:, target]
+    base = int(dt[source])
+    if base >= UNREACHABLE:
+        return []
+    n = dist.shape[0]
+    top = n - 1 if max_extra_hops is None else min(n - 1, base + max_extra_hops)
+    succ = [[int(v) for v in row if v >= 0] for row in neighbours] \
+        if not isinstance(neighbours, list) else neighbours
+    dtl = dt.tolist()
+    found: list[tuple[int, ...]] = []
+    for length in range(base, top + 1):
+        path, on_path = [source], {source}
+        stack = [(0, iter(succ[source]))]
+        while stack and len(found) < k:
+            hops, it = stack[-1]
+            v = next(it, None)
+            if v is None:  # frame exhausted: backtrack
+                stack.pop()
+                if len(path) > 1:
+                    on_path.discard(path.pop())
+                continue
+            if v == target:
+                if hops + 1 == length:
+                    found.append(tuple(path) + (target,))
+                continue
+            if v in on_path or hops + 1 + dtl[v] > length:
+                continue
+            path.append(v)
+            on_path.add(v)
+            stack.append((hops + 1, iter(succ[v])))
+        if len(found) >= k:
+            break
+    return found
+
+
+def equal_cost_paths(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarray,
+                     targets: np.ndarray, k: int, chunk: int = 65536
+                     ) -> dict[tuple[int, int], list[tuple[int, ...]]]:
+    """Up to ``k`` shortest paths per pair, all of the minimal length, vectorized.
+
+    Walks the shortest-path DAG toward each target level by level for all pairs at
+    once (a step ``u -> v`` is kept when ``dist[v, t] = dist[u, t] - 1``), keeping
+    at most ``k`` partial paths per pair; every DAG walk reaches its target, so the
+    result is exactly ``min(k, number of shortest paths)`` paths per pair, and
+    every one is simple. Pairs must be reachable and distinct.
+    """
+    out: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+    sources = np.asarray(sources, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    for lo in range(0, sources.size, chunk):
+        src, dst = sources[lo:lo + chunk], targets[lo:lo + chunk]
+        if np.any(dist[src, dst] >= UNREACHABLE) or np.any(src == dst):
+            raise ValueError("every pair must be distinct and reachable")
+        pair = np.arange(src.size)
+        cur = src.copy()
+        paths = src[:, None]
+        while pair.size:
+            tt = dst[pair]
+            cand = neighbours[cur]
+            want = (dist[cur, tt] - 1)[:, None]
+            ok = (cand >= 0) & (dist[np.maximum(cand, 0), tt[:, None]] == want)
+            r, c = np.nonzero(ok)
+            newpair = pair[r]
+            starts = np.flatnonzero(np.r_[True, newpair[1:] != newpair[:-1]])
+            rank = np.arange(newpair.size) - np.repeat(starts, np.diff(np.r_[starts,
+                                                                             newpair.size]))
+            keep = rank < k
+            r, c, pair = r[keep], c[keep], newpair[keep]
+            cur = cand[r, c]
+            paths = np.concatenate([paths[r], cur[:, None]], axis=1)
+            done = cur == dst[pair]
+            if done.any():
+                for p, row in zip((pair[done] + lo).tolist(), paths[done].tolist()):
+                    out.setdefault((int(sources[p]), int(targets[p])), []).append(tuple(row))
+                pair, cur, paths = pair[~done], cur[~done], paths[~done]
+    return out
+
+
+def k_shortest_routes(topology: Topology, pairs: Iterable[tuple[int, int]], k: int = 4,
+                      max_extra_hops: int | None = 0, method: str = "fast",
+                      dist: np.ndarray | None = None
+                      ) -> dict[tuple[int, int], tuple[tuple[tuple[int, ...], float], ...]]:
+    """Routes for server pairs: each pair's bytes split evenly over its k shortest paths.
+
+    Parameters
+    ----------
+    topology : Topology
+    pairs : iterable of (src, dst)
+        Distinct, reachable pairs.
+    k : int
+        Paths per pair (TopoOpt §4 Step 4: k-shortest path routing for MP).
+    max_extra_hops : int or None
+        Keep only paths at most this many hops longer than the pair's shortest. The
+        default 0 spreads over up to ``k`` equal-cost shortest paths (a longer path
+        would add bandwidth tax, §5.5); None keeps all ``k`` (Yen's semantics).
+    method : {"fast", "networkx"}
+        "fast": :func:`equal_cost_paths` (for ``max_extra_hops=0``) or
+        :func:`k_shortest_paths`; "networkx": ``nx.shortest_simple_paths`` (the
+        reference, slow: it reruns Dijkstra per spur node).
+    dist : ndarray, optional
+        Precomputed :func:`hop_distances`.
+
+    Returns
+    -------
+    dict
+        ``(src, dst) -> ((node_path, fraction), ...)``, the payload of
+        :class:`~topoopt.topology.topology.Routes`.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    pairs = sorted({(int(s), int(t)) for s, t in pairs})
+    if not pairs:
+        return {}
+    dist = hop_distances(topology) if dist is None else dist
+    arr = np.array(pairs, dtype=np.int64)
+    if np.any(dist[arr[:, 0], arr[:, 1]] >= UNREACHABLE):
+        bad = arr[np.argmax(dist[arr[:, 0], arr[:, 1]] >= UNREACHABLE)]
+        raise ValueError(f"server {bad[1]} is unreachable from server {bad[0]}")
+    if method == "networkx":
+        g = topology.simple_graph()
+        found = {}
+        for s, t in pairs:
+            paths = [tuple(p) for p in islice(nx.shortest_simple_paths(g, s, t), k)]
+            limit = len(paths[0]) + (max_extra_hops if max_extra_hops is not None else len(g))
+            found[s, t] = [p for p in paths if len(p) <= limit]
+    elif method == "fast":
+        nbr = neighbour_table(topology)
+        if max_extra_hops == 0:
+            found = equal_cost_paths(nbr, dist, arr[:, 0], arr[:, 1], k)
+        else:
+            succ = [[int(v) for v in row if v >= 0] for row in nbr]
+            found = {(s, t): k_shortest_paths(succ, dist, s, t, k, max_extra_hops)
+                     for s, t in pairs}
+    else:
+        raise ValueError(f"method must be 'fast' or 'networkx', got {method!r}")
+    return {pair: tuple((p, 1.0 / len(ps)) for p in ps) for pair, ps in found.items()}

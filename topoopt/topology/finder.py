@@ -1,0 +1,491 @@
+"""TopologyFinder (TopoOpt §4, Algorithm 1): AllReduce rings + MP matchings + routes for one job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components
+
+from topoopt.errors import PlanCheckError
+from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
+from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_paths,
+                                       k_shortest_routes, neighbour_table, _adjacency)
+from topoopt.topology.degree import allocate_group_degrees, split_degree
+from topoopt.topology.matching import max_weight_matching
+from topoopt.topology.perms import (PermutationSelection, ring_order, select_permutations,
+                                    totient_perms)
+from topoopt.topology.topology import Routes, Topology, check_ring, check_routes, check_topology
+
+__all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
+           "is_strongly_connected"]
+
+Ring = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """What Step 2 did for one AllReduce group.
+
+    Attributes
+    ----------
+    members : tuple of int
+        Sorted, as in ``Traffic.allreduce``.
+    bytes : float
+        Ring AllReduce bytes of the group (its traffic weight).
+    degree : int
+        d_k, rings with their own links.
+    selection : PermutationSelection or None
+        The strides (in the group's index space) and the diameter they achieve alone.
+    host : tuple of int or None
+        For a group without rings: the members of the group whose rings carry its
+        hops by coin change (the backbone is ``tuple(range(n))``), or None when its
+        hops take k-shortest paths over the whole topology.
+    """
+
+    members: tuple[int, ...]
+    bytes: float
+    degree: int
+    selection: PermutationSelection | None = None
+    host: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TopologyPlan:
+    """TopologyFinder's output: the topology, AllReduce ring orders and routes.
+
+    Attributes
+    ----------
+    topology : Topology
+        Links labelled ``"ring:p=5"`` (AllReduce ring of stride 5 in its group's index
+        space), ``"backbone:p=1"`` (a ring over all servers added for connectivity),
+        ``"mp"`` (Blossom matching, two links per full-duplex pair) or
+        ``"spare:p=1"`` (a ring over servers with ports left over).
+    rings : Mapping
+        Group members -> ring orders (Hamiltonian cycles of the group); the group's
+        bytes are split evenly across them. Every ``Traffic.allreduce`` group has one.
+    routes : Routes
+        For every pair with MP demand and every ring hop that is not a link: paths
+        that split the pair's total bytes (``traffic.matrix(plan.rings)[u, v]``). A
+        pair without an entry is a link and carries all its bytes directly.
+    degree_allreduce, degree_mp : int
+        Step 1's split of d (MP may also take AllReduce ports a server has left).
+    groups : tuple of GroupPlan
+    backbone : PermutationSelection or None
+        Set when the rings and matchings alone did not connect the shard.
+    matching_rounds : tuple of tuple of (u, v)
+        Blossom matchings of Step 3, one tuple per round.
+    spare_rings : tuple of Ring
+    routing : str
+    k_paths : int
+    """
+
+    topology: Topology
+    rings: Mapping[tuple[int, ...], tuple[Ring, ...]]
+    routes: Routes
+    degree_allreduce: int
+    degree_mp: int
+    groups: tuple[GroupPlan, ...]
+    backbone: PermutationSelection | None = None
+    matching_rounds: tuple[tuple[tuple[int, int], ...], ...] = ()
+    spare_rings: tuple[Ring, ...] = ()
+    routing: str = "kshortest"
+    k_paths: int = 4
+    mp_max_load: float | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rings", MappingProxyType(dict(self.rings)))
+
+    @property
+    def mp_links(self) -> int:
+        """Full-duplex MP connections (each is two links)."""
+        return sum(len(r) for r in self.matching_rounds)
+
+
+def is_strongly_connected(topology: Topology) -> bool:
+    """Whether every server can reach every other over the directed links."""
+    if topology.servers <= 1:
+        return True
+    count, _ = connected_components(_adjacency(topology), directed=True, connection="strong")
+    return count == 1
+
+
+class _Builder:
+    """Port bookkeeping for Step 4: each ring or matching edge takes one port per end."""
+
+    def __init__(self, n: int, d: int) -> None:
+        self.n, self.d = n, d
+        self.used = np.zeros(n, dtype=np.int64)
+        self.links: list[tuple[int, int, int, int]] = []
+        self.labels: list[str] = []
+
+    def ring(self, order: Ring, label: str) -> None:
+        ports = {s: int(self.used[s]) for s in order}
+        for a, b in zip(order, order[1:] + order[:1]):
+            self.links.append((a, ports[a], b, ports[b]))
+            self.labels.append(label)
+        self.used[list(order)] += 1
+
+    def duplex(self, u: int, v: int, label: str) -> None:
+        pu, pv = int(self.used[u]), int(self.used[v])
+        self.links += [(u, pu, v, pv), (v, pv, u, pu)]
+        self.labels += [label, label]
+        self.used[[u, v]] += 1
+
+    def topology(self, bandwidth: float, latency: float) -> Topology:
+        return Topology(self.n, self.d, tuple(self.links), bandwidth, latency,
+                        tuple(self.labels))
+
+
+def _decay_fn(mp_decay) -> Callable[[float, int], float]:
+    if callable(mp_decay):
+        return mp_decay
+    r = float(mp_decay)
+    if not 0 <= r < 1:
+        raise ValueError(f"mp_decay must be in [0, 1) or a callable, got {mp_decay}")
+    return lambda demand, links: demand * r ** links
+
+
+def _matching_weights(demand: np.ndarray, dist: np.ndarray, rng) -> np.ndarray:
+    """Integer weights: demand first, then far-apart pairs, then a seeded tie-break."""
+    n = demand.shape[0]
+    pos = demand > 0
+    if not pos.any():
+        return np.zeros((n, n), dtype=np.int64)
+    far = np.minimum(dist + dist.T, 2 * n).astype(np.int64)  # hops there and back
+    far_bits = int(2 * n + 1).bit_length()
+    q_bits = 62 - far_bits - 16
+    q = np.zeros((n, n), dtype=np.int64)
+    q[pos] = np.maximum(1, np.round(demand[pos] / demand.max() * (2 ** q_bits - 1)))
+    noise = rng.integers(0, 2 ** 16, size=(n, n))
+    noise = np.triu(noise, 1)
+    noise = noise + noise.T
+    w = (q << (far_bits + 16)) + (far << 16) + noise
+    return np.where(pos, w, 0)
+
+
+def _build(traffic, n: int, d: int, bandwidth: float, latency: float, primes_only: bool,
+           decay, seed: int, backbone: bool, matching: str):
+    rng = np.random.default_rng(seed)
+    b = _Builder(n, d)
+    d_ar = split_degree(d, traffic.allreduce_bytes, traffic.mp_bytes)
+    ring_groups: dict[tuple[int, ...], tuple[int, ...]] = {}  # members -> strides
+    backbone_sel = None
+    if backbone:
+        backbone_sel = select_permutations(n, 1, primes_only=primes_only, seed=seed)
+        p = backbone_sel.strides[0]
+        b.ring(ring_order(tuple(range(n)), p), f"backbone:p={p}")
+        ring_groups[tuple(range(n))] = backbone_sel.strides
+    # Step 2: AllReduce rings per group
+    budget = np.maximum(0, d_ar - b.used)
+    groups = traffic.allreduce
+    degrees = allocate_group_degrees([g.members for g in groups],
+                                     [g.network_bytes for g in groups], budget)
+    rings: dict[tuple[int, ...], tuple[Ring, ...]] = {}
+    selections = {}
+    for g, dk in zip(groups, degrees):
+        if dk == 0:
+            continue
+        sel = select_permutations(len(g.members), dk, primes_only=primes_only, seed=seed)
+        selections[g.members] = sel
+        orders = []
+        for p in sel.strides:
+            order = ring_order(g.members, p)
+            b.ring(order, f"ring:p={p}")
+            orders.append(order)
+        rings[g.members] = tuple(orders)
+        ring_groups[g.members] = sel.strides
+    # Step 3: repeated Blossom matchings on the MP demand, ports left at each server
+    want = traffic.mp + traffic.mp.T
+    left = want.copy()
+    linked = np.zeros((n, n), dtype=np.int64)
+    rounds = []
+    while True:
+        free = b.used < d
+        cand = np.where(free[:, None] & free[None, :], left, 0.0)
+        np.fill_diagonal(cand, 0.0)
+        if not np.any(cand > 0):
+            break
+        dist = hop_distances(b.topology(bandwidth, latency)) if b.links else \
+            np.full((n, n), UNREACHABLE, dtype=np.int32)
+        pairs = max_weight_matching(_matching_weights(cand, dist, rng), method=matching)
+        if not pairs:
+            break
+        for u, v in pairs:
+            b.duplex(u, v, "mp")
+            linked[u, v] += 1
+            linked[v, u] += 1
+            left[u, v] = left[v, u] = decay(want[u, v], int(linked[u, v]))
+        rounds.append(tuple(pairs))
+    # leftover ports (servers outside the groups, odd ports): rings over those servers
+    spare = []
+    while True:
+        free_servers = tuple(int(s) for s in np.flatnonzero(b.used < d))
+        if len(free_servers) < 2:
+            break
+        r = int((d - b.used[list(free_servers)]).min())
+        sel = select_permutations(len(free_servers), r, seed=seed)
+        for p in sel.strides:
+            order = ring_order(free_servers, p)
+            b.ring(order, f"spare:p={p}")
+            spare.append(order)
+    topo = b.topology(bandwidth, latency)
+    return dict(topology=topo, d_ar=d_ar, rings=rings, ring_groups=ring_groups,
+                degrees=degrees, selections=selections, backbone=backbone_sel,
+                rounds=tuple(rounds), spare=tuple(spare))
+
+
+def _order_along_host(members, host, strides, table) -> tuple[Ring, int]:
+    """Members ordered along one of the host's rings, fewest total coins."""
+    g = len(host)
+    idx = {s: i for i, s in enumerate(host)}
+    count = table[0]
+    best = None
+    for p in sorted(set(strides) | {1}):
+        inv = pow(p, -1, g) if g > 1 else 0
+        order = tuple(sorted(members, key=lambda s: (idx[s] * inv) % g))
+        cost = sum(int(count[(idx[v] - idx[u]) % g])
+                   for u, v in zip(order, order[1:] + order[:1]))
+        if best is None or cost < best[1]:
+            best = (order, cost)
+    return best
+
+
+def _nearest_neighbour_ring(members, dist) -> Ring:
+    order = [members[0]]
+    rest = set(members[1:])
+    while rest:
+        u = order[-1]
+        v = min(rest, key=lambda s: (int(dist[u, s]), s))
+        order.append(v)
+        rest.remove(v)
+    return tuple(order)
+
+
+def _merge(contribs: list[tuple[tuple[int, ...], float]]):
+    agg: dict[tuple[int, ...], float] = {}
+    for path, nbytes in contribs:
+        agg[path] = agg.get(path, 0.0) + nbytes
+    total = sum(agg.values())
+    if total <= 0:
+        return tuple((p, 1.0 / len(agg)) for p in sorted(agg))
+    return tuple((p, v / total) for p, v in sorted(agg.items()) if v > 0)
+
+
+def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
+                    link_latency: float = 1e-6, *, primes_only: bool = False,
+                    mp_decay: float | Callable[[float, int], float] = 0.5, k_paths: int = 4,
+                    routing: str = "kshortest", max_extra_hops: int | None = 0,
+                    seed: int = 0, matching: str = "rustworkx") -> TopologyPlan:
+    """Build the topology, AllReduce rings and routes for one job's traffic (Algorithm 1).
+
+    Parameters
+    ----------
+    traffic : topoopt.traffic.Traffic
+        AllReduce groups and the MP matrix of the strategy (§2).
+    servers, ports : int
+        n and d (NIC ports per server).
+    link_bandwidth : float
+        Bits/s per link.
+    link_latency : float
+        Seconds.
+    primes_only : bool
+        TotientPerms restricted to primes (and 1).
+    mp_decay : float or callable
+        Diminishing return of MP demand for pairs already matched: a factor ``r``
+        (demand x r^links; the paper halves, 0.5) or ``f(demand, links) -> weight``.
+    k_paths : int
+        Paths per MP pair (and per routed ring hop).
+    routing : {"kshortest", "lp"}
+        MP demand split evenly over the k shortest paths, or by the path-based LP
+        that minimizes the maximum link load (:func:`~topoopt.routing.lp.min_max_load_routes`),
+        whose candidates are the k shortest paths up to 2 hops longer than the shortest.
+    max_extra_hops : int or None
+        For "kshortest": keep paths at most this many hops longer than the shortest
+        (0: equal-cost multipath over up to k shortest paths; None: all k).
+    seed : int
+        Tie-break among equally heavy matching edges; stride search sampling.
+    matching : {"rustworkx", "networkx"}
+        Blossom implementation.
+
+    Returns
+    -------
+    TopologyPlan
+
+    Notes
+    -----
+    Step 1 :func:`~topoopt.topology.degree.split_degree`; Step 2 per group
+    :func:`~topoopt.topology.degree.allocate_group_degrees`, TotientPerms and
+    SelectPermutations in the group's index space (member ``i`` sends to member
+    ``(i + p) mod g``), one port per ring at each member; Step 3 repeated
+    maximum-weight matchings over the servers with ports left, pairs already matched
+    decayed; then rings over servers that still have ports (``"spare"``). If the
+    result is not strongly connected (groups that do not span the shard, no
+    AllReduce at all), it is rebuilt with one "backbone" ring over all servers taken
+    from the AllReduce degree (the paper's reason for "at least one degree to
+    AllReduce"). Step 4 routes: hops of groups without rings follow the rings of a
+    group containing them by minimal coin change in Z_g (App. E.1), spread over up
+    to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs take
+    k-shortest paths or the LP.
+
+    Matching weights are integers: the decayed demand first (quantized to ~2^-33 of
+    the largest), then the round-trip hop distance in the topology built so far
+    (so equal demands link the farthest pairs: all-to-all MP gets expander-like
+    links, not arbitrary ones), then a seeded tie-break.
+
+    Examples
+    --------
+    >>> from workloads import build_model
+    >>> from topoopt.strategy import hybrid
+    >>> from topoopt.traffic import derive_traffic
+    >>> m = build_model("dlrm", {"tables": 8, "rows": 1000})
+    >>> t = derive_traffic(m, hybrid(m, 8), 8, 8 * 4 * 64, 4)
+    >>> plan = topology_finder(t, 8, 4, 100e9)
+    >>> check_topology_plan(plan, t)
+    >>> plan.degree_allreduce + plan.degree_mp
+    4
+    """
+    n, d = int(servers), int(ports)
+    if n != servers or n < 2:
+        raise ValueError(f"servers must be an integer >= 2, got {servers}")
+    if d != ports or d < 1:
+        raise ValueError(f"ports must be an integer >= 1, got {ports}")
+    if traffic.servers != n:
+        raise ValueError(f"traffic is for {traffic.servers} servers, not {n}")
+    if link_bandwidth <= 0:
+        raise ValueError(f"link_bandwidth must be > 0, got {link_bandwidth}")
+    if routing not in ("kshortest", "lp"):
+        raise ValueError(f"routing must be 'kshortest' or 'lp', got {routing!r}")
+    if int(k_paths) != k_paths or k_paths < 1:
+        raise ValueError(f"k_paths must be a positive integer, got {k_paths}")
+    decay = _decay_fn(mp_decay)
+    built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
+                   False, matching)
+    if not is_strongly_connected(built["topology"]):
+        built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
+                       seed, True, matching)
+    topo: Topology = built["topology"]
+    dist = hop_distances(topo)
+    direct = {(a, b) for a, _, b, _ in topo.links}
+    rings = dict(built["rings"])
+    ring_groups = built["ring_groups"]
+    # Step 4a: ring orders for groups without rings, and their routed hops
+    tables = {}
+    contribs: dict[tuple[int, int], list] = {}
+    group_plans = []
+    needs_paths: dict[tuple[int, int], float] = {}
+    for g, dk in zip(traffic.allreduce, built["degrees"]):
+        host = None
+        if dk == 0:
+            hosts = [h for h in ring_groups if set(g.members) <= set(h)]
+            best = None
+            for h in hosts:
+                key = (h, ring_groups[h])
+                if key not in tables:
+                    tables[key] = coin_change_table(ring_groups[h], len(h))
+                order, cost = _order_along_host(g.members, h, ring_groups[h], tables[key])
+                if best is None or (cost, len(h)) < (best[1], len(best[2])):
+                    best = (order, cost, h)
+            if best is not None:
+                rings[g.members] = (best[0],)
+                host = best[2]
+            else:
+                rings[g.members] = (_nearest_neighbour_ring(g.members, dist),)
+        group_plans.append(GroupPlan(g.members, g.network_bytes, dk,
+                                     built["selections"].get(g.members), host))
+        orders = rings[g.members]
+        hop_bytes = g.ring_bytes_per_pair / len(orders)
+        for order in orders:
+            for u, v in zip(order, order[1:] + order[:1]):
+                if (u, v) in direct:
+                    contribs.setdefault((u, v), []).append(((u, v), hop_bytes))
+                elif host is not None:
+                    key = (host, ring_groups[host])
+                    hidx = {s: i for i, s in enumerate(host)}
+                    coins = coin_change((hidx[v] - hidx[u]) % len(host), ring_groups[host],
+                                        len(host), tables[key])
+                    paths = []
+                    for seq in coin_change_orders(coins, k_paths):
+                        i, path = hidx[u], [u]
+                        for c in seq:
+                            i = (i + c) % len(host)
+                            path.append(host[i])
+                        paths.append(tuple(path))
+                    for p in paths:
+                        contribs.setdefault((u, v), []).append((p, hop_bytes / len(paths)))
+                else:
+                    needs_paths[u, v] = needs_paths.get((u, v), 0.0) + hop_bytes
+    if needs_paths:
+        for pair, opts in k_shortest_routes(topo, needs_paths, k_paths, max_extra_hops,
+                                            dist=dist).items():
+            for p, f in opts:
+                contribs.setdefault(pair, []).append((p, needs_paths[pair] * f))
+    # Step 4b: MP routes
+    src, dst = np.nonzero(traffic.mp)
+    mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
+    mp_max_load = None
+    if routing == "lp" and mp_pairs:
+        from topoopt.routing.lp import min_max_load_routes  # ortools loads slowly
+
+        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
+        cands = {pair: k_shortest_paths(nbr, dist, pair[0], pair[1], k_paths, 2)
+                 for pair in mp_pairs}
+        mp_routes, mp_max_load = min_max_load_routes(topo, mp_pairs, cands)
+    else:
+        mp_routes = k_shortest_routes(topo, mp_pairs, k_paths, max_extra_hops, dist=dist)
+    for pair, opts in mp_routes.items():
+        contribs.setdefault(pair, []).extend((p, mp_pairs[pair] * f) for p, f in opts)
+    routed = set(mp_routes) | {pair for pair in contribs if pair not in direct}
+    routes = Routes({pair: _merge(contribs[pair]) for pair in sorted(routed)})
+    return TopologyPlan(topology=topo, rings=rings, routes=routes,
+                        degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
+                        groups=tuple(group_plans), backbone=built["backbone"],
+                        matching_rounds=built["rounds"], spare_rings=built["spare"],
+                        routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
+
+
+def check_topology_plan(plan: TopologyPlan, traffic) -> None:
+    """Raise :class:`PlanCheckError` unless the plan is consistent with ``traffic``.
+
+    Checks: ports (no port transmits or receives twice, at most d per server), one
+    ring set per AllReduce group with every order a Hamiltonian cycle of the group,
+    every group's own rings made of links, every route a valid path of links with
+    fractions summing to 1, every pair that carries bytes either a link or routed,
+    and the topology strongly connected.
+    """
+    topo = plan.topology
+    check_topology(topo)
+    if topo.servers != traffic.servers:
+        raise PlanCheckError(f"plan has {topo.servers} servers, traffic {traffic.servers}")
+    direct = {(a, b) for a, _, b, _ in topo.links}
+    groups = {g.members: g for g in traffic.allreduce}
+    if set(plan.rings) != set(groups):
+        raise PlanCheckError("rings must be given for exactly the traffic's AllReduce groups")
+    for gp in plan.groups:
+        orders = plan.rings[gp.members]
+        if not orders:
+            raise PlanCheckError(f"group {list(gp.members)} has no ring order")
+        for order in orders:
+            check_ring(order, gp.members)
+        if gp.degree:
+            if len(orders) != gp.degree:
+                raise PlanCheckError(f"group {list(gp.members)} has {gp.degree} rings but "
+                                     f"{len(orders)} orders")
+            for order in orders:
+                for u, v in zip(order, order[1:] + order[:1]):
+                    if (u, v) not in direct:
+                        raise PlanCheckError(f"ring hop {u}->{v} of group with its own "
+                                             f"rings is not a link")
+    check_routes(topo, plan.routes)
+    total = traffic.matrix(plan.rings)
+    for u, v in zip(*np.nonzero(total)):
+        pair = (int(u), int(v))
+        if pair not in plan.routes and pair not in direct:
+            raise PlanCheckError(f"{u}->{v} carries bytes but is neither a link nor routed")
+    for u, v in zip(*np.nonzero(traffic.mp)):
+        if (int(u), int(v)) not in plan.routes:
+            raise PlanCheckError(f"MP pair {u}->{v} has no route")
+    if not is_strongly_connected(topo):
+        raise PlanCheckError("the topology is not strongly connected")
