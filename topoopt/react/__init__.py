@@ -1,0 +1,1 @@
+"""REACT: runtime collective tuning against congestion (detection, transforms, feedback loop)."""

@@ -1,0 +1,367 @@
+"""REACT's feedback loop (§5.4, Algorithm 1, Table 3): a pure leader function plus a driver.
+
+:func:`leader_step` is everything the leader (rank 0's RTuner thread, §6.2) does after a
+batch of B epochs: given its state, the batch's gathered FCTs and epoch times, it
+returns its next state and the pattern every rank runs next. It has no side effects
+and draws its randomness from ``(seed, batch index)``, so any transport can carry it
+(the flow simulator here, ns-3, a Gloo gather/broadcast in the real runtime).
+:func:`run_react` drives it with any :class:`~topoopt.react.executor.PatternExecutor`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from topoopt._validation import require_int, require_keys, require_positive
+from topoopt.collectives.ten import Pattern
+from topoopt.errors import ConfigError
+from topoopt.react.critical import critical_paths
+from topoopt.react.detection import Congestion, detect_congestion
+from topoopt.react.estimator import FctHistory, estimate_fcts, estimate_paths
+from topoopt.react.executor import PatternExecutor
+from topoopt.react.transforms import PositionSpace, Swap, candidate_swaps
+
+__all__ = ["ReactParams", "LeaderState", "Decision", "leader_init", "leader_step",
+           "apply_transforms", "run_react", "ReactRun"]
+
+
+@dataclass(frozen=True)
+class ReactParams:
+    """REACT's parameters (Table 3), defaults from the paper.
+
+    Attributes
+    ----------
+    batch : int
+        B, epochs per batch (6).
+    delta1, delta2 : float
+        Steady (0.2) and erratic (0.15) congestion thresholds (§5.2).
+    trials : int
+        Kt, transforms tried per batch (15), growing by ``trials_growth`` after every
+        exploration round so later rounds search wider.
+    trials_growth : int
+        Not fixed by the paper; 5.
+    max_accepted : int
+        Amax (Kmax in Algorithm 1): transforms accepted per batch; not given in the paper; 4.
+    epsilon : float
+        Estimated improvement needed to accept a transform (0.05).
+    tau_r : float
+        Observed improvement needed to keep a batch's transforms (0.05): kept when
+        ``T_old >= (1 + tau_r) T_new``, else reverted.
+    max_rounds : int
+        Emax, exploration rounds before sticking (5); after ``Emax x B`` epochs without
+        exploration the budget is renewed (forced exploration).
+    history : int
+        H, epochs of FCTs remembered (60).
+    positions : bool
+        Offer position-equivalent swaps (their classes are computed once, at start).
+    seed : int
+    """
+
+    batch: int = 6
+    delta1: float = 0.2
+    delta2: float = 0.15
+    trials: int = 15
+    trials_growth: int = 5
+    max_accepted: int = 4
+    epsilon: float = 0.05
+    tau_r: float = 0.05
+    max_rounds: int = 5
+    history: int = 60
+    positions: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "trials", "max_accepted", "max_rounds", "history"):
+            require_int(f"react.{name}", getattr(self, name), minimum=1)
+        require_int("react.trials_growth", self.trials_growth, minimum=0)
+        require_int("react.seed", self.seed, minimum=0)
+        for name in ("delta1", "delta2", "epsilon", "tau_r"):
+            require_positive(f"react.{name}", getattr(self, name), allow_zero=True)
+        if self.delta1 >= 1:
+            raise ConfigError("react.delta1", self.delta1, "must be in [0, 1)")
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> "ReactParams":
+        """From a config's ``[react]`` table (keys are the attribute names)."""
+        names = [f for f in cls.__dataclass_fields__]
+        require_keys("react", dict(table), names)
+        return cls(**dict(table))
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """The pattern before the last batch's transforms, to compare against and revert to."""
+
+    pattern: Pattern
+    space: PositionSpace
+    time: float
+    fct: np.ndarray
+    steady_moved: frozenset
+
+
+@dataclass(frozen=True)
+class LeaderState:
+    """Everything the leader remembers between batches (immutable)."""
+
+    params: ReactParams
+    pattern: Pattern
+    space: PositionSpace
+    history: FctHistory
+    epoch: int = 0
+    batch_index: int = 0
+    rounds: int = 0
+    explored: int = 0
+    quiet: int = 0
+    pending: _Pending | None = None
+    moved_steady: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one leader step decided."""
+
+    pattern: Pattern
+    swaps: tuple[Swap, ...] = ()
+    reverted: bool = False
+    kept: bool = False
+    forced: bool = False
+    congested_nodes: tuple[int, ...] = ()
+    estimate_before: float = float("nan")
+    estimate_after: float = float("nan")
+    detail: dict = field(default_factory=dict)
+
+
+def leader_init(pattern: Pattern, params: ReactParams = ReactParams()) -> LeaderState:
+    """The leader's state at the start of the job (position classes computed here, once)."""
+    return LeaderState(params, pattern, PositionSpace.of(pattern, params.positions),
+                       FctHistory.empty())
+
+
+def _node_counts(p: Pattern, flows: np.ndarray) -> np.ndarray:
+    n = p.ranks
+    return (np.bincount(p.src[flows], minlength=n) + np.bincount(p.dst[flows], minlength=n))
+
+
+def _steady_nodes(p: Pattern, cong: Congestion) -> set[int]:
+    """Nodes all of whose incoming, or all of whose outgoing, flows are steady congested."""
+    out = set()
+    for r in range(p.ranks):
+        for side in (p.dst == r, p.src == r):
+            if side.any() and cong.steady[side].all():
+                out.add(r)
+    return out
+
+
+def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
+                     cong: Congestion, history: FctHistory, params: ReactParams,
+                     rng: np.random.Generator, moved_steady: frozenset = frozenset(),
+                     trials: int | None = None):
+    """Algorithm 1: try swaps of congested nodes on critical paths, keep estimated wins.
+
+    Critical paths are taken per epoch of the batch and on the mean FCTs (B + 1 paths,
+    §5.4.1). Congested flows on any of them name the congested nodes, sorted by how
+    many congested flows touch them. For each node in turn, viable swaps are drawn at
+    random from the best non-empty priority group (:func:`candidate_swaps`); a swap is
+    accepted when the mean estimated time of the (old) critical paths drops by more
+    than ``epsilon`` (:func:`estimate_paths`). At most ``trials`` swaps are tried and
+    ``max_accepted`` accepted. Steady-congested nodes are never swap partners.
+
+    Returns
+    -------
+    pattern, space, swaps, steady_moved, info
+    """
+    P = params
+    trials = P.trials if trials is None else trials
+    fct = np.asarray(fct, float)
+    weights = np.vstack([fct, fct.mean(axis=0, keepdims=True)])
+    paths, _ = critical_paths(pattern, weights)
+    on_path = np.zeros(pattern.edges_count, bool)
+    for p in paths:
+        on_path[p] = True
+    flagged = cong.congested & on_path
+    info: dict = {"congested_flows": int(cong.congested.sum()),
+                  "on_critical_path": int(flagged.sum())}
+    if not flagged.any():
+        return pattern, space, (), frozenset(), info
+    bad_pairs = set(zip(pattern.src[cong.congested].tolist(),
+                        pattern.dst[cong.congested].tolist()))
+    steady = _steady_nodes(pattern, cong)
+    counts = _node_counts(pattern, np.flatnonzero(flagged))
+    steady_counts = _node_counts(pattern, np.flatnonzero(flagged & cong.steady))
+    queue = sorted(np.flatnonzero(counts).tolist(),
+                   key=lambda r: (-counts[r], -steady_counts[r], r))
+    info["congested_nodes"] = tuple(queue)
+    current = estimate_paths(history, pattern, paths)
+    info["estimate_before"] = current
+    swaps: list[Swap] = []
+    steady_moved: set[int] = set()
+    done: set[int] = set()
+    used = 0
+    while queue and used < trials and len(swaps) < P.max_accepted:
+        x = queue.pop(0)
+        done.add(x)
+        flows_x = flagged & ((pattern.src == x) | (pattern.dst == x))
+        incoming = bool((flows_x & (pattern.dst == x)).any())
+        outgoing = bool((flows_x & (pattern.src == x)).any())
+        exclude = frozenset((steady | set(moved_steady) | steady_moved) - {x})
+        groups = candidate_swaps(pattern, space, x, incoming=incoming, outgoing=outgoing,
+                                 exclude=exclude)
+        accepted = False
+        for group in groups:
+            for i in rng.permutation(len(group)):
+                if used >= trials:
+                    break
+                used += 1
+                s, q = group[i]
+                est = estimate_paths(history, q, paths)
+                if current > (1.0 + P.epsilon) * est:
+                    pattern, space, current = q, space.after(s), est
+                    swaps.append(s)
+                    if x in steady:
+                        steady_moved.add(x)
+                    accepted = True
+                    break
+            if accepted or used >= trials:
+                break
+        if accepted:
+            # congested pairs still on the new pattern's estimated critical path
+            w = estimate_fcts(history, pattern)
+            (path,), _ = critical_paths(pattern, w)
+            still = [e for e in path.tolist()
+                     if (int(pattern.src[e]), int(pattern.dst[e])) in bad_pairs]
+            c2 = _node_counts(pattern, np.array(still, np.int64))
+            queue = sorted((r for r in np.flatnonzero(c2).tolist() if r not in done),
+                           key=lambda r: (-c2[r], r))
+    info["trials"] = used
+    info["estimate_after"] = current
+    return pattern, space, tuple(swaps), frozenset(steady_moved), info
+
+
+def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
+                ) -> tuple[LeaderState, Decision]:
+    """One pass of the feedback loop after a batch (Fig. 3, §5.4.1-§5.4.2).
+
+    Parameters
+    ----------
+    state : LeaderState
+    fct : array, shape (B, E)
+        Gathered flow completion times of the batch, run with ``state.pattern``.
+    epoch_time : array, shape (B,)
+        The collective's time in each epoch of the batch.
+
+    Returns
+    -------
+    (LeaderState, Decision)
+        ``decision.pattern`` is what every rank runs next.
+
+    Notes
+    -----
+    1. Remember the batch's FCTs (forget epochs older than H).
+    2. If the previous batch introduced transforms: keep them when the observed time
+       improved by ``tau_r`` (``T_old >= (1 + tau_r) T_new``), else revert to the old
+       pattern (and continue from its last FCTs).
+    3. If fewer than Emax exploration rounds were used (renewed after Emax x B quiet
+       epochs) and congestion is detected, apply Algorithm 1
+       (:func:`apply_transforms`); a batch that changes the pattern is an exploration
+       round.
+    """
+    P = state.params
+    fct = np.asarray(fct, float)
+    epoch_time = np.asarray(epoch_time, float)
+    B = fct.shape[0]
+    if fct.ndim != 2 or fct.shape[1] != state.pattern.edges_count or epoch_time.shape != (B,):
+        raise ConfigError("fct", fct.shape, f"need (B, {state.pattern.edges_count}) FCTs "
+                          "and B epoch times for the current pattern")
+    history = state.history.add(state.pattern, fct, state.epoch, P.history)
+    observed = float(epoch_time.mean())
+    pattern, space, base_fct, base_time = state.pattern, state.space, fct, observed
+    moved = state.moved_steady
+    reverted = kept = False
+    if state.pending is not None:
+        prev = state.pending
+        if prev.time >= (1.0 + P.tau_r) * observed:
+            kept = True
+            moved = moved | prev.steady_moved
+        else:
+            reverted = True
+            pattern, space, base_fct, base_time = prev.pattern, prev.space, prev.fct, prev.time
+    rounds, quiet, forced = state.rounds, state.quiet, False
+    if rounds >= P.max_rounds and quiet >= P.max_rounds * P.batch:
+        rounds, forced = 0, True
+    swaps: tuple[Swap, ...] = ()
+    pending = None
+    info: dict = {}
+    congested_nodes: tuple[int, ...] = ()
+    if rounds < P.max_rounds:
+        cong = detect_congestion(pattern, base_fct, P.delta1, P.delta2)
+        if cong.any():
+            rng = np.random.default_rng([P.seed, state.batch_index])
+            trials = P.trials + P.trials_growth * state.explored
+            new, new_space, swaps, steady_moved, info = apply_transforms(
+                pattern, space, base_fct, cong, history, P, rng, moved, trials)
+            congested_nodes = tuple(info.get("congested_nodes", ()))
+            if swaps:
+                pending = _Pending(pattern, space, base_time, base_fct, steady_moved)
+                pattern, space = new, new_space
+    explored = state.explored + (1 if swaps else 0)
+    rounds = rounds + (1 if swaps else 0)
+    quiet = 0 if swaps else quiet + B
+    new_state = replace(state, pattern=pattern, space=space, history=history,
+                        epoch=state.epoch + B, batch_index=state.batch_index + 1,
+                        rounds=rounds, explored=explored, quiet=quiet, pending=pending,
+                        moved_steady=moved)
+    return new_state, Decision(pattern, swaps, reverted, kept, forced, congested_nodes,
+                               info.get("estimate_before", float("nan")),
+                               info.get("estimate_after", float("nan")), info)
+
+
+@dataclass(frozen=True)
+class ReactRun:
+    """Per-epoch collective times of one run, and what the loop did.
+
+    Attributes
+    ----------
+    epoch_time : ndarray, shape (epochs,)
+    changes : tuple of (epoch, swaps, reverted)
+        Epoch at which a new pattern took effect, the swaps applied (empty for a plain
+        revert) and whether it was a revert.
+    final : Pattern
+    """
+
+    epoch_time: np.ndarray
+    changes: tuple
+    final: Pattern
+
+    @property
+    def converged_epoch(self) -> int:
+        """First epoch from which the pattern no longer changed (0 if it never did)."""
+        return int(self.changes[-1][0]) if self.changes else 0
+
+
+def run_react(executor: PatternExecutor, pattern: Pattern, epochs: int,
+              params: ReactParams = ReactParams(), enabled: bool = True) -> ReactRun:
+    """Run ``epochs`` epochs on ``executor``, with the REACT loop (or without: baseline).
+
+    Batches of B epochs run with the current pattern; after each batch the leader
+    (:func:`leader_step`) picks the pattern for the next one.
+    """
+    require_int("epochs", epochs, minimum=1)
+    state = leader_init(pattern, params) if enabled else None
+    current = pattern
+    times: list[np.ndarray] = []
+    changes = []
+    done = 0
+    while done < epochs:
+        b = min(params.batch, epochs - done)
+        res = executor.run(current, b)
+        times.append(np.asarray(res.epoch_time, float))
+        done += b
+        if state is not None and b == params.batch and done < epochs:
+            state, dec = leader_step(state, res.fct, res.epoch_time)
+            if dec.pattern.signature() != current.signature():
+                changes.append((done, tuple(str(s) for s in dec.swaps), dec.reverted))
+            current = dec.pattern
+    return ReactRun(np.concatenate(times), tuple(changes), current)
