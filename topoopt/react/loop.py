@@ -100,6 +100,7 @@ class _Pending:
     time: float
     fct: np.ndarray
     steady_moved: frozenset
+    swaps: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class LeaderState:
     quiet: int = 0
     pending: _Pending | None = None
     moved_steady: frozenset = frozenset()
+    tabu: tuple = ()              # (swap, epoch it was reverted)
 
 
 @dataclass(frozen=True)
@@ -155,19 +157,30 @@ def _steady_nodes(p: Pattern, cong: Congestion) -> set[int]:
     return out
 
 
+def _estimated_time(history: FctHistory, pattern: Pattern) -> float:
+    """Critical-path length of ``pattern`` with estimated FCTs (its estimated time)."""
+    _, length = critical_paths(pattern, estimate_fcts(history, pattern))
+    return float(length[0])
+
+
 def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
                      cong: Congestion, history: FctHistory, params: ReactParams,
                      rng: np.random.Generator, moved_steady: frozenset = frozenset(),
-                     trials: int | None = None):
+                     trials: int | None = None, tabu: frozenset = frozenset()):
     """Algorithm 1: try swaps of congested nodes on critical paths, keep estimated wins.
 
     Critical paths are taken per epoch of the batch and on the mean FCTs (B + 1 paths,
-    §5.4.1). Congested flows on any of them name the congested nodes, sorted by how
-    many congested flows touch them. For each node in turn, viable swaps are drawn at
-    random from the best non-empty priority group (:func:`candidate_swaps`); a swap is
+    §5.4.1). Congested flows on any of them name the congested nodes: steady-congested
+    nodes first, then by how many (steady, then any) congested flows touch them. For each node in turn, viable swaps are drawn at
+    random from the best non-empty priority group (:func:`candidate_swaps`), skipping
+    those in ``tabu`` (swaps recently reverted: "tries new transforms", §5.4.2); a swap is
     accepted when the mean estimated time of the (old) critical paths drops by more
-    than ``epsilon`` (:func:`estimate_paths`). At most ``trials`` swaps are tried and
-    ``max_accepted`` accepted. Steady-congested nodes are never swap partners.
+    than ``epsilon`` (:func:`estimate_paths`) and -- a guard added here, since the old
+    paths cannot see a bottleneck that merely moved elsewhere -- the critical path of
+    the new pattern with estimated FCTs is not longer than the current one's. At most ``trials`` swaps are tried and
+    ``max_accepted`` accepted. Steady-congested nodes are never swap partners, and the
+    two ranks of a swap accepted in this batch are not moved again in the same batch
+    (the next batch's measurements judge them first).
 
     Returns
     -------
@@ -191,14 +204,18 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
     steady = _steady_nodes(pattern, cong)
     counts = _node_counts(pattern, np.flatnonzero(flagged))
     steady_counts = _node_counts(pattern, np.flatnonzero(flagged & cong.steady))
+    # steady-congested nodes first (all in- or out-flows steady, §5.4.1: the more severe),
+    # then by steady, then by all congested flows on a critical path
     queue = sorted(np.flatnonzero(counts).tolist(),
-                   key=lambda r: (-counts[r], -steady_counts[r], r))
+                   key=lambda r: (r not in steady, -steady_counts[r], -counts[r], r))
     info["congested_nodes"] = tuple(queue)
     current = estimate_paths(history, pattern, paths)
+    whole_now = _estimated_time(history, pattern)
     info["estimate_before"] = current
     swaps: list[Swap] = []
     steady_moved: set[int] = set()
     done: set[int] = set()
+    placed: set[int] = set()      # ranks a swap of this batch just put somewhere: leave them
     used = 0
     while queue and used < trials and len(swaps) < P.max_accepted:
         x = queue.pop(0)
@@ -206,11 +223,12 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
         flows_x = flagged & ((pattern.src == x) | (pattern.dst == x))
         incoming = bool((flows_x & (pattern.dst == x)).any())
         outgoing = bool((flows_x & (pattern.src == x)).any())
-        exclude = frozenset((steady | set(moved_steady) | steady_moved) - {x})
+        exclude = frozenset((steady | set(moved_steady) | steady_moved | placed) - {x})
         groups = candidate_swaps(pattern, space, x, incoming=incoming, outgoing=outgoing,
                                  exclude=exclude)
         accepted = False
         for group in groups:
+            group = [c for c in group if c[0] not in tabu]
             for i in rng.permutation(len(group)):
                 if used >= trials:
                     break
@@ -218,8 +236,12 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
                 s, q = group[i]
                 est = estimate_paths(history, q, paths)
                 if current > (1.0 + P.epsilon) * est:
-                    pattern, space, current = q, space.after(s), est
+                    whole = _estimated_time(history, q)
+                    if whole > whole_now:          # guard: it only moved the bottleneck
+                        continue
+                    pattern, space, current, whole_now = q, space.after(s), est, whole
                     swaps.append(s)
+                    placed.update((s.a, s.b))
                     if x in steady:
                         steady_moved.add(x)
                     accepted = True
@@ -233,7 +255,8 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
             still = [e for e in path.tolist()
                      if (int(pattern.src[e]), int(pattern.dst[e])) in bad_pairs]
             c2 = _node_counts(pattern, np.array(still, np.int64))
-            queue = sorted((r for r in np.flatnonzero(c2).tolist() if r not in done),
+            queue = sorted((r for r in np.flatnonzero(c2).tolist()
+                            if r not in done and r not in placed),
                            key=lambda r: (-c2[r], r))
     info["trials"] = used
     info["estimate_after"] = current
@@ -262,7 +285,8 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     1. Remember the batch's FCTs (forget epochs older than H).
     2. If the previous batch introduced transforms: keep them when the observed time
        improved by ``tau_r`` (``T_old >= (1 + tau_r) T_new``), else revert to the old
-       pattern (and continue from its last FCTs).
+       pattern (and continue from its last FCTs); the reverted swaps are not tried
+       again for H epochs.
     3. If fewer than Emax exploration rounds were used (renewed after Emax x B quiet
        epochs) and congestion is detected, apply Algorithm 1
        (:func:`apply_transforms`); a batch that changes the pattern is an exploration
@@ -279,6 +303,7 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     observed = float(epoch_time.mean())
     pattern, space, base_fct, base_time = state.pattern, state.space, fct, observed
     moved = state.moved_steady
+    tabu = tuple(x for x in state.tabu if x[1] > state.epoch + B - P.history)
     reverted = kept = False
     if state.pending is not None:
         prev = state.pending
@@ -288,6 +313,7 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
         else:
             reverted = True
             pattern, space, base_fct, base_time = prev.pattern, prev.space, prev.fct, prev.time
+            tabu = tabu + tuple((s, state.epoch) for s in prev.swaps)
     rounds, quiet, forced = state.rounds, state.quiet, False
     if rounds >= P.max_rounds and quiet >= P.max_rounds * P.batch:
         rounds, forced = 0, True
@@ -301,10 +327,11 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
             rng = np.random.default_rng([P.seed, state.batch_index])
             trials = P.trials + P.trials_growth * state.explored
             new, new_space, swaps, steady_moved, info = apply_transforms(
-                pattern, space, base_fct, cong, history, P, rng, moved, trials)
+                pattern, space, base_fct, cong, history, P, rng, moved, trials,
+                frozenset(s for s, _ in tabu))
             congested_nodes = tuple(info.get("congested_nodes", ()))
             if swaps:
-                pending = _Pending(pattern, space, base_time, base_fct, steady_moved)
+                pending = _Pending(pattern, space, base_time, base_fct, steady_moved, swaps)
                 pattern, space = new, new_space
     explored = state.explored + (1 if swaps else 0)
     rounds = rounds + (1 if swaps else 0)
@@ -312,7 +339,7 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     new_state = replace(state, pattern=pattern, space=space, history=history,
                         epoch=state.epoch + B, batch_index=state.batch_index + 1,
                         rounds=rounds, explored=explored, quiet=quiet, pending=pending,
-                        moved_steady=moved)
+                        moved_steady=moved, tabu=tabu)
     return new_state, Decision(pattern, swaps, reverted, kept, forced, congested_nodes,
                                info.get("estimate_before", float("nan")),
                                info.get("estimate_after", float("nan")), info)
