@@ -43,10 +43,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import traffic, workloads
+    from topoopt.commands import topology, traffic, workloads
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
+    main.add_command(topology.topology)
 
 
 _register()

@@ -1,0 +1,134 @@
+"""``topoopt topology``: TopologyFinder on a job's traffic, its metrics next to an Expander's."""
+
+from __future__ import annotations
+
+import click
+
+from topoopt.commands._common import (build_strategy, config_argument, print_table,
+                                      read_config, require_matplotlib, strategy_option)
+from topoopt.errors import ConfigError
+
+__all__ = ["topology", "plot_topology", "expander_baseline"]
+
+
+def expander_baseline(servers: int, ports: int, bandwidth: float, latency: float, seed: int):
+    """The random expander of the same degree, or None while that module is missing."""
+    try:
+        from topoopt.topology.expander import expander_topology
+    except ImportError:
+        return None
+    return expander_topology(servers, ports, bandwidth, latency, seed)
+
+
+def plot_topology(plan, title: str, path: str) -> None:
+    """Draw servers on a circle, links as chords coloured by ring stride (MP in black)."""
+    import numpy as np
+    from matplotlib.collections import LineCollection
+
+    from topoopt._io import atomic_path
+
+    plt = require_matplotlib()
+    topo = plan.topology
+    n = topo.servers
+    angle = 2 * np.pi * np.arange(n) / n
+    xy = np.c_[np.cos(angle), np.sin(angle)]
+    kinds = sorted(set(topo.labels), key=lambda s: (s == "mp", s))
+    cmap = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(6.4, 6.4), dpi=120)
+    for i, kind in enumerate(kinds):
+        segs = [(xy[a], xy[b]) for (a, _, b, _), lab in zip(topo.links, topo.labels)
+                if lab == kind]
+        color = "black" if kind == "mp" else cmap(i % 10)
+        ax.add_collection(LineCollection(segs, colors=[color], linewidths=0.6,
+                                         alpha=0.35 if kind == "mp" else 0.7,
+                                         label=f"{kind} ({len(segs)} links)"))
+    ax.scatter(xy[:, 0], xy[:, 1], s=max(2, 400 / n), c="tab:gray", zorder=3)
+    ax.set_aspect("equal")
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=7,
+              frameon=False)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+@click.command()
+@config_argument
+@strategy_option
+@click.option("--routing", type=click.Choice(["kshortest", "lp"]), default="kshortest",
+              help="MP routing: split evenly over the k shortest paths, or the LP "
+                   "(OR-Tools GLOP) that minimizes the largest link load (slow for "
+                   "all-to-all traffic above ~64 servers).")
+@click.option("--k", "k_paths", type=int, default=4, help="Paths per MP pair.")
+@click.option("--seed", type=int, default=0, help="Tie-break seed (and the Expander's).")
+@click.option("--png", type=click.Path(dir_okay=False),
+              help="Also draw the topology to this PNG file, rings coloured by stride "
+                   "(needs the plot extra).")
+def topology(config: str, strategy: str, routing: str, k_paths: int, seed: int,
+             png: str | None) -> None:
+    """Build the TopoOpt topology for CONFIG's job and print how good it is.
+
+    TopologyFinder (TopoOpt §4) splits each server's NIC ports between AllReduce
+    rings (TotientPerms strides picked by SelectPermutations) and Blossom matchings
+    of the MP demand, then routes AllReduce by coin change and MP over k shortest
+    paths. Printed: the degree split, each group's rings, and diameter, average path
+    length (hops), bandwidth tax (bytes carried / bytes demanded) and link loads,
+    next to a random expander with the same ports.
+    """
+    from topoopt.topology.finder import topology_finder
+    from topoopt.topology.metrics import topology_metrics
+    from topoopt.traffic import derive_traffic
+    from topoopt.units import format_size
+
+    if k_paths < 1:
+        raise ConfigError("--k", k_paths, "must be a positive number of paths")
+    cfg = read_config(config)
+    cluster, job = cfg.cluster, cfg.job
+    if png:
+        require_matplotlib()
+    model, strat = build_strategy(cfg, strategy)
+    traffic = derive_traffic(model, strat, cluster.servers, job.global_batch(cluster),
+                             job.dtype_bytes)
+    n, d = cluster.servers, cluster.nics
+    plan = topology_finder(traffic, n, d, cluster.link_bandwidth, cluster.link_latency,
+                           k_paths=k_paths, routing=routing, seed=seed)
+    click.echo(f"config    {cfg.source}: {n} servers x {d} ports of "
+               f"{cluster.link_bandwidth / 1e9:g} Gbps, {model.name}, strategy {strategy}")
+    click.echo(f"degree    AllReduce {plan.degree_allreduce}, MP {plan.degree_mp} "
+               f"(traffic {format_size(traffic.allreduce_bytes)} AllReduce, "
+               f"{format_size(traffic.mp_bytes)} MP)")
+    if plan.groups:
+        print_table(["group", "rings", "strides", "diameter", "ring bytes/pair"],
+                    [[f"{len(g.members)} servers" if len(g.members) < n else f"all {n}",
+                      g.degree,
+                      ",".join(map(str, g.selection.strides)) if g.selection else
+                      ("coin change" if g.host else "shortest paths"),
+                      g.selection.diameter if g.selection else "-",
+                      format_size(g.bytes / len(g.members))]
+                     for g in plan.groups])
+    extras = []
+    if plan.matching_rounds:
+        extras.append(f"{len(plan.matching_rounds)} Blossom round(s), {plan.mp_links} MP links")
+    if plan.backbone:
+        extras.append("backbone ring for connectivity")
+    if plan.spare_rings:
+        extras.append(f"{len(plan.spare_rings)} spare ring(s)")
+    if extras:
+        click.echo("links     " + "; ".join(extras))
+    ours = topology_metrics(plan.topology, traffic, plan.rings, plan.routes)
+    rows = [("TopoOpt", ours)]
+    exp = expander_baseline(n, d, cluster.link_bandwidth, cluster.link_latency, seed)
+    if exp is not None:
+        rows.append(("Expander", topology_metrics(exp, traffic)))
+    print_table(["fabric", "diameter", "avg path length", "bandwidth tax", "MP hops",
+                 "max link load", "load spread"],
+                [[name, f"{m.diameter:g}", f"{m.average_path_length:.2f}",
+                  f"{m.bandwidth_tax:.3f}", f"{m.mp_hops:.2f}",
+                  format_size(m.max_link_load), f"{m.load_spread:.0%}"] for name, m in rows])
+    if exp is None:
+        click.echo("(Expander baseline not available in this build)")
+    if png:
+        plot_topology(plan, f"{model.name}, {strategy}, {n} servers x {d} ports", png)
+        click.echo(f"wrote {png}")
