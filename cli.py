@@ -43,10 +43,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import topology, traffic, workloads
+    from topoopt.commands import react, topology, traffic, workloads
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
+    main.add_command(react.react)
     main.add_command(topology.topology)
 
 

@@ -1,0 +1,137 @@
+"""REACT on the flow-level simulator: executors, scenarios, plans, the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from topoopt.collectives import build_pattern, multi_ring_allreduce, ring_allreduce
+
+pytest.importorskip("topoopt.fabrics", reason="needs the fabrics package")
+
+from cli import main  # noqa: E402
+from topoopt.fabrics import fat_tree, star  # noqa: E402
+from topoopt.react.analytical import fluid_star  # noqa: E402
+from topoopt.react.executor import StarFluidExecutor  # noqa: E402
+from topoopt.react.loop import run_react  # noqa: E402
+from topoopt.react.scenarios import (Scenario, run_scenario, run_two_jobs,  # noqa: E402
+                                     scenario_setup)
+from topoopt.react.simexec import BackgroundFlows, SimulatedExecutor  # noqa: E402
+from topoopt.topology.topology import Topology  # noqa: E402
+
+
+def test_ring_on_a_star_is_the_closed_form():
+    n, S = 6, 6e6
+    r = SimulatedExecutor(star(n, 100e9), range(n)).run(ring_allreduce(range(n), size=S), 2)
+    per_step = S / n * 8 / 100e9 + 2e-6                     # two 1 us links per hop
+    assert r.epoch_time == pytest.approx([2 * (n - 1) * per_step] * 2)
+
+
+def test_simulator_agrees_with_the_analytical_fluid_model():
+    """Two independent implementations: netsim on a star vs. the §4.3 fluid model."""
+    p = build_pattern("tree", 8, 20e6)
+    bg = [BackgroundFlows(8, 3, 2), BackgroundFlows(1, 9, 1)]    # 2 into rank 3, 1 out of 1
+    sim = SimulatedExecutor(star(10, 100e9), range(8), bg).run(p, 1)
+    ref = fluid_star(p, 100e9, 2e-6, ext_in={3: 2}, ext_out={1: 1})
+    assert sim.epoch_time[0] == pytest.approx(ref.makespan, rel=1e-6)
+    assert sim.finish[0] == pytest.approx(ref.finish, rel=1e-6)
+
+
+def test_ecmp_draws_are_seeded_and_per_epoch():
+    f = fat_tree(128, 100e9, k=8)
+    place = [0, 20, 40, 60, 80, 100, 120, 127]
+    p = build_pattern("rd-allgather", 8, 20e6)
+    bg = [BackgroundFlows(1, 101, 4), BackgroundFlows(21, 61, 4)]
+    a = SimulatedExecutor(f, place, bg, ports=4, seed=3).run(p, 8)
+    b = SimulatedExecutor(f, place, bg, ports=4, seed=3).run(p, 8)
+    assert np.array_equal(a.finish, b.finish)
+    one = SimulatedExecutor(f, place, bg, ports=1, seed=3).run(p, 8)
+    assert np.allclose(one.epoch_time, one.epoch_time[0])     # one path: every epoch alike
+
+
+def test_react_alleviates_incast_on_a_star_and_idles_when_clean():
+    hot = run_scenario(Scenario(collective="tree", fabric="star", congested=2, p=4,
+                                epochs=48, warmup=24, seed=1))
+    assert hot.improvement > 0.1
+    clean = run_scenario(Scenario(collective="tree", fabric="star", kind="none",
+                                  epochs=36, warmup=6))
+    assert clean.changes == () and clean.improvement == pytest.approx(0.0)
+
+
+def test_fig5_scenario_draws_distinct_sources_outside_destinations():
+    sc = Scenario(congested=4, p=2, seed=5)
+    fabric, placement, bg, pattern = scenario_setup(sc)
+    assert fabric.servers == 128 and len(set(placement.tolist())) == 8
+    assert len({b.src for b in bg}) == 4
+    assert all(b.src in placement and b.dst not in placement and b.count == 2 for b in bg)
+
+
+def test_failures_and_spine_scenarios_slow_the_baseline_down():
+    clean = run_scenario(Scenario(kind="none", epochs=12, warmup=0, seed=2))
+    fail = run_scenario(Scenario(kind="failures", congested=40, capacity=30e9, epochs=12,
+                                 warmup=0, seed=2))
+    spine = run_scenario(Scenario(kind="spine", congested=8, p=4, epochs=12, warmup=0,
+                                  seed=2))
+    assert fail.mean("baseline") >= clean.mean("baseline")
+    assert spine.mean("baseline") >= clean.mean("baseline")
+
+
+def test_two_overlapping_jobs_share_servers():
+    alone = run_two_jobs(0, nodes=4, epochs=12, react=(False, False))
+    shared = run_two_jobs(2, nodes=4, epochs=12, react=(False, False))
+    assert shared["baseline"][0] > alone["baseline"][0]      # the tree job suffers
+    assert alone["react"] == alone["baseline"]
+
+
+def test_plan_fabric_runs_the_plans_rings(tmp_path):
+    n = 6
+    links = [(i, 0, (i + 1) % n, 0) for i in range(n)] + \
+            [(i, 1, (i - 1) % n, 1) for i in range(n)]
+    plan = {"topology": {"servers": n, "ports": 2, "links": links,
+                         "link_bandwidth": 100e9, "link_latency": 1e-6},
+            "rings": [list(range(n)), {"order": [0, 5, 4, 3, 2, 1]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    sc = Scenario(collective="plan", fabric=f"plan:{tmp_path}", nodes=n, size=12e6,
+                  kind="none", epochs=3, warmup=0)
+    _, _, _, pattern = scenario_setup(sc)
+    assert pattern.chunks == 2
+    res = run_scenario(sc)
+    # each ring has its own fibres: 2(n-1) steps of S/2/n plus one hop's latency
+    per_step = 12e6 / 2 / n * 8 / 100e9 + 1e-6
+    assert res.baseline == pytest.approx([2 * (n - 1) * per_step] * 3)
+    assert pattern.signature() == multi_ring_allreduce(
+        [list(range(n)), [0, 5, 4, 3, 2, 1]], 12e6).signature()
+
+
+def test_star_fluid_and_simulated_loops_agree_on_direction():
+    p = build_pattern("tree", 8, 20e6)
+    fluid = run_react(StarFluidExecutor(ext_in={3: 3}, alpha=2e-6), p, 36)
+    assert fluid.epoch_time[-6:].mean() < fluid.epoch_time[:6].mean()
+
+
+# ------------------------------------------------------------------------ CLI
+def test_cli_simulate_prints_and_writes(tmp_path):
+    out = tmp_path / "run.json"
+    r = CliRunner().invoke(main, ["react", "simulate", "--fabric", "star", "--congested", "2",
+                                  "--p", "4", "--epochs", "30", "--warmup", "12",
+                                  "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "with REACT" in r.output and "algbw" in r.output
+    doc = json.loads(out.read_text())
+    assert len(doc["epoch_time_react_s"]) == 30 and "improvement" in doc
+
+
+def test_cli_sweep_small_grid():
+    r = CliRunner().invoke(main, ["react", "sweep", "--collective", "tree", "--p", "2",
+                                  "--pairs", "1", "--seeds", "1", "--epochs", "12",
+                                  "--fabric", "star"])
+    assert r.exit_code == 0, r.output
+    assert "mean gain" in r.output
+
+
+def test_cli_simulate_bad_input_is_one_line():
+    r = CliRunner().invoke(main, ["react", "simulate", "--fabric", "mesh"])
+    assert r.exit_code == 2 and "fabric" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["react", "simulate", "--fabric", "plan:/nonexistent"])
+    assert r.exit_code == 2 and "plan.json" in r.output

@@ -1,0 +1,287 @@
+"""``topoopt react``: collective patterns, their analytical cost, and REACT on the simulator."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+import numpy as np
+
+from topoopt.commands._common import print_table, require_matplotlib
+from topoopt.errors import ConfigError
+from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
+
+__all__ = ["react"]
+
+_COLLECTIVE = click.Choice(["tree", "ring", "rd-allgather"])
+
+
+def _size(text: str) -> float:
+    return parse_size(text, "--size")
+
+
+@click.group()
+def react() -> None:
+    """REACT (runtime collective tuning): patterns as TEN graphs, their alpha-beta
+    cost, and the feedback loop on the flow-level simulator.
+
+    \b
+    Examples:
+      topoopt react pattern --collective tree --nodes 8
+      topoopt react estimate --collective tree --nodes 16 --size 2MB \\
+          --alpha 4us --bandwidth 100Gbps --congest 3:2 --swap 3:2@1
+      topoopt react simulate --collective tree --fabric fattree --congested 2 --p 2
+      topoopt react sweep --workers 2
+    """
+
+
+# ------------------------------------------------------------------------ pattern
+@react.command()
+@click.option("--collective", type=_COLLECTIVE, default="tree",
+              help="tree: NCCL double binary tree AllReduce; ring: ring AllReduce; "
+                   "rd-allgather: recursive-doubling AllGather.")
+@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2).")
+@click.option("--size", default="20MB", help="Bytes of the collective (AllGather: output).")
+@click.option("--order", default=None,
+              help="Ring order for --collective ring, e.g. 0,2,1,3 (default 0..n-1).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the pattern as JSON (format topoopt.pattern/1, loadable by "
+                   "topoopt.collectives.pattern_from_json) instead of a table.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the JSON to this file instead of printing it.")
+def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: bool,
+            output: str | None) -> None:
+    """Print a collective pattern's TEN graph: per step, every flow's source,
+    destination, chunk, bytes and whether the receiver reduces (adds) or copies.
+
+    The JSON form also lists each segment's element range of the buffer, so a runtime
+    knows exactly which data each flow carries (see topoopt/collectives/ten.py).
+    """
+    from topoopt._io import atomic_write_text
+    from topoopt.collectives import build_pattern, check_pattern, pattern_to_json
+
+    ring = None
+    if order is not None:
+        try:
+            ring = [int(x) for x in order.split(",")]
+        except ValueError:
+            raise ConfigError("--order", order, "give ranks separated by commas") from None
+    p = build_pattern(collective, nodes, _size(size), order=ring)
+    check_pattern(p)
+    if as_json or output:
+        text = json.dumps(pattern_to_json(p), indent=1)
+        if output:
+            atomic_write_text(output, text + "\n")
+            click.echo(f"wrote {output}: {p.edges_count} flows in {p.steps} steps")
+        else:
+            click.echo(text)
+        return
+    click.echo(f"{p.name} {p.collective}: {p.ranks} ranks, {p.steps} steps, {p.chunks} "
+               f"chunks, {p.edges_count} flows, {p.size} bytes")
+    rows = [[e.step, e.src, e.dst, e.chunk, ",".join(map(str, e.segments)), e.nbytes,
+             "reduce" if e.reduce else "copy", e.phase] for e in p.edges()]
+    print_table(["step", "src", "dst", "chunk", "segments", "bytes", "op", "phase"], rows)
+
+
+# ------------------------------------------------------------------------ estimate
+_PAIR = re.compile(r"^(\d+):(\d+)$")
+_SWAP = re.compile(r"^(\d+):(\d+)(?:@(\d+))?$")
+
+
+def _pairs(values, option: str) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        m = _PAIR.match(v)
+        if not m:
+            raise ConfigError(option, v, "use NODE:P, e.g. 3:2 (p external flows at node 3)")
+        out[int(m[1])] = out.get(int(m[1]), 0) + int(m[2])
+    return out
+
+
+@react.command()
+@click.option("--collective", type=_COLLECTIVE, default="tree")
+@click.option("--nodes", type=int, default=16, help="Ranks (n >= 2).")
+@click.option("--size", default="2MB", help="Bytes of the collective (s).")
+@click.option("--alpha", default="4us", help="Per-flow latency (alpha).")
+@click.option("--bandwidth", default="100Gbps", help="NIC bandwidth (1/beta).")
+@click.option("--congest", multiple=True, metavar="NODE:P",
+              help="P persistent external flows INTO rank NODE (repeatable).")
+@click.option("--congest-out", multiple=True, metavar="NODE:P",
+              help="P persistent external flows OUT of rank NODE (repeatable).")
+@click.option("--swap", "swaps", multiple=True, metavar="A:B[@CHUNK]",
+              help="Swap ranks A and B everywhere, or only in chunk CHUNK (repeatable, "
+                   "applied in order).")
+def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
+             congest: tuple[str, ...], congest_out: tuple[str, ...],
+             swaps: tuple[str, ...]) -> None:
+    """Analytical time of each phase of a pattern (alpha-beta, one switch, max-min fair
+    sharing with external flows; REACT §4.3).
+
+    The paper's example is one call: --collective tree --nodes 16 --size 2MB
+    --alpha 4us --bandwidth 100Gbps gives a 576 us reduce phase; add --congest 3:2 for
+    656 us, and --swap 3:2@1 (swap 3 and 2 in the even-leaf tree) for 576 us again.
+    """
+    from topoopt.collectives import build_pattern, check_pattern
+    from topoopt.react.analytical import alpha_beta_time
+    from topoopt.react.transforms import Swap, apply_swap
+
+    p = build_pattern(collective, nodes, _size(size))
+    for text in swaps:
+        m = _SWAP.match(text)
+        if not m:
+            raise ConfigError("--swap", text, "use A:B or A:B@CHUNK, e.g. 3:2@1")
+        a, b = int(m[1]), int(m[2])
+        if not (0 <= a < nodes and 0 <= b < nodes) or a == b:
+            raise ConfigError("--swap", text, f"two different ranks in 0..{nodes - 1}")
+        if m[3] is None:
+            p = apply_swap(p, Swap("global", a, b))
+        else:
+            c = int(m[3])
+            if c >= p.chunks:
+                raise ConfigError("--swap", text, f"chunk must be in 0..{p.chunks - 1}")
+            p = apply_swap(p, Swap("chunk", a, b, chunk=c))
+    check_pattern(p)
+    cin, cout = _pairs(congest, "--congest"), _pairs(congest_out, "--congest-out")
+    for node in list(cin) + list(cout):
+        if not 0 <= node < nodes:
+            raise ConfigError("--congest", node, f"rank must be in 0..{nodes - 1}")
+    r = alpha_beta_time(p, parse_time(alpha, "--alpha"),
+                        parse_bandwidth(bandwidth, "--bandwidth"), cin, cout)
+    rows = [[name, format_time(end), format_time(dur)]
+            for name, end, dur in zip(r.phase_names, r.phase_end, r.phase_time)]
+    print_table(["phase", "ends at", "duration"], rows)
+    click.echo(f"total {format_time(r.makespan)}; algorithm bandwidth "
+               f"{p.size / r.makespan / 1e9:.3g} GB/s")
+
+
+# ------------------------------------------------------------------------ simulate
+def _plot(result, path: str) -> None:
+    from topoopt._io import atomic_path
+
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    ep = np.arange(result.baseline.size)
+    ax.plot(ep, result.baseline * 1e3, label="without REACT", color="0.5")
+    ax.plot(ep, result.react * 1e3, label="with REACT", color="tab:red")
+    for e, _, rev in result.changes:
+        ax.axvline(e, color="tab:blue" if not rev else "tab:orange", lw=0.6, alpha=0.5)
+    s = result.scenario
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("collective time (ms)")
+    ax.set_title(f"{s.collective}, {s.nodes} nodes, {s.size / 1e6:g} MB, {s.fabric}, "
+                 f"{s.kind} (pairs={s.congested}, p={s.p}), seed {s.seed}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+@react.command()
+@click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather", "plan"]),
+              default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR.")
+@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2).")
+@click.option("--size", default="20MB", help="Bytes per collective.")
+@click.option("--fabric", default="fattree",
+              help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
+                   "(DIR/plan.json's direct-connect topology and rings).")
+@click.option("--scenario", "kind", type=click.Choice(["external", "spine", "failures",
+                                                       "none"]),
+              default="external", help="external: p flows from each congested job node "
+                                       "to a server outside the job; spine: p flows "
+                                       "between outside servers across pods; failures: "
+                                       "links degraded to --capacity; none.")
+@click.option("--congested", type=int, default=1,
+              help="Congested source-destination pairs (failed links for failures).")
+@click.option("--p", "p", type=int, default=2, help="External flows per congested pair.")
+@click.option("--capacity", default="50Gbps", help="Bandwidth of a failed link.")
+@click.option("--epochs", type=int, default=100)
+@click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
+@click.option("--seed", type=int, default=0, help="Scenario and ECMP seed.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the per-epoch times, summary and swaps to this JSON file.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Plot per-epoch time with and without REACT (needs the plot extra).")
+def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epochs,
+             warmup, seed, json_out, png) -> None:
+    """Run a collective for --epochs epochs on the flow-level simulator, without and
+    with REACT, under one congestion scenario; print mean and p95 collective time,
+    algorithm bandwidth and the swaps REACT made."""
+    from topoopt._io import atomic_write_text
+    from topoopt.react.scenarios import Scenario, run_scenario
+
+    sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
+                  kind=kind, congested=congested, p=p,
+                  capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
+                  warmup=warmup, seed=seed)
+    res = run_scenario(sc)
+    rows = []
+    for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
+        rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),
+                     f"{sc.size / res.mean(which) / 1e9:.3f}"])
+    print_table(["", "mean time", "p95 time", "algbw GB/s"], rows)
+    click.echo(f"algorithm bandwidth change: {100 * res.improvement:+.1f}% "
+               f"(epochs {warmup}..{epochs - 1}); pattern fixed from epoch "
+               f"{res.converged_epoch}")
+    for e, swaps, rev in res.changes:
+        what = ("revert" + (", then " if swaps else "")) if rev else ""
+        click.echo(f"  epoch {e:>3}: {what}{' '.join(swaps) if swaps else ''}")
+    if json_out:
+        atomic_write_text(json_out, json.dumps(res.to_json(), indent=1) + "\n")
+    if png:
+        _plot(res, png)
+
+
+# ------------------------------------------------------------------------ sweep
+def _int_list(text: str, option: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        m = re.match(r"^(\d+)(?:-(\d+))?$", part.strip())
+        if not m:
+            raise ConfigError(option, text, "use numbers and ranges, e.g. 1,2,4 or 1-8")
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if hi < lo:
+            raise ConfigError(option, text, "a range must go up, e.g. 1-8")
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+@react.command()
+@click.option("--collective", "collectives", multiple=True,
+              type=click.Choice(["tree", "ring", "rd-allgather"]),
+              default=("tree", "rd-allgather"), help="Repeatable.")
+@click.option("--p", "ps", default="1,2,4", help="External flows per pair, e.g. 1,2,4.")
+@click.option("--pairs", default="1-8", help="Congested pairs, e.g. 1-8.")
+@click.option("--seeds", type=int, default=10, help="Random scenarios per point.")
+@click.option("--nodes", type=int, default=8)
+@click.option("--size", default="20MB")
+@click.option("--fabric", default="fattree", help="star, fattree or plan:DIR.")
+@click.option("--epochs", type=int, default=100)
+@click.option("--workers", type=int, default=1, help="Local worker processes.")
+@click.option("--ray", default=None, metavar="ADDRESS",
+              help="Run on Ray instead: 'local' or a cluster address host:port.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
+def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, epochs, workers, ray,
+          json_out) -> None:
+    """REACT Figure 5: mean algorithm-bandwidth gain over --seeds random scenarios per
+    (collective, p, congested pairs), plus the same seeds without congestion (p = 0)."""
+    from topoopt._io import atomic_write_text
+    from topoopt.react.scenarios import Scenario
+    from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
+
+    base = Scenario(nodes=nodes, size=_size(size), fabric=fabric, epochs=epochs,
+                    warmup=min(25, epochs // 4))
+    if seeds < 1:
+        raise ConfigError("--seeds", seeds, "use 1 or more")
+    grid = figure5_grid(collectives, _int_list(ps, "--p"), _int_list(pairs, "--pairs"),
+                        seeds, base)
+    rows = sweep_table(run_sweep(grid, workers=workers, ray=ray))
+    print_table(["collective", "p", "pairs", "mean gain %", "min %", "max %",
+                 "converged epoch"],
+                [[r["collective"], r["p"], r["congested"],
+                  f"{100 * r['mean_improvement']:.1f}", f"{100 * r['min_improvement']:.1f}",
+                  f"{100 * r['max_improvement']:.1f}", f"{r['converged_epoch']:.1f}"]
+                 for r in rows])
+    if json_out:
+        atomic_write_text(json_out, json.dumps(rows, indent=1) + "\n")

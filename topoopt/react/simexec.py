@@ -1,0 +1,226 @@
+"""Simulated executors: patterns on the flow-level simulator over star, Fat-tree and
+direct-connect fabrics, with REACT §7.3's ECMP and background traffic.
+
+A thin adapter over :mod:`topoopt.netsim` and :mod:`topoopt.fabrics`: it maps ranks to
+servers, routes every flow, adds the pattern's dependencies
+(:func:`topoopt.collectives.flow_dependencies`) and simulates one epoch at a time.
+Things the simulator does not do itself and that live here:
+
+* ECMP as in REACT §7.3: every flow of the pattern owns ``ports`` connections, each
+  hashed (seeded) onto one of the equal-cost paths of its server pair; each epoch one
+  connection is drawn at random per flow. The draw depends on (seed, epoch, edge index)
+  only, so a baseline and a REACT run see the same draws.
+* Epoch-scoped background traffic: greedy external flows active in a range of epochs
+  (each on one ECMP path, fixed for its lifetime like a long TCP connection).
+* Several jobs sharing one network (:class:`JobsExecutor`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from topoopt.collectives.ten import Pattern, flow_dependencies
+from topoopt.errors import ConfigError
+from topoopt.react.executor import BatchResult
+
+__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths"]
+
+
+@dataclass(frozen=True)
+class BackgroundFlows:
+    """``count`` greedy external flows from server ``src`` to server ``dst``, active in
+    epochs ``[first_epoch, last_epoch)`` (``last_epoch=None``: until the end)."""
+
+    src: int
+    dst: int
+    count: int = 1
+    first_epoch: int = 0
+    last_epoch: int | None = None
+
+    def active(self, epoch: int) -> bool:
+        return epoch >= self.first_epoch and (self.last_epoch is None or epoch < self.last_epoch)
+
+
+def _hash(*parts: int) -> int:
+    return zlib.crc32(np.asarray(parts, np.int64).tobytes())
+
+
+def ecmp_paths(fabric, a: int, b: int, cache: dict | None = None) -> list[np.ndarray]:
+    """Equal-cost paths (link-id arrays) from server ``a`` to ``b`` of ``fabric``."""
+    key = (a, b)
+    if cache is not None and key in cache:
+        return cache[key]
+    paths = [np.asarray(links, np.int64) for links, _ in fabric.paths(int(a), int(b))]
+    if cache is not None:
+        cache[key] = paths
+    return paths
+
+
+class _Router:
+    """Per-flow connection paths and per-epoch draws (shared by the executors)."""
+
+    def __init__(self, fabric, ports: int, seed: int) -> None:
+        self.fabric, self.ports, self.seed = fabric, int(ports), int(seed)
+        self._paths: dict = {}
+        self._conns: dict = {}
+
+    def connections(self, job: int, edge: int, a: int, b: int) -> list[np.ndarray]:
+        key = (job, edge, a, b)
+        if key not in self._conns:
+            paths = ecmp_paths(self.fabric, a, b, self._paths)
+            rng = np.random.default_rng(_hash(self.seed, job, edge, a, b))
+            pick = rng.integers(0, len(paths), size=self.ports)
+            self._conns[key] = [paths[i] for i in pick]
+        return self._conns[key]
+
+    def routes(self, job: int, src: np.ndarray, dst: np.ndarray, epoch: int):
+        from topoopt.netsim import FlowRoutes
+
+        rng = np.random.default_rng([self.seed, job, epoch, 7])
+        choice = rng.integers(0, self.ports, size=len(src))
+        links = [self.connections(job, e, int(a), int(b))[c]
+                 for e, (a, b, c) in enumerate(zip(src, dst, choice))]
+        return FlowRoutes.from_lists(links)
+
+    def background_links(self, i: int, bg: BackgroundFlows, k: int) -> tuple[int, ...]:
+        paths = ecmp_paths(self.fabric, bg.src, bg.dst, self._paths)
+        j = _hash(self.seed, 99, i, k, bg.src, bg.dst) % len(paths)
+        return tuple(int(x) for x in paths[j])
+
+
+def _base_workload(pattern: Pattern, cache: dict):
+    """The compiled workload of a pattern (routes filled in per epoch), cached."""
+    key = pattern.signature()
+    if key not in cache:
+        from topoopt.netsim import FlowRoutes, Workload
+
+        w = Workload()
+        E = pattern.edges_count
+        ids = w.add_flows(pattern.nbytes.astype(float),
+                          FlowRoutes(np.zeros(E + 1, np.int64), np.zeros(0, np.int64),
+                                     np.zeros(0)))
+        ptr, idx = flow_dependencies(pattern)
+        after = np.repeat(np.arange(E), np.diff(ptr))
+        w.add_dependencies(ids[idx], ids[after])
+        cache.clear() if len(cache) > 64 else None
+        cache[key] = (w.compile(), ids)
+    return cache[key]
+
+
+class JobsExecutor:
+    """Several jobs' patterns run together, epoch by epoch, on one fabric.
+
+    Parameters
+    ----------
+    fabric : topoopt.fabrics.Fabric
+    placements : sequence of sequence of int
+        Per job, the server of each rank.
+    background : sequence of BackgroundFlows
+    ports : int
+        ECMP connections per flow (REACT §7.3: 4); one is drawn per epoch.
+    seed : int
+    """
+
+    def __init__(self, fabric, placements: Sequence[Sequence[int]],
+                 background: Sequence[BackgroundFlows] = (), ports: int = 4,
+                 seed: int = 0) -> None:
+        self.fabric = fabric
+        self.placements = [np.asarray(p, np.int64) for p in placements]
+        for j, p in enumerate(self.placements):
+            if len(set(p.tolist())) != len(p) or p.min() < 0 or p.max() >= fabric.servers:
+                raise ConfigError(f"placement[{j}]", p.tolist(),
+                                  f"distinct servers in 0..{fabric.servers - 1}")
+        self.background = tuple(background)
+        self.router = _Router(fabric, ports, seed)
+        self.epoch = 0
+        self._cache: dict = {}
+
+    def run_many(self, patterns: Sequence[Pattern], epochs: int) -> list[BatchResult]:
+        """Run ``epochs`` epochs of every job's pattern at once (all start together)."""
+        from topoopt.netsim import Background, simulate
+
+        if len(patterns) != len(self.placements):
+            raise ConfigError("patterns", len(patterns), f"one per job ({len(self.placements)})")
+        out = [([], [], []) for _ in patterns]
+        for _ in range(epochs):
+            parts, spans = [], []
+            for j, (p, place) in enumerate(zip(patterns, self.placements)):
+                if p.ranks != len(place):
+                    raise ConfigError("pattern.ranks", p.ranks, f"job {j} has {len(place)} ranks")
+                base, _ = _base_workload(p, self._cache)
+                routes = self.router.routes(j, place[p.src], place[p.dst], self.epoch)
+                parts.append(dataclasses.replace(base, routes=routes))
+            work = parts[0] if len(parts) == 1 else _concat(parts)
+            bgs = [Background(self.router.background_links(i, bg, k))
+                   for i, bg in enumerate(self.background) if bg.active(self.epoch)
+                   for k in range(bg.count)]
+            res = simulate(self.fabric, work, bgs, check=False)
+            off = 0
+            for j, p in enumerate(patterns):
+                sl = slice(off, off + p.edges_count)
+                off += p.edges_count
+                start, finish = res.start[sl], res.finish[sl]
+                out[j][0].append(start)
+                out[j][1].append(finish)
+                out[j][2].append(finish.max())
+                spans.append(finish.max())
+            self.epoch += 1
+        return [BatchResult(np.array(s), np.array(f), np.array(t)) for s, f, t in out]
+
+
+def _concat(parts):
+    """Concatenate compiled flow-only workloads (node ids shifted)."""
+    from topoopt.netsim import CompiledWorkload, FlowRoutes
+
+    offs = np.cumsum([0] + [w.nodes for w in parts[:-1]])
+    cat = lambda name: np.concatenate([getattr(w, name) for w in parts])  # noqa: E731
+    shift = lambda name: np.concatenate([getattr(w, name) + o  # noqa: E731
+                                         for w, o in zip(parts, offs)])
+    return CompiledWorkload(
+        nodes=int(sum(w.nodes for w in parts)), is_flow=cat("is_flow"), local=shift("local"),
+        release=cat("release"), flow_node=shift("flow_node"), flow_size=cat("flow_size"),
+        flow_latency=cat("flow_latency"), routes=FlowRoutes.concat([w.routes for w in parts]),
+        task_node=np.zeros(0, np.int64), task_duration=np.zeros(0),
+        task_resource=np.zeros(0, np.int64), task_priority=np.zeros(0),
+        dep_before=shift("dep_before"), dep_after=shift("dep_after"))
+
+
+class SimulatedExecutor:
+    """One job on the flow-level simulator: the :class:`PatternExecutor` REACT drives.
+
+    Parameters
+    ----------
+    fabric : topoopt.fabrics.Fabric
+    placement : sequence of int
+        Server of each rank.
+    background : sequence of BackgroundFlows
+    ports : int
+        ECMP connections per flow, one drawn at random per epoch (REACT §7.3).
+    seed : int
+
+    Examples
+    --------
+    >>> from topoopt.fabrics import star
+    >>> from topoopt.collectives import ring_allreduce
+    >>> ex = SimulatedExecutor(star(4, 100e9), range(4))
+    >>> r = ex.run(ring_allreduce(range(4), size=4e6), 2)
+    >>> r.fct.shape, round(float(r.epoch_time[0]) * 1e6)       # 6 steps of 1 MB + 2 us each
+    ((2, 24), 492)
+    """
+
+    def __init__(self, fabric, placement: Sequence[int],
+                 background: Sequence[BackgroundFlows] = (), ports: int = 4,
+                 seed: int = 0) -> None:
+        self._jobs = JobsExecutor(fabric, [placement], background, ports, seed)
+
+    @property
+    def epoch(self) -> int:
+        return self._jobs.epoch
+
+    def run(self, pattern: Pattern, epochs: int) -> BatchResult:
+        return self._jobs.run_many([pattern], epochs)[0]
