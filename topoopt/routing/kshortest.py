@@ -163,8 +163,12 @@ def equal_cost_paths(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarr
             paths = np.concatenate([paths[r], cur[:, None]], axis=1)
             done = cur == dst[pair]
             if done.any():
-                for p, row in zip((pair[done] + lo).tolist(), paths[done].tolist()):
-                    out.setdefault((int(sources[p]), int(targets[p])), []).append(tuple(row))
+                rows = list(map(tuple, paths[done].tolist()))
+                ids = pair[done]  # ascending: a pair's paths are contiguous
+                starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]).tolist()
+                keys = zip(src[ids[starts]].tolist(), dst[ids[starts]].tolist())
+                for key, a, b in zip(keys, starts, starts[1:] + [len(rows)]):
+                    out[key] = rows[a:b]
                 pair, cur, paths = pair[~done], cur[~done], paths[~done]
     return out
 

@@ -435,10 +435,15 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
         mp_routes, mp_max_load = min_max_load_routes(topo, mp_pairs, cands)
     else:
         mp_routes = k_shortest_routes(topo, mp_pairs, k_paths, max_extra_hops, dist=dist)
-    for pair, opts in mp_routes.items():
-        contribs.setdefault(pair, []).extend((p, mp_pairs[pair] * f) for p, f in opts)
-    routed = set(mp_routes) | {pair for pair in contribs if pair not in direct}
-    routes = Routes({pair: _merge(contribs[pair]) for pair in sorted(routed)})
+    # a pair with both ring and MP bytes splits its total by bytes; MP-only pairs as routed
+    merged = dict(mp_routes)
+    for pair, parts in contribs.items():
+        if pair in mp_routes:
+            parts = parts + [(p, mp_pairs[pair] * f) for p, f in mp_routes[pair]]
+        elif pair in direct:
+            continue
+        merged[pair] = _merge(parts)
+    routes = Routes(merged)
     return TopologyPlan(topology=topo, rings=rings, routes=routes,
                         degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
                         groups=tuple(group_plans), backbone=built["backbone"],
