@@ -330,6 +330,10 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
     to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs take
     k-shortest paths or the LP.
 
+    Unlike the authors' public code, the MP share of the degree is really given to
+    MP (the Blossom step runs), groups get rings in proportion to their traffic (not
+    all to the largest), and MP bytes are split over k paths (not one BFS path).
+
     Matching weights are integers: the decayed demand first (quantized to ~2^-33 of
     the largest), then the round-trip hop distance in the topology built so far
     (so equal demands link the farthest pairs: all-to-all MP gets expander-like
