@@ -444,3 +444,57 @@ def test_property_every_export_reads_back(tmp_path_factory, plan, granularity):
     order = rank_order(topo.servers, rings)
     members, orders = next(iter(rings.items()))
     assert nccl_ring(order, members, cluster.gpus_per_server) == orders[0]
+
+
+@st.composite
+def scrambled_topologies(draw):
+    """Valid topologies whose links join different port indices at their two ends."""
+    n = draw(st.integers(2, 9))
+    d = draw(st.integers(1, 4))
+    tx_port = [draw(st.permutations(range(d))) for _ in range(n)]
+    rx_port = [draw(st.permutations(range(d))) for _ in range(n)]
+    links = []
+    for r in range(d):
+        perm = draw(st.permutations(range(n)))
+        keep = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        links += [(i, tx_port[i][r], perm[i], rx_port[perm[i]][r])
+                  for i in range(n) if perm[i] != i and keep[i]]
+    return Topology(n, d, tuple(links), 1e9, labels=tuple(f"l{i}" for i in range(len(links))))
+
+
+@settings(max_examples=40, deadline=None)
+@given(topo=scrambled_topologies())
+def test_property_align_ports_to_rails(topo):
+    from topoopt.export import align_ports_to_rails
+    from topoopt.topology.topology import check_topology
+
+    aligned = align_ports_to_rails(topo)
+    check_topology(aligned)
+    assert all(pa == pb for _, pa, _, pb in aligned.links)
+    assert [(a, b) for a, _, b, _ in aligned.links] == [(a, b) for a, _, b, _ in topo.links]
+    assert aligned.labels == topo.labels
+    # one rail per unit: every aligned link is a cross-connect, the original may not be
+    lay = ocs_layout(topo.servers, topo.ports, topo.servers)
+    cc = cross_connects(aligned, lay)
+    check_cross_connects({u: [(c.ingress, c.egress) for c in cc if c.unit == u]
+                          for u in range(lay.units)}, aligned, lay)
+
+
+def test_topology_finder_plan_exports(tmp_path):
+    """A real TopologyFinder plan (DLRM hybrid, n = 16, d = 4) exports and checks back."""
+    from topoopt.topology.finder import topology_finder
+    from topoopt.strategy import hybrid
+    from topoopt.traffic import derive_traffic
+    from topoopt.cluster import Job
+
+    cluster = Cluster(servers=16, nics=4, link_bandwidth=100e9, gpus_per_server=4)
+    job = Job("dlrm", batch_per_gpu=128, size={"tables": 16, "rows": 1_000_000, "dim": 128})
+    model = job.build_model()
+    traffic = derive_traffic(model, hybrid(model, 16), 16, job.global_batch(cluster),
+                             job.dtype_bytes)
+    plan = topology_finder(traffic, 16, 4, 100e9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExportSkipped)
+        write_exports(tmp_path, plan.topology, plan.rings, cluster, ocs_ports=32)
+    checked = check_exports(tmp_path, plan.topology, plan.rings, cluster, ocs_ports=32)
+    assert "ocs/ocs1.scpi" in checked and "msccl_allreduce.xml" in checked

@@ -374,10 +374,10 @@ class _Lexer:
     def node(self):
         """``None`` at EOF, ``("close", name)`` or ``(kind, name, attrs)``."""
         while True:
-            if _END.match(self.text, self.pos):
-                return None
             m = _NODE.match(self.text, self.pos)
             if not m:
+                if _END.match(self.text, self.pos):
+                    return None
                 line = self.text.count("\n", 0, self.pos) + 1
                 rest = self.text[self.pos:self.pos + 80]
                 raise PlanCheckError(f"MSCCL XML line {line}: not an element MSCCL's parser reads "
@@ -416,6 +416,17 @@ def _to_int(value: str, key: str, where: str) -> int:
         return int(value)
     except ValueError:
         raise PlanCheckError(f"MSCCL XML: <{where}> {key}={value!r} is not an integer") from None
+
+
+def _step_of(a: dict) -> MscclStep:
+    try:
+        return MscclStep(int(a["s"]), a["type"], a["srcbuf"], int(a["srcoff"]), a["dstbuf"],
+                         int(a["dstoff"]), int(a["cnt"]), int(a["depid"]), int(a["deps"]),
+                         int(a["hasdep"]))
+    except KeyError as err:
+        raise PlanCheckError(f"MSCCL XML: <step> is missing attribute {err.args[0]}") from None
+    except ValueError:
+        raise PlanCheckError(f"MSCCL XML: <step {a}> has a non-integer number") from None
 
 
 def parse_msccl_xml(text: str) -> MscclAlgo:
@@ -469,13 +480,7 @@ def parse_msccl_xml(text: str) -> MscclAlgo:
             ta = {k: _to_int(v, k, "tb") for k, v in _int_attrs(tnode[2], TB_ATTRS, "tb").items()}
             steps = []
             for snode in tnode[3]:
-                sa = _int_attrs(snode[2], STEP_ATTRS, "step")
-                steps.append(MscclStep(
-                    _to_int(sa["s"], "s", "step"), sa["type"], sa["srcbuf"],
-                    _to_int(sa["srcoff"], "srcoff", "step"), sa["dstbuf"],
-                    _to_int(sa["dstoff"], "dstoff", "step"), _to_int(sa["cnt"], "cnt", "step"),
-                    _to_int(sa["depid"], "depid", "step"), _to_int(sa["deps"], "deps", "step"),
-                    _to_int(sa["hasdep"], "hasdep", "step")))
+                steps.append(_step_of(snode[2]))
             tbs.append(MscclThreadBlock(ta["id"], ta["send"], ta["recv"], ta["chan"], tuple(steps)))
         gpus.append(MscclGpu(ga["id"], ga["i_chunks"], ga["o_chunks"], ga["s_chunks"], tuple(tbs)))
     if lex.node() is not None:

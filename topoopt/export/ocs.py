@@ -36,6 +36,11 @@ round, on the same port index of every server). Otherwise :func:`cross_connects`
 panel (``patch_panel.csv`` realises any topology). A shard with more servers than one
 unit has ingress ports (``n > N``) cannot be cabled this way at all.
 
+Any topology can be made realisable on this layout by renumbering NIC ports, before the
+plan is written: :func:`align_ports_to_rails` colours the links so that each link
+leaves and enters on the same port index (König's edge-colouring theorem on the
+bipartite out-side/in-side multigraph of maximum degree ``d``).
+
 ``ocs/port_map.csv`` is the cabling sheet: one row per NIC strand, columns
 ``host,server,nic,strand,ocs,ocs_port,sonic_port`` (``strand`` TX rows give the
 ingress port, RX rows the egress port).
@@ -49,13 +54,15 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import networkx as nx
+
 from topoopt._validation import require_int
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import host_names
-from topoopt.topology.topology import Topology
+from topoopt.topology.topology import Topology, check_topology
 
 __all__ = ["OCS_PORTS", "PORT_MAP_COLUMNS", "OcsLayout", "CrossConnect", "ocs_layout",
-           "cross_connects", "check_cross_connects", "format_ocs_port_map",
+           "align_ports_to_rails", "cross_connects", "check_cross_connects", "format_ocs_port_map",
            "parse_ocs_port_map", "check_ocs_port_map", "unit_name"]
 
 #: Default ingress (= egress) ports per OCS unit.
@@ -158,6 +165,54 @@ def ocs_layout(servers: int, nics: int, ocs_ports: int = OCS_PORTS) -> OcsLayout
     return OcsLayout(servers, nics, ocs_ports)
 
 
+def align_ports_to_rails(topology: Topology) -> Topology:
+    """The same links with NIC ports renumbered so every link uses one port index at both ends.
+
+    Colour the links of the bipartite multigraph (transmitting servers on one side,
+    receiving servers on the other; maximum degree ``d``) with ``d`` colours so no
+    two links of a colour share a transmitter or a receiver (König: possible for any
+    bipartite multigraph), then give link ``a -> b`` of colour ``c`` port ``c`` at both
+    ends. Each server transmits and receives at most once per colour, so the ports stay
+    valid, and every link sits on one rail of :class:`OcsLayout`. The colouring pads
+    the multigraph to ``d``-regular and peels ``d`` perfect matchings (Hopcroft-Karp).
+    Link order and labels are kept; only ports change.
+
+    Examples
+    --------
+    >>> t = Topology(3, 2, ((0, 0, 1, 1), (1, 0, 2, 0), (2, 1, 0, 0)), 1e9)
+    >>> [pa == pb for _, pa, _, pb in align_ports_to_rails(t).links]
+    [True, True, True]
+    """
+    check_topology(topology)
+    n, d = topology.servers, topology.ports
+    edges = [(a, b) for a, _, b, _ in topology.links]
+    out_deg = [0] * n
+    in_deg = [0] * n
+    for a, b in edges:
+        out_deg[a] += 1
+        in_deg[b] += 1
+    # pad to d-regular with placeholder edges between deficient sides
+    tx_free = [s for s in range(n) for _ in range(d - out_deg[s])]
+    rx_free = [s for s in range(n) for _ in range(d - in_deg[s])]
+    edges += list(zip(tx_free, rx_free))
+    pending: dict[tuple[int, int], list[int]] = {}
+    for i, e in enumerate(edges):
+        pending.setdefault(e, []).append(i)
+    colour = [0] * len(edges)
+    top = [("tx", s) for s in range(n)]
+    for c in range(d):
+        g = nx.Graph()
+        g.add_nodes_from(top)
+        g.add_nodes_from(("rx", s) for s in range(n))
+        g.add_edges_from((("tx", a), ("rx", b)) for (a, b), ids in pending.items() if ids)
+        match = nx.bipartite.hopcroft_karp_matching(g, top_nodes=top)
+        for s in range(n):  # a (d - c)-regular bipartite multigraph has a perfect matching
+            b = match[("tx", s)][1]
+            colour[pending[(s, b)].pop(0)] = c
+    links = tuple((a, colour[i], b, colour[i]) for i, (a, _, b, _) in enumerate(topology.links))
+    return Topology(n, d, links, topology.link_bandwidth, topology.link_latency, topology.labels)
+
+
 @dataclass(frozen=True)
 class CrossConnect:
     """One ingress -> egress connection on an OCS unit, realising one topology link."""
@@ -196,8 +251,9 @@ def cross_connects(topology: Topology, layout: OcsLayout) -> tuple[CrossConnect,
             raise PlanCheckError(
                 f"link {i} {(a, pa, b, pb)}: NIC port {pa} of server {a} is cabled to "
                 f"{unit_name(ua)} but NIC port {pb} of server {b} to {unit_name(ub)}; a "
-                f"cross-connect cannot span two OCS units: use one OCS with ocs_ports >= "
-                f"{topology.servers * topology.ports} or a patch panel")
+                f"cross-connect cannot span two OCS units: renumber the plan's ports with "
+                f"align_ports_to_rails, or use one OCS with ocs_ports >= "
+                f"{topology.servers * topology.ports}, or a patch panel")
         out.append(CrossConnect(ua, ingress, egress, i, (a, pa), (b, pb), label))
     return tuple(sorted(out, key=lambda c: (c.unit, c.ingress)))
 
