@@ -12,8 +12,9 @@ The schedule. The largest AllReduce group's ``R`` rings become ``R`` independent
 AllReduces on disjoint chunks: ``nchunksperloop = R * k`` (``k`` ranks), ring ``c``
 owns chunks ``c*k .. c*k + k - 1`` (the bytes split evenly over the rings), and
 rank ``q_j`` at position ``j`` of ring ``c`` runs on one threadblock with ``send`` =
-the next rank and ``recv`` = the previous rank of that ring (ring hop ``q_j ->
-q_{j+1}`` is a planned link direction)::
+the next rank and ``recv`` = the previous rank of that ring, in the ring's direction
+(when the group has its own ring links, as TopologyFinder builds them, every hop
+``q_j -> q_{j+1}`` is one fibre strand)::
 
     step 0          s     send own chunk j
     steps 1..k-2    rrs   receive, add own chunk (j - t), send          (reduce-scatter)

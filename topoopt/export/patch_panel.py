@@ -1,7 +1,7 @@
 """``patch_panel.csv``: one row per fibre strand, panel ports and server/NIC ports at both ends.
 
-A TopoOpt shard cabled through patch panels (TopoOpt §3: "both OCS and patch panels are
-suitable") realises the planned topology with patch cords. A topology link
+A TopoOpt shard cabled through patch panels (TopoOpt §5, the TopoOpt interconnect: "Both
+OCS and patch panels are suitable for this architecture") realises the planned topology with patch cords. A topology link
 ``(a, port_a, b, port_b)`` is one fibre strand from the transmitter of server ``a``'s NIC
 port ``port_a`` to the receiver of server ``b``'s NIC port ``port_b``; a ring permutation
 ``i -> i + p`` needs the TX and RX strands of one NIC port to go to different servers, so

@@ -18,9 +18,10 @@ entries with leaves ``ingress`` and ``egress``). The list entry is ``pair`` in
 Port numbers are Polatis numbers (ingress ``1..N``, egress ``N+1..2N``, see
 :mod:`topoopt.export.ocs`). Each pair is preceded by a comment naming the two NIC ends.
 
-Load with any NETCONF client, e.g. ``netconf-console --host SWITCH --rpc
-ocs0.netconf.xml``, or pass the ``<config>`` element to ncclient's
-``manager.edit_config(target="running", config=...)``. ``merge`` adds these
+Send the file as the RPC of a NETCONF session (RFC 6242, SSH port 830) with any client
+that sends raw RPCs, or with ncclient pass its ``<edit-config>`` element to
+``Manager.dispatch`` or its ``<config>`` element to ``Manager.edit_config(target=
+"running", config=...)``. ``merge`` adds these
 connections and leaves others on the switch; on a unit dedicated to the shard, first
 clear it with an edit-config of ``<cross-connects nc:operation="delete"/>``.
 """

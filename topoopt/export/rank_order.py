@@ -10,19 +10,22 @@ What NCCL does (NVIDIA/nccl ``src/init.cc`` and ``src/graph/connect.cc``):
    node uses, never the node order.
 
 So with consecutive ranks per host (rank = host position x GPUs per server + local
-GPU, as ``mpirun --hostfile`` with ``slots=`` or ``torchrun --node_rank`` lay them out),
-NCCL's inter-node ring visits the hosts in the order the ranks visit them.
+GPU), NCCL's inter-node ring visits the hosts in the order the ranks visit them. Launch
+so that ranks fill hosts in file order: ``mpirun --hostfile hostfile --map-by slot``,
+DeepSpeed ``--hostfile hostfile``, or ``torchrun --nnodes N --nproc-per-node g
+--node-rank i`` on the host of line ``i`` with a static rendezvous (a dynamic ``c10d``
+rendezvous assigns node ranks in arrival order, not file order).
 
 Files:
 
 * ``rank_order.txt``: one host name per line, nothing else. Line ``i`` is the host of
-  ranks ``i*g .. i*g + g - 1`` (``g`` = GPUs per server), i.e. ``--node_rank i``. The
-  order is the first planned ring of the largest AllReduce group (the hosts in ring
-  order, ring hop ``h_i -> h_{i+1}`` is a planned link direction), followed by the
+  ranks ``i*g .. i*g + g - 1`` (``g`` = GPUs per server), i.e. ``--node-rank i``. The
+  order is the first planned ring of the largest AllReduce group (its hosts in ring
+  order and direction, ``h_0 -> h_1 -> ...``), followed by the
   servers outside that group in ascending index. Without any AllReduce group it is
   servers ``0..n-1``.
-* ``hostfile``: the same order as ``HOST slots=g`` lines (OpenMPI ``--hostfile``,
-  DeepSpeed ``--hostfile``), so by-slot mapping gives consecutive ranks per host.
+* ``hostfile``: the same order as ``HOST slots=g`` lines (OpenMPI and DeepSpeed
+  hostfile syntax), so by-slot mapping gives consecutive ranks per host.
 
 What it guarantees, with ``NCCL_ALGO=Ring`` on NCCL 2.x: for the communicator of the
 largest group (its processes in ascending global rank, which is how
