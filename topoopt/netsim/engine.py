@@ -264,14 +264,17 @@ def simulate(network, workload: Workload | CompiledWorkload,
         st["timed"] = np.concatenate([st["timed"], nodes])
 
     def dispatch(resources, t: float) -> None:
+        started = []
         for r in resources:
             q = queues.get(r)
             if busy[r] or not q:
                 continue
-            _, node = heapq.heappop(q)
+            started.append(heapq.heappop(q)[1])
             busy[r] = True
-            start[node] = t
-            schedule(np.array([node]), np.array([t + t_dur[local[node]]]), _RUN)
+        if started:
+            nodes = np.asarray(started, np.int64)
+            start[nodes] = t
+            schedule(nodes, t + t_dur[local[nodes]], _RUN)
 
     def activate(nodes: np.ndarray, t: float) -> None:
         flows = nodes[is_flow[nodes]]
@@ -317,9 +320,15 @@ def simulate(network, workload: Workload | CompiledWorkload,
         st["done"] += nodes.size
         idx, _ = gather_rows(succ_ptr, nodes)
         if idx.size:
-            s, c = np.unique(succ[idx], return_counts=True)
-            pending[s] -= c
-            newly = s[pending[s] == 0]
+            hit = succ[idx]
+            if hit.size * 16 < n:  # few successors: sort them; many: count over all nodes
+                s, c = np.unique(hit, return_counts=True)
+                pending[s] -= c
+                newly = s[pending[s] == 0]
+            else:
+                c = np.bincount(hit, minlength=n)
+                pending[:] -= c
+                newly = np.flatnonzero((c > 0) & (pending == 0))
             if newly.size:
                 ready(newly, t, eps)
 

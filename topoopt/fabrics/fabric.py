@@ -1,0 +1,483 @@
+"""The Fabric type: servers, switches and directed links, with ECMP or random-path routing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from topoopt.errors import PlanCheckError, TopoOptError
+from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.workload import FlowRoutes
+
+__all__ = ["Fabric", "check_fabric", "KINDS", "OPTICS"]
+
+#: ``switched``: servers hang off switches by one up- and one downlink each;
+#: ``direct``: servers are the routers (host-based forwarding, no switches).
+KINDS = ("switched", "direct")
+#: What connects a direct fabric's ports: nothing (fixed cables), patch panels, OCSes.
+OPTICS = ("none", "patch_panel", "ocs")
+
+_PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
+
+
+@dataclass(frozen=True, eq=False)
+class Fabric:
+    """A network of servers ``0..n-1`` and switches ``n..nodes-1`` joined by directed links.
+
+    Link ``i`` goes from node ``src[i]`` to node ``dst[i]`` with ``capacity[i]``
+    bits/s and ``latency[i]`` seconds; the arrays are what the flow simulator
+    (:func:`topoopt.netsim.simulate`) takes as a network. Every server enters the
+    network at one routing node, ``attach[s]``: its switch (through link
+    ``uplink[s]``, and leaves it by ``downlink[s]``) in a switched fabric, or
+    itself in a direct one, where servers forward for each other (host-based
+    forwarding, TopoOpt §3: a relayed flow loads every hop's link).
+
+    Routing between servers (:meth:`route`, :meth:`paths`): the explicit routes
+    given at build time (TopoOpt's), otherwise ECMP over all shortest paths
+    (fewest hops) between the two routing nodes, each path carrying an equal
+    share; or, with ``random=True``, one shortest path per flow drawn uniformly
+    with a seed. Routes are computed lazily per pair of routing nodes and cached.
+
+    Attributes
+    ----------
+    name : str
+        ``"ideal"``, ``"fattree"``, ``"oversub"``, ``"expander"``, ``"star"``,
+        ``"topoopt"``...
+    servers : int
+    nodes : int
+        Servers plus switches.
+    src, dst : ndarray of int64, shape (L,)
+    capacity, latency : ndarray of float64, shape (L,)
+    kind : str
+        One of :data:`KINDS`.
+    optics : str
+        One of :data:`OPTICS` (what the cost model adds per port).
+    server_bandwidth : float
+        Total NIC bandwidth of one server, bits/s (d x B, or d x B' for the
+        cost-equivalent Fat-tree).
+    attach, uplink, downlink : ndarray of int64, shape (n,)
+        Routing node of each server and its access links (-1 in a direct fabric).
+    info : Mapping
+        Builder parameters (``k``, ``ports``, ``port_bandwidth``...), for reports
+        and the cost model.
+    """
+
+    name: str
+    servers: int
+    nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    capacity: np.ndarray
+    latency: np.ndarray
+    kind: str
+    optics: str
+    server_bandwidth: float
+    attach: np.ndarray
+    uplink: np.ndarray
+    downlink: np.ndarray
+    info: Mapping[str, Any] = field(default_factory=dict)
+    explicit: Mapping[tuple[int, int], tuple[tuple[np.ndarray, float], ...]] = \
+        field(default_factory=dict, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, dt in (("src", np.int64), ("dst", np.int64), ("capacity", float),
+                         ("latency", float), ("attach", np.int64), ("uplink", np.int64),
+                         ("downlink", np.int64)):
+            arr = np.array(getattr(self, name), dtype=dt)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+        object.__setattr__(self, "explicit", MappingProxyType(dict(self.explicit)))
+
+    @property
+    def links(self) -> int:
+        """Number of directed links L."""
+        return int(self.src.size)
+
+    # -- routing ------------------------------------------------------------------
+    def _core(self) -> "_CoreRouter":
+        core = self._cache.get("core")
+        if core is None:
+            core = _CoreRouter(self)
+            self._cache["core"] = core
+        return core
+
+    def route(self, src, dst, random: bool = False, seed: int | None = 0) -> FlowRoutes:
+        """Routes of flows ``src[i] -> dst[i]`` (server ids) as a :class:`FlowRoutes`.
+
+        Parameters
+        ----------
+        src, dst : array_like of int
+        random : bool
+            One uniformly drawn shortest path per flow instead of ECMP (explicit
+            routes given at build time still win).
+        seed : int, optional
+            Seed of the random draw.
+
+        Returns
+        -------
+        FlowRoutes
+            One row per flow; a flow from a server to itself has an empty route.
+        """
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        if src.shape != dst.shape:
+            raise TopoOptError("route: src and dst need the same length")
+        n = self.servers
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            raise TopoOptError(f"route: server ids must be in 0..{n - 1}")
+        core = self._core()
+        a, b = self.attach[src], self.attach[dst]
+        same = src == dst
+        if random:
+            core_routes = core.random_paths(a, b, np.random.default_rng(seed))
+            if core.explicit_row.any():  # explicit routes win over the random draw
+                rows = core.row_of[core.local[a], core.local[b]]
+                fixed = (rows >= 0) & ~same
+                fixed[fixed] = core.explicit_row[rows[fixed]]
+                if fixed.any():
+                    core_routes = _merge_rows(core_routes, core.rows(np.maximum(rows, 0)), fixed)
+        else:
+            core_routes = core.rows(core.pair_rows(a, b))
+        up = np.where(same, -1, self.uplink[src])
+        down = np.where(same, -1, self.downlink[dst])
+        core_routes = _blank(core_routes, same)
+        return _with_access(core_routes, up, down)
+
+    def paths(self, src: int, dst: int) -> list[tuple[np.ndarray, float]]:
+        """The paths of ``src -> dst`` as ``[(link ids, weight), ...]``, weights summing to 1.
+
+        Explicit routes if given, else every shortest path with an equal weight
+        (ECMP). Not for hot loops: use :meth:`route`.
+        """
+        src, dst = int(src), int(dst)
+        if not (0 <= src < self.servers and 0 <= dst < self.servers):
+            raise TopoOptError(f"paths: server ids must be in 0..{self.servers - 1}")
+        if src == dst:
+            return [(np.empty(0, np.int64), 1.0)]
+        core = self._core()
+        a, b = int(self.attach[src]), int(self.attach[dst])
+        inner = core.enumerate(a, b)
+        up = [self.uplink[src]] if self.uplink[src] >= 0 else []
+        down = [self.downlink[dst]] if self.downlink[dst] >= 0 else []
+        return [(np.array(up + list(p) + down, np.int64), w) for p, w in inner]
+
+    def path_latency(self, src, dst) -> np.ndarray:
+        """Expected latency of ``src[i] -> dst[i]``: sum over the route of weight x link latency."""
+        r = self.route(src, dst)
+        owner = np.repeat(np.arange(len(r)), np.diff(r.ptr))
+        return np.bincount(owner, weights=self.latency[r.link] * r.weight, minlength=len(r))
+
+    def with_capacity(self, capacity: np.ndarray, name: str | None = None) -> "Fabric":
+        """A copy with other link capacities (e.g. degraded links); routes are shared."""
+        cap = np.asarray(capacity, float)
+        if cap.shape != self.capacity.shape:
+            raise TopoOptError("with_capacity: one capacity per link")
+        return Fabric(name or self.name, self.servers, self.nodes, self.src, self.dst, cap,
+                      self.latency, self.kind, self.optics, self.server_bandwidth, self.attach,
+                      self.uplink, self.downlink, self.info, self.explicit, self._cache)
+
+
+def _blank(r: FlowRoutes, rows: np.ndarray) -> FlowRoutes:
+    """Drop the entries of the flagged rows."""
+    if not rows.any():
+        return r
+    counts = np.diff(r.ptr)
+    keep = np.repeat(~rows, counts)
+    counts = np.where(rows, 0, counts)
+    return FlowRoutes(np.concatenate([[0], np.cumsum(counts)]), r.link[keep], r.weight[keep])
+
+
+def _merge_rows(base: FlowRoutes, other: FlowRoutes, take_other: np.ndarray) -> FlowRoutes:
+    """Row ``i`` from ``other`` where ``take_other[i]``, else from ``base``."""
+    cb, co = np.diff(base.ptr), np.diff(other.ptr)
+    counts = np.where(take_other, co, cb)
+    kb = np.repeat(~take_other, cb)
+    ko = np.repeat(take_other, co)
+    owner = np.concatenate([np.repeat(np.arange(take_other.size), cb)[kb],
+                            np.repeat(np.arange(take_other.size), co)[ko]])
+    order = np.argsort(owner, kind="stable")
+    link = np.concatenate([base.link[kb], other.link[ko]])[order]
+    weight = np.concatenate([base.weight[kb], other.weight[ko]])[order]
+    return FlowRoutes(np.concatenate([[0], np.cumsum(counts)]), link, weight)
+
+
+def _with_access(core: FlowRoutes, up: np.ndarray, down: np.ndarray) -> FlowRoutes:
+    """Prepend each flow's uplink and append its downlink (when >= 0), weight 1."""
+    has_up, has_down = up >= 0, down >= 0
+    if not has_up.any() and not has_down.any():
+        return core
+    cc = np.diff(core.ptr)
+    counts = cc + has_up + has_down
+    ptr = np.concatenate([[0], np.cumsum(counts)])
+    total = int(ptr[-1])
+    link = np.empty(total, np.int64)
+    weight = np.ones(total)
+    first = ptr[:-1]
+    link[first[has_up]] = up[has_up]
+    core_start = first + has_up
+    idx, _ = gather_rows(core.ptr, np.arange(cc.size))
+    pos = np.repeat(core_start - core.ptr[:-1], cc) + idx
+    link[pos] = core.link
+    weight[pos] = core.weight
+    last = ptr[1:] - 1
+    link[last[has_down]] = down[has_down]
+    return FlowRoutes(ptr, link, weight)
+
+
+class _CoreRouter:
+    """Shortest-path routing among the routing nodes (switches, or servers when direct).
+
+    Holds all-pairs hop distances ``D`` and shortest-path counts ``sigma`` over the
+    core graph (every link between two routing nodes) and a growing CSR store of
+    per-pair routes. ECMP weight of link ``u -> v`` on pair ``(s, t)``:
+    ``sigma[s, u] sigma[v, t] / sigma[s, t]`` when ``D[s,u] + 1 + D[v,t] = D[s,t]``
+    (the share of equally weighted shortest paths that cross it).
+    """
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        # Routing nodes: every switch, plus the servers that route (direct fabrics).
+        nodes = np.union1d(fabric.attach, np.arange(fabric.servers, fabric.nodes))
+        core_mask = np.isin(fabric.src, nodes) & np.isin(fabric.dst, nodes)
+        self.local = np.full(fabric.nodes, -1, np.int64)
+        self.local[nodes] = np.arange(nodes.size)
+        self.global_ = nodes
+        c = nodes.size
+        self.c = c
+        self.link_id = np.flatnonzero(core_mask)
+        self.u = self.local[fabric.src[core_mask]]
+        self.v = self.local[fabric.dst[core_mask]]
+        adj = csr_matrix((np.ones(self.u.size), (self.u, self.v)), shape=(c, c))
+        adj.sum_duplicates()
+        self.D = shortest_path(adj, method="D", unweighted=True)
+        self.sigma = self._path_counts()
+        self.row_of = np.full((c, c), -1, np.int64)
+        self.explicit_row = np.zeros(0, bool)
+        self._ptr: list[int] = [0]
+        self._links: list[np.ndarray] = []
+        self._weights: list[np.ndarray] = []
+        self._flat: tuple | None = None
+        self._out: tuple | None = None
+        if fabric.explicit:
+            self._load_explicit(fabric)
+
+    def _path_counts(self) -> np.ndarray:
+        """``sigma[s, t]``: number of shortest paths, layer by layer from each source."""
+        c, D = self.c, self.D
+        sigma = np.eye(c)
+        if self.u.size == 0:
+            return sigma
+        finite = D[np.isfinite(D)]
+        depth = int(finite.max()) if finite.size else 0
+        head = csr_matrix((np.ones(self.u.size), (self.v, np.arange(self.u.size))),
+                          shape=(c, self.u.size))
+        step = max(1, _PAIR_CHUNK // self.u.size)
+        for lo in range(0, c, step):  # sources are independent: bound the memory
+            du, dv = D[lo:lo + step][:, self.u], D[lo:lo + step][:, self.v]
+            sig = sigma[lo:lo + step]
+            for k in range(1, depth + 1):
+                mask = (du == k - 1) & (dv == k)
+                if mask.any():
+                    sig = sig + (head @ np.where(mask, sig[:, self.u], 0.0).T).T
+            sigma[lo:lo + step] = sig
+        return sigma
+
+    def _append_block(self, counts: np.ndarray, links: np.ndarray,
+                      weights: np.ndarray) -> np.ndarray:
+        """Add routes (rows) in one block; return their row ids."""
+        first = len(self._ptr) - 1
+        self._ptr.extend((self._ptr[-1] + np.cumsum(counts)).tolist())
+        self._links.append(np.asarray(links, np.int64))
+        self._weights.append(np.asarray(weights, float))
+        self._flat = None
+        rows = np.arange(first, first + counts.size)
+        grow = rows[-1] + 1 - self.explicit_row.size if rows.size else 0
+        if grow > 0:
+            self.explicit_row = np.concatenate([self.explicit_row, np.zeros(grow, bool)])
+        return rows
+
+    def _load_explicit(self, fabric: Fabric) -> None:
+        for (s, t), options in fabric.explicit.items():
+            a, b = self.local[fabric.attach[s]], self.local[fabric.attach[t]]
+            ls = np.concatenate([p for p, _ in options]).astype(np.int64)
+            ws = np.concatenate([np.full(len(p), f) for p, f in options])
+            uniq, inv = np.unique(ls, return_inverse=True)
+            row = self._append_block(np.array([uniq.size]), uniq, np.bincount(inv, weights=ws))
+            self.row_of[a, b] = row[0]
+            self.explicit_row[row[0]] = True
+
+    def pair_rows(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Store rows of routing-node pairs (global ids), computing missing ones."""
+        la, lb = self.local[a], self.local[b]
+        rows = self.row_of[la, lb]
+        miss = rows < 0
+        if miss.any():
+            key = np.unique(la[miss] * self.c + lb[miss])
+            self._compute(key // self.c, key % self.c)
+            rows = self.row_of[la, lb]
+        return rows
+
+    def _unreachable(self, s: np.ndarray, t: np.ndarray) -> None:
+        bad = ~np.isfinite(self.D[s, t])
+        if bad.any():
+            f = self.fabric
+            a, b = self.global_[s[bad][0]], self.global_[t[bad][0]]
+            sa = np.flatnonzero(f.attach == a)[0]
+            sb = np.flatnonzero(f.attach == b)[0]
+            raise TopoOptError(f"fabric {f.name!r}: no path from server {sa} to server {sb}; "
+                               "the topology is not strongly connected")
+
+    def _compute(self, s: np.ndarray, t: np.ndarray) -> None:
+        self._unreachable(s, t)
+        same = s == t
+        if same.any():
+            self.row_of[s[same], t[same]] = self._append_block(
+                np.zeros(int(same.sum()), np.int64), np.empty(0, np.int64), np.empty(0))
+        s, t = s[~same], t[~same]
+        step = max(1, _PAIR_CHUNK // max(self.u.size, 1))
+        D, sig = self.D, self.sigma
+        for lo in range(0, s.size, step):
+            ps, pt = s[lo:lo + step], t[lo:lo + step]
+            on = (D[ps][:, self.u] + 1 + D[self.v][:, pt].T) == D[ps, pt][:, None]
+            r, e = np.nonzero(on)
+            w = sig[ps[r], self.u[e]] * sig[self.v[e], pt[r]] / sig[ps[r], pt[r]]
+            counts = np.bincount(r, minlength=ps.size)
+            self.row_of[ps, pt] = self._append_block(counts, self.link_id[e], w)
+
+    def _store(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._flat is None:
+            cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt))
+            self._flat = (np.asarray(self._ptr, np.int64), cat(self._links, np.int64),
+                          cat(self._weights, float))
+        return self._flat
+
+    def rows(self, rows: np.ndarray) -> FlowRoutes:
+        ptr, links, weights = self._store()
+        idx, counts = gather_rows(ptr, rows)
+        return FlowRoutes(np.concatenate([[0], np.cumsum(counts)]), links[idx], weights[idx])
+
+    def _out_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Padded out-link table of the core graph: (c, max out-degree), -1 = none."""
+        if self._out is None:
+            order = np.argsort(self.u, kind="stable")
+            deg = np.bincount(self.u, minlength=self.c)
+            width = max(int(deg.max()) if deg.size else 0, 1)
+            table = np.full((self.c, width), -1, np.int64)
+            start = np.concatenate([[0], np.cumsum(deg)])[:-1]
+            col = np.arange(order.size) - np.repeat(start, deg)
+            table[self.u[order], col] = order
+            self._out = (table, deg)
+        return self._out
+
+    def random_paths(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator
+                     ) -> FlowRoutes:
+        """One shortest path per flow, uniform over the shortest paths of its pair."""
+        s, t = self.local[a], self.local[b]
+        self._unreachable(s, t)
+        table, _ = self._out_table()
+        D, sig = self.D, self.sigma
+        hops = D[s, t].astype(np.int64)
+        cur = s.copy()
+        steps = int(hops.max()) if hops.size else 0
+        chosen = np.full((s.size, max(steps, 1)), -1, np.int64)
+        for k in range(steps):
+            live = k < hops
+            cand = table[cur[live]]                         # (P, width) core-link idx
+            tl = t[live][:, None]
+            ok = cand >= 0
+            head = np.where(ok, self.v[np.maximum(cand, 0)], 0)
+            ok &= D[head, tl] == (D[cur[live], t[live]] - 1)[:, None]
+            wgt = np.where(ok, sig[head, tl], 0.0)
+            cum = np.cumsum(wgt, axis=1)
+            pick = (cum < rng.random(cum.shape[0])[:, None] * cum[:, -1:]).sum(axis=1)
+            e = cand[np.arange(cand.shape[0]), pick]
+            chosen[live, k] = e
+            cur[live] = self.v[e]
+        counts = hops
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        keep = np.arange(chosen.shape[1])[None, :] < counts[:, None]
+        links = self.link_id[chosen[keep]] if steps else np.empty(0, np.int64)
+        return FlowRoutes(ptr, links, np.ones(links.size))
+
+    def enumerate(self, a: int, b: int) -> list[tuple[tuple[int, ...], float]]:
+        """Every path of a pair with its weight (explicit, or all shortest, equal)."""
+        s, t = int(self.local[a]), int(self.local[b])
+        row = self.row_of[s, t]
+        if row >= 0 and self.explicit_row[row]:
+            f = self.fabric
+            for (x, y), options in f.explicit.items():
+                if self.local[f.attach[x]] == s and self.local[f.attach[y]] == t:
+                    return [(tuple(int(v) for v in p), float(w)) for p, w in options]
+        if s == t:
+            return [((), 1.0)]
+        self._unreachable(np.array([s]), np.array([t]))
+        table, deg = self._out_table()
+        out: list[tuple[int, ...]] = []
+
+        def walk(node: int, acc: list[int]) -> None:
+            if node == t:
+                out.append(tuple(int(self.link_id[e]) for e in acc))
+                return
+            for e in table[node, :deg[node]]:
+                if self.D[self.v[e], t] == self.D[node, t] - 1:
+                    walk(int(self.v[e]), acc + [int(e)])
+
+        walk(s, [])
+        return [(p, 1.0 / len(out)) for p in out]
+
+
+def check_fabric(fabric: Fabric) -> None:
+    """Raise :class:`PlanCheckError` unless ``fabric`` is well formed.
+
+    Checks array shapes, node ids in range, no self-loop, capacities finite and
+    > 0, latencies >= 0, servers attached by existing access links (switched) or
+    to themselves (direct), and that every server reaches every other.
+    """
+    n, nodes, L = fabric.servers, fabric.nodes, fabric.links
+    if fabric.kind not in KINDS:
+        raise PlanCheckError(f"fabric kind {fabric.kind!r} not in {KINDS}")
+    if fabric.optics not in OPTICS:
+        raise PlanCheckError(f"fabric optics {fabric.optics!r} not in {OPTICS}")
+    for name in ("dst", "capacity", "latency"):
+        if getattr(fabric, name).shape != (L,):
+            raise PlanCheckError(f"fabric.{name} needs one entry per link ({L})")
+    for name in ("attach", "uplink", "downlink"):
+        if getattr(fabric, name).shape != (n,):
+            raise PlanCheckError(f"fabric.{name} needs one entry per server ({n})")
+    if L and (min(fabric.src.min(), fabric.dst.min()) < 0
+              or max(fabric.src.max(), fabric.dst.max()) >= nodes):
+        raise PlanCheckError(f"a link joins a node outside 0..{nodes - 1}")
+    if np.any(fabric.src == fabric.dst):
+        raise PlanCheckError(f"link {int(np.flatnonzero(fabric.src == fabric.dst)[0])} "
+                             "is a self-loop")
+    if np.any(~np.isfinite(fabric.capacity) | (fabric.capacity <= 0)):
+        raise PlanCheckError("link capacities must be finite and > 0 bits/s")
+    if np.any(~np.isfinite(fabric.latency) | (fabric.latency < 0)):
+        raise PlanCheckError("link latencies must be finite and >= 0 s")
+    servers = np.arange(n)
+    if fabric.kind == "direct":
+        if not np.array_equal(fabric.attach, servers) or np.any(fabric.uplink >= 0) \
+                or np.any(fabric.downlink >= 0):
+            raise PlanCheckError("a direct fabric attaches each server to itself, no access links")
+    else:
+        up, down = fabric.uplink, fabric.downlink
+        if np.any(up < 0) or np.any(down < 0) or max(up.max(), down.max()) >= L:
+            raise PlanCheckError("every server of a switched fabric needs an up- and a downlink")
+        if not (np.array_equal(fabric.src[up], servers)
+                and np.array_equal(fabric.dst[up], fabric.attach)
+                and np.array_equal(fabric.src[down], fabric.attach)
+                and np.array_equal(fabric.dst[down], servers)):
+            raise PlanCheckError("uplink/downlink of a server must join it to its attach switch")
+        if np.any(fabric.attach < n):
+            raise PlanCheckError("a switched fabric attaches servers to switches (ids >= n)")
+    core = fabric._core()
+    att = core.local[fabric.attach]
+    if not np.all(np.isfinite(core.D[np.ix_(np.unique(att), np.unique(att))])):
+        raise PlanCheckError(f"fabric {fabric.name!r} is not strongly connected")
