@@ -18,7 +18,6 @@ from topoopt.react.loop import run_react  # noqa: E402
 from topoopt.react.scenarios import (Scenario, run_scenario, run_two_jobs,  # noqa: E402
                                      scenario_setup)
 from topoopt.react.simexec import BackgroundFlows, SimulatedExecutor  # noqa: E402
-from topoopt.topology.topology import Topology  # noqa: E402
 
 
 def test_ring_on_a_star_is_the_closed_form():

@@ -104,7 +104,8 @@ def _items(p: Pattern, edges: np.ndarray, seg_map: np.ndarray):
 
 def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
                       chunk: int | None = None, seg_idx: np.ndarray | None = None,
-                      return_reason: bool = False):
+                      return_reason: bool = False, start: int = 0,
+                      state0: np.ndarray | None = None, record: list | None = None):
     """Run the bit-vector check on K endpoint variants of ``p`` at once.
 
     Parameters
@@ -120,6 +121,11 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
         Replacement for ``p.seg_idx`` (same CSR layout), shared by all variants.
     return_reason : bool
         Also return the failure code per variant (0 = ok).
+    start, state0 : int, ndarray of shape (n, S, n)
+        Resume at step ``start`` from a known state (shared by all variants): variants
+        that only differ from step ``start`` on need not replay the common prefix.
+    record : list, optional
+        Appended with a copy of the state (K, n, S, n) before every step and at the end.
 
     Returns
     -------
@@ -151,7 +157,9 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
     dst_c = np.clip(dst, 0, n - 1)
 
     state = np.zeros((K, n, S, n), bool)
-    if p.collective == "allreduce":
+    if state0 is not None:
+        state[:] = state0[None]
+    elif p.collective == "allreduce":
         r = np.arange(n)
         state[:, r, :, r] = True
     else:
@@ -159,7 +167,9 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
         state[:, own, np.arange(S), own] = True
     flat = state.reshape(K * n * S, n)
     kk = np.arange(K)[:, None]
-    for t in range(p.steps):
+    for t in range(start, p.steps):
+        if record is not None:
+            record.append(state.copy())
         lo, hi = bounds[t], bounds[t + 1]
         if lo == hi:
             continue
@@ -190,6 +200,8 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
             flat[ur] = acc > 0
         if rows_c.size:
             flat[rows_c] = vals_c
+    if record is not None:
+        record.append(state.copy())
     if p.collective == "allreduce":
         done = state.all(axis=(1, 2, 3))
     else:

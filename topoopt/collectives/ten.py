@@ -32,9 +32,9 @@ bit vectors, and what a runtime must do):
   result as the global step order above.
 
 Edges are stored as numpy arrays (structure of arrays) in non-decreasing step order
-(builders sort by ``(step, chunk, src, dst)``); the edge index is the flow id used for completion-time arrays everywhere
-(``fct[epoch, edge]``). Transforms only rename endpoints (and, for AllGather, segment
-ids), so edge indices survive them.
+(builders sort by ``(step, chunk, src, dst)``); the edge index is the flow id used for
+completion-time arrays everywhere (``fct[epoch, edge]``). Transforms only rename
+endpoints (and, for AllGather, segment ids), so edge indices survive them.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def max_min_rates(flow_res: np.ndarray, capacity: np.ndarray, external: np.ndarr
 
     Examples
     --------
-    >>> max_min_rates(np.array([[0, 1], [0, 2]]), np.array([2.0, 0.5, 9.0]), np.zeros(3, int)).tolist()
+    >>> flows = np.array([[0, 1], [0, 2]])
+    >>> max_min_rates(flows, np.array([2.0, 0.5, 9.0]), np.zeros(3, int)).tolist()
     [0.5, 1.5]
     """
     F, R = flow_res.shape[0], capacity.shape[0]

@@ -171,16 +171,17 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
 
     Critical paths are taken per epoch of the batch and on the mean FCTs (B + 1 paths,
     §5.4.1). Congested flows on any of them name the congested nodes: steady-congested
-    nodes first, then by how many (steady, then any) congested flows touch them. For each node in turn, viable swaps are drawn at
-    random from the best non-empty priority group (:func:`candidate_swaps`), skipping
-    those in ``tabu`` (swaps recently reverted: "tries new transforms", §5.4.2); a swap is
-    accepted when the mean estimated time of the (old) critical paths drops by more
-    than ``epsilon`` (:func:`estimate_paths`) and -- a guard added here, since the old
-    paths cannot see a bottleneck that merely moved elsewhere -- the critical path of
-    the new pattern with estimated FCTs is not longer than the current one's. At most ``trials`` swaps are tried and
-    ``max_accepted`` accepted. Steady-congested nodes are never swap partners, and the
-    two ranks of a swap accepted in this batch are not moved again in the same batch
-    (the next batch's measurements judge them first).
+    nodes first, then by how many (steady, then any) congested flows touch them. For
+    each node in turn, viable swaps are drawn at random from the best non-empty
+    priority group (:func:`candidate_swaps`), skipping those in ``tabu`` (swaps recently
+    reverted: "tries new transforms", §5.4.2). A swap is accepted when the mean
+    estimated time of the (old) critical paths drops by more than ``epsilon``
+    (:func:`estimate_paths`) and -- a guard added here, since the old paths cannot see
+    a bottleneck that merely moved elsewhere -- the critical path of the new pattern
+    with estimated FCTs is not longer than the current one's. At most ``trials`` swaps
+    are tried and ``max_accepted`` accepted. Steady-congested nodes are never swap
+    partners, and the two ranks of a swap accepted in this batch are not moved again
+    in the same batch (the next batch's measurements judge them first).
 
     Returns
     -------

@@ -33,7 +33,6 @@ import numpy as np
 
 from topoopt._validation import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern, multi_ring_allreduce
-from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
 from topoopt.react.simexec import BackgroundFlows, JobsExecutor, SimulatedExecutor

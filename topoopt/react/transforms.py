@@ -134,34 +134,51 @@ def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, i
     out: dict[tuple[int, int], frozenset] = {}
     n = p.ranks
     for c in range(p.chunks):
-        sel = np.flatnonzero(p.chunk == c)
-        st, sr, ds = p.step[sel], p.src[sel], p.dst[sel]
-        cand = []
-        for t in range(p.steps + 1):
-            active = np.union1d(sr[st == t], ds[st == t - 1])
+        sub = _chunk_pattern(p, c)
+        st, sr, ds = sub.step, sub.src, sub.dst
+        cand = set()
+        for t in range(sub.steps + 1):
+            active = np.union1d(sr[st == t], ds[st == t - 1]).tolist()
             for a in active:
                 for b in range(n):
-                    if b != a and (b not in active or a < b):
-                        cand.append((t, min(a, b), max(a, b)))
+                    if b != a:
+                        cand.add((t, min(a, b), max(a, b)))
         if not cand:
             continue
-        cand_arr = np.array(sorted(set(cand)), np.int64)
+        cand_arr = np.array(sorted(cand), np.int64)
         ok = np.zeros(len(cand_arr), bool)
-        for lo in range(0, len(cand_arr), 2048):
-            blk = cand_arr[lo:lo + 2048]
-            t, a, b = blk[:, :1], blk[:, 1:2], blk[:, 2:3]
-            ms = (st[None] == t)
-            md = (st[None] == t - 1)
-            src = np.where(ms & (sr == a), b, np.where(ms & (sr == b), a, sr))
-            dst = np.where(md & (ds == a), b, np.where(md & (ds == b), a, ds))
-            full_src = np.broadcast_to(p.src, (len(blk), p.edges_count)).copy()
-            full_dst = np.broadcast_to(p.dst, (len(blk), p.edges_count)).copy()
-            full_src[:, sel] = src
-            full_dst[:, sel] = dst
-            ok[lo:lo + len(blk)] = semantic_ok_batch(p, full_src, full_dst, chunk=c)
+        states: list = []                       # the unmodified chunk's state per step
+        semantic_ok_batch(sub, sr[None], ds[None], record=states)
+        first = np.maximum(cand_arr[:, 0] - 1, 0)   # a swap at time t changes steps >= t-1
+        for s0 in np.unique(first):
+            rows = np.flatnonzero(first == s0)
+            for lo in range(0, len(rows), 4096):
+                idx = rows[lo:lo + 4096]
+                t, a, b = cand_arr[idx, :1], cand_arr[idx, 1:2], cand_arr[idx, 2:3]
+                ms, md = st[None] == t, st[None] == t - 1
+                src = np.where(ms & (sr == a), b, np.where(ms & (sr == b), a, sr))
+                dst = np.where(md & (ds == a), b, np.where(md & (ds == b), a, ds))
+                ok[idx] = semantic_ok_batch(sub, src, dst, start=int(s0),
+                                            state0=states[int(s0)][0])
         for (t, a, b) in cand_arr[ok].tolist():
             out.setdefault((c, t), set()).add((a, b))
     return {k: frozenset(v) for k, v in out.items()}
+
+
+def _chunk_pattern(p: Pattern, c: int) -> Pattern:
+    """Chunk ``c`` of ``p`` on its own (its edges and segments; steps start at 0 as in p)."""
+    sel = np.flatnonzero(p.chunk == c)
+    segs = p.chunk_segments(c)
+    local = np.full(len(p.segments), -1, np.int64)
+    local[segs] = np.arange(len(segs))
+    rows = [(p.step[e], p.src[e], p.dst[e], 0, tuple(local[list(p.edge_segments(e))]),
+             p.reduce[e], p.phase[e]) for e in sel]
+    elements = np.cumsum(np.concatenate([[0], p.segments[segs, 1] - p.segments[segs, 0]]))
+    return Pattern.from_edges(p.name, p.collective, p.ranks,
+                              np.stack([elements[:-1], elements[1:]], 1), rows,
+                              itemsize=p.itemsize,
+                              owners=None if p.owners is None else p.owners[segs],
+                              phase_names=p.phase_names, sort=False)
 
 
 @dataclass(frozen=True)
@@ -268,7 +285,7 @@ def candidate_swaps(p: Pattern, space: PositionSpace, node: int, *, incoming: bo
     # semantic re-check of all candidates in one batch (identical segment layout per kind)
     ok = np.zeros(len(raw), bool)
     same_segs = [i for i, q in enumerate(news) if q.seg_idx is p.seg_idx]
-    other = [i for i in range(len(raw)) if i not in set(same_segs)]
+    other = sorted(set(range(len(raw))) - set(same_segs))
     if same_segs:
         ok[same_segs] = semantic_ok_batch(p, np.stack([news[i].src for i in same_segs]),
                                           np.stack([news[i].dst for i in same_segs]))
