@@ -43,12 +43,13 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import react, topology, traffic, workloads
+    from topoopt.commands import react, simulate, topology, traffic, workloads
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
     main.add_command(react.react)
     main.add_command(topology.topology)
+    main.add_command(simulate.simulate)
 
 
 _register()

@@ -168,3 +168,63 @@ def test_direct_connect_rings_from_the_fabric(dlrm16):
     # the member-order ring rides the 4 bundled links directly (4 x B per hop), the
     # stride-3 ring is relayed over 3 hops each and shares links: slower
     assert strided.allreduce > 2.5 * est.allreduce
+
+
+# --- the simulate command -----------------------------------------------------------
+
+SMALL = """
+[cluster]
+servers = 8
+nics = 2
+link_bandwidth = "50Gbps"
+gpus_per_server = 2
+
+[job]
+model = "dlrm"
+batch_per_gpu = 32
+
+[job.size]
+tables = 4
+rows = 10000
+"""
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_simulate_command_table_and_json(tmp_path):
+    import json
+
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL + "\n[cost]\nocs_port = 999\n")
+    out = tmp_path / "out.json"
+    result = _cli("simulate", str(cfg), "--json", str(out), "--prices")
+    assert result.exit_code == 0, result.output
+    for name in ("topoopt", "ideal", "fattree", "oversub", "expander"):
+        assert name in result.output
+    report = json.loads(out.read_text())
+    rows = {r["name"]: r for r in report["fabrics"]}
+    assert set(rows) == {"topoopt", "ideal", "fattree", "oversub", "expander"}
+    assert rows["ideal"]["total"] <= min(r["total"] for r in rows.values()) * (1 + 1e-9)
+    assert rows["fattree"]["cost"]["total"] == pytest.approx(rows["topoopt"]["cost"]["total"],
+                                                             rel=1e-6)
+    assert report["prices"]["ocs_port"] == 999
+    assert report["prices"]["sources"]["ocs_port"] == "config [cost]"
+    again = tmp_path / "again.json"
+    _cli("simulate", str(cfg), "--json", str(again), "--prices")
+    assert again.read_text() == out.read_text()   # same inputs + seed -> same output
+
+
+def test_simulate_command_errors_are_one_line(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(SMALL + "\n[cost]\nswitchport = 3\n")
+    result = _cli("simulate", str(cfg), "--fabric", "ideal")
+    assert result.exit_code == 2
+    assert "cost.switchport" in result.output and "Traceback" not in result.output
+    result = _cli("simulate", str(tmp_path / "missing.toml"))
+    assert result.exit_code == 2

@@ -6,12 +6,13 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from topoopt.cluster import Cluster
+from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
 from topoopt.fabrics import (Fabric, check_fabric, direct_connect, expander, fat_tree,
                              ideal_switch, star)
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.netsim import Workload, simulate
+from topoopt.strategy import hybrid
 from topoopt.topology import Routes, Topology, check_topology
 from topoopt.topology.expander import expander_topology
 
@@ -223,10 +224,16 @@ def test_expander_rejects_bad_sizes():
 
 def test_catalog_builds_every_fabric_for_a_cluster():
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100 * G)
+    job = Job("dlrm", batch_per_gpu=64, size={"tables": 8, "rows": 10_000})
+    model = job.build_model()
     for name in FABRICS:
-        f = build_fabric(name, cluster)
+        f = build_fabric(name, cluster, job=job, model=model, strategy=hybrid(model, 16))
         check_fabric(f)
         assert f.servers == 16
+    topo = build_fabric("topoopt", cluster, job=job, model=model, strategy=hybrid(model, 16))
+    assert topo.kind == "direct" and topo.optics == "patch_panel" and topo.info["rings"]
+    with pytest.raises(ConfigError, match="needs the job"):
+        build_fabric("topoopt", cluster)
     assert build_fabric("ideal", cluster).server_bandwidth == 400 * G
     assert build_fabric("oversub", cluster).server_bandwidth == 400 * G
     assert 100 * G < build_fabric("fattree", cluster).server_bandwidth < 400 * G

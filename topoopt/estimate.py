@@ -262,7 +262,7 @@ def ring_flow_routes(fabric, orders: Sequence[Sequence[int]], random: bool = Fal
 def build_iteration(model, strategy: Strategy, cluster, job, fabric,
                     rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
                     overlap: bool = True, cache: EstimateCache | None = None,
-                    random_paths: bool = False, seed: int = 0, mp_flows: str = "pair"
+                    random_paths: bool = False, seed: int = 0, mp_flows: str = "auto"
                     ) -> IterationGraph:
     """Build the task graph of one training iteration (FlexNet, TopoOpt §5).
 
@@ -291,20 +291,24 @@ def build_iteration(model, strategy: Strategy, cluster, job, fabric,
     random_paths : bool
         One random shortest path per flow instead of ECMP.
     seed : int
-    mp_flows : {"pair", "coflow"}
+    mp_flows : {"auto", "pair", "coflow"}
         ``"pair"``: one max-min flow per (stage, source, destination) -- exact at
         flow level. ``"coflow"``: the transfers a task releases at once (one
         source to many destinations, e.g. an embedding's output) are one coupled
         flow whose rate is split over them in proportion to their bytes, so they
-        end together. Far fewer flows and events on irregular fabrics (expander,
-        TopoOpt), where per-pair flows end at thousands of distinct times; an
-        approximation (a slow destination slows the whole group).
+        end together -- an approximation (a slow destination slows the group).
+        ``"auto"`` (default): pairs on switched fabrics, coflows on direct ones,
+        where per-pair flows over uneven multi-hop routes end at thousands of
+        distinct times (DLRM-128 on an expander: 10,848 events and ~100 s with
+        pairs, 65 events and 0.15 s with coflows, iteration times within 0.05%).
 
     Returns
     -------
     IterationGraph
     """
-    require_choice("mp_flows", mp_flows, ("pair", "coflow"))
+    require_choice("mp_flows", mp_flows, ("auto", "pair", "coflow"))
+    if mp_flows == "auto":
+        mp_flows = "coflow" if fabric.kind == "direct" else "pair"
     n = cluster.servers
     if fabric.servers != n:
         raise ConfigError("fabric", fabric.servers,
@@ -543,7 +547,7 @@ def summarize(graph: IterationGraph, result: SimResult, fabric_name: str = "") -
 def estimate_iteration(model, strategy: Strategy, cluster, job, fabric,
                        rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
                        overlap: bool = True, cache: EstimateCache | None = None,
-                       random_paths: bool = False, seed: int = 0, mp_flows: str = "pair"
+                       random_paths: bool = False, seed: int = 0, mp_flows: str = "auto"
                        ) -> IterationEstimate:
     """Simulate one training iteration of ``strategy`` on ``fabric``.
 
@@ -565,7 +569,7 @@ def estimate_iteration(model, strategy: Strategy, cluster, job, fabric,
     random_paths : bool
         One seeded random shortest path per flow instead of ECMP.
     seed : int
-    mp_flows : {"pair", "coflow"}
+    mp_flows : {"auto", "pair", "coflow"}
         MP flow granularity, see :func:`build_iteration`.
 
     Returns

@@ -1,23 +1,44 @@
-"""The named fabrics of TopoOpt §5 for a cluster: one registry line per fabric."""
+"""The named fabrics of TopoOpt §5 for a cluster and job: one registry line per fabric."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from topoopt.errors import ConfigError
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, cost_equivalent_bandwidth
-from topoopt.fabrics.direct import expander
+from topoopt.fabrics.direct import direct_connect, expander
 from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.switched import fat_tree, ideal_switch
 
-__all__ = ["FabricSpec", "FABRICS", "build_fabric", "register_fabric"]
+__all__ = ["FabricContext", "FabricSpec", "FABRICS", "build_fabric", "register_fabric"]
+
+
+@dataclass(frozen=True)
+class FabricContext:
+    """What a fabric builder may look at.
+
+    Attributes
+    ----------
+    cluster : Cluster
+    prices : PriceTable
+    seed : int
+    job, model, strategy : optional
+        The job being planned (a TopoOpt shard is built for its traffic).
+    """
+
+    cluster: Any
+    prices: PriceTable = DEFAULT_PRICES
+    seed: int = 0
+    job: Any = None
+    model: Any = None
+    strategy: Any = None
 
 
 @dataclass(frozen=True)
 class FabricSpec:
-    """How to build one named fabric for a cluster.
+    """How to build one named fabric.
 
     Attributes
     ----------
@@ -26,55 +47,77 @@ class FabricSpec:
     title : str
         What it is, for tables.
     build : callable
-        ``build(cluster, prices, seed) -> Fabric``.
+        ``build(ctx: FabricContext) -> Fabric``.
     """
 
     name: str
     title: str
-    build: Callable[..., Fabric]
+    build: Callable[[FabricContext], Fabric]
 
 
-def _fattree(cluster, prices: PriceTable, seed: int) -> Fabric:
-    speed = cost_equivalent_bandwidth(cluster.servers, cluster.nics, cluster.link_bandwidth,
-                                      prices)
-    return fat_tree(cluster.servers, speed, cluster.link_latency)
+def _fattree(ctx: FabricContext) -> Fabric:
+    c = ctx.cluster
+    speed = cost_equivalent_bandwidth(c.servers, c.nics, c.link_bandwidth, ctx.prices)
+    return fat_tree(c.servers, speed, c.link_latency)
+
+
+def _topoopt(ctx: FabricContext) -> Fabric:
+    """A TopoOpt shard (patch panels) from TopologyFinder on the job's traffic."""
+    from topoopt.topology.finder import topology_finder
+    from topoopt.traffic import derive_traffic
+
+    c, job = ctx.cluster, ctx.job
+    if ctx.model is None or ctx.strategy is None or job is None:
+        raise ConfigError("fabric", "topoopt", "needs the job, model and strategy to plan for")
+    traffic = derive_traffic(ctx.model, ctx.strategy, c.servers, job.global_batch(c),
+                             job.dtype_bytes)
+    plan = topology_finder(traffic, c.servers, c.nics, c.link_bandwidth, c.link_latency,
+                           seed=ctx.seed)
+    return direct_connect(plan.topology, plan.routes, optics="patch_panel", name="topoopt",
+                          rings=plan.rings)
 
 
 _REGISTRY: dict[str, FabricSpec] = {}
 
 
 def register_fabric(spec: FabricSpec) -> None:
-    """Add a fabric to :data:`FABRICS` (e.g. the TopoOpt direct-connect plan)."""
+    """Add a fabric to :data:`FABRICS` (table order = registration order)."""
     _REGISTRY[spec.name] = spec
 
 
-# One line per fabric; the TopoOpt shard joins with one more once the planner exists.
+# One line per fabric.
+register_fabric(FabricSpec("topoopt", "TopoOpt shard (d x B ports, patch panel, TopologyFinder)",
+                           _topoopt))
 register_fabric(FabricSpec("ideal", "Ideal Switch (d x B per server, non-blocking)",
-                           lambda c, p, s: ideal_switch(c.servers, c.server_bandwidth,
-                                                        c.link_latency)))
+                           lambda x: ideal_switch(x.cluster.servers, x.cluster.server_bandwidth,
+                                                  x.cluster.link_latency)))
 register_fabric(FabricSpec("fattree", "Fat-tree, full bisection, cost-equivalent (d x B')",
                            _fattree))
 register_fabric(FabricSpec("oversub", "Fat-tree 2:1 oversubscribed (d x B links)",
-                           lambda c, p, s: fat_tree(c.servers, c.server_bandwidth,
-                                                    c.link_latency, oversubscription=2)))
+                           lambda x: fat_tree(x.cluster.servers, x.cluster.server_bandwidth,
+                                              x.cluster.link_latency, oversubscription=2)))
 register_fabric(FabricSpec("expander", "Expander, random d-regular (d x B ports)",
-                           lambda c, p, s: expander(c.servers, c.nics, c.link_bandwidth,
-                                                    c.link_latency, seed=s)))
+                           lambda x: expander(x.cluster.servers, x.cluster.nics,
+                                              x.cluster.link_bandwidth, x.cluster.link_latency,
+                                              seed=x.seed)))
 
 #: Name -> :class:`FabricSpec`, in table order (read-only view of the registry).
 FABRICS: Mapping[str, FabricSpec] = MappingProxyType(_REGISTRY)
 
 
-def build_fabric(name: str, cluster, prices: PriceTable = DEFAULT_PRICES, seed: int = 0
-                 ) -> Fabric:
-    """Build the fabric called ``name`` for ``cluster`` (see :data:`FABRICS`).
+def build_fabric(name: str, cluster, prices: PriceTable = DEFAULT_PRICES, seed: int = 0,
+                 job=None, model=None, strategy=None) -> Fabric:
+    """Build the fabric called ``name`` (see :data:`FABRICS`) for ``cluster``.
+
+    ``job``, ``model`` and ``strategy`` are needed by ``"topoopt"`` only (its
+    topology is planned for that job's traffic).
 
     Raises
     ------
     ConfigError
-        Unknown name.
+        Unknown name, or ``"topoopt"`` without a job.
     """
     spec = FABRICS.get(name)
     if spec is None:
         raise ConfigError("fabric", name, f"use one of {', '.join(FABRICS)}")
-    return spec.build(cluster, prices, seed)
+    return spec.build(FabricContext(cluster, prices, seed, job, model, strategy))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 import numpy as np
 
 from topoopt._validation import require_choice
@@ -14,7 +16,9 @@ __all__ = ["direct_connect", "expander"]
 
 
 def direct_connect(topology: Topology, routes: Routes | None = None,
-                   optics: str = "patch_panel", name: str = "topoopt") -> Fabric:
+                   optics: str = "patch_panel", name: str = "topoopt",
+                   rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None
+                   ) -> Fabric:
     """A fabric from a direct-connect topology, with host-based forwarding.
 
     Servers are the only nodes. The parallel links from one server to another are
@@ -35,12 +39,16 @@ def direct_connect(topology: Topology, routes: Routes | None = None,
         ``"patch_panel"``, ``"ocs"`` or ``"none"`` (fixed cables); only the cost
         model reads it.
     name : str
+    rings : Mapping, optional
+        The plan's AllReduce ring orders (group members -> orders), kept in
+        ``info["rings"]``: :func:`topoopt.estimate.estimate_iteration` uses them
+        when it is given no rings of its own.
 
     Returns
     -------
     Fabric
-        ``kind = "direct"``; ``info`` has ``ports`` (d), ``port_bandwidth`` (B)
-        and ``bundled`` (links merged into bundles).
+        ``kind = "direct"``; ``info`` has ``ports`` (d), ``port_bandwidth`` (B),
+        ``bundled`` (links merged into bundles) and ``rings`` when given.
 
     Raises
     ------
@@ -76,7 +84,8 @@ def direct_connect(topology: Topology, routes: Routes | None = None,
                     server_bandwidth=topology.ports * float(topology.link_bandwidth),
                     attach=np.arange(n), uplink=none, downlink=none,
                     info={"ports": topology.ports, "port_bandwidth": topology.link_bandwidth,
-                          "bundled": int(len(topology.links) - uniq.shape[0])},
+                          "bundled": int(len(topology.links) - uniq.shape[0]),
+                          **({"rings": rings} if rings is not None else {})},
                     explicit=explicit)
     if uniq.shape[0] == 0 and n > 1:
         raise PlanCheckError("the topology has no links")
