@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from topoopt._validation import require_choice, require_fraction, require_int, require_positive
+from topoopt._frozen import FrozenDict
 
 __all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job"]
 
@@ -136,7 +137,9 @@ class Job:
     operators: tuple = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", MappingProxyType(dict(self.size)))
+        object.__setattr__(self, "size", FrozenDict(self.size))
+        object.__setattr__(self, "operators", tuple(FrozenDict(o) if isinstance(o, dict) else o
+                                                    for o in self.operators))
         require_int("job.batch_per_gpu", self.batch_per_gpu, minimum=1)
         require_choice("job.precision", self.precision, tuple(PRECISION_BYTES))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
@@ -17,6 +16,7 @@ from topoopt._validation import require_choice, require_keys
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.units import parse_bandwidth, parse_time
+from topoopt._frozen import FrozenDict
 
 __all__ = ["Config", "load_config", "parse_config", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
 
@@ -117,9 +117,9 @@ def parse_config(doc: Mapping[str, Any], source: str = "<memory>") -> Config:
     return Config(
         cluster=_cluster(_table(doc, "cluster", True)),
         job=_job(_table(doc, "job", True)),
-        plan=MappingProxyType(_table(doc, "plan", False)),
-        cost=MappingProxyType(_table(doc, "cost", False)),
-        react=MappingProxyType(_table(doc, "react", False)),
+        plan=FrozenDict(_table(doc, "plan", False)),
+        cost=FrozenDict(_table(doc, "cost", False)),
+        react=FrozenDict(_table(doc, "react", False)),
         source=source,
     )
 

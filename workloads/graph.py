@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from topoopt.errors import ConfigError
+from topoopt._frozen import FrozenDict
 
 __all__ = ["OP_KINDS", "Operator", "Model", "check_model"]
 
@@ -87,7 +87,7 @@ class Model:
     size: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", MappingProxyType(dict(self.size)))
+        object.__setattr__(self, "size", FrozenDict(self.size))
         check_model(self)
 
     def __len__(self) -> int:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Mapping
 
 import networkx as nx
 
 from topoopt.errors import PlanCheckError
+from topoopt._frozen import FrozenDict
 
 __all__ = ["Link", "Topology", "Routes", "check_topology", "check_routes", "check_ring"]
 
@@ -97,7 +97,7 @@ class Routes:
         field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "paths", MappingProxyType(dict(self.paths)))
+        object.__setattr__(self, "paths", FrozenDict(self.paths))
 
     def __getitem__(self, pair: tuple[int, int]):
         return self.paths[pair]
