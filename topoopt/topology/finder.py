@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Callable, Mapping
 
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 
+from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError
 from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
 from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_paths,
@@ -96,7 +96,7 @@ class TopologyPlan:
     mp_max_load: float | None = field(default=None)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rings", MappingProxyType(dict(self.rings)))
+        object.__setattr__(self, "rings", FrozenDict(self.rings))
 
     @property
     def mp_links(self) -> int:
@@ -167,10 +167,11 @@ def _matching_weights(demand: np.ndarray, dist: np.ndarray, rng) -> np.ndarray:
 
 
 def _build(traffic, n: int, d: int, bandwidth: float, latency: float, primes_only: bool,
-           decay, seed: int, backbone: bool, matching: str):
+           decay, seed: int, backbone: bool, matching: str, d_ar: int | None = None):
     rng = np.random.default_rng(seed)
     b = _Builder(n, d)
-    d_ar = split_degree(d, traffic.allreduce_bytes, traffic.mp_bytes)
+    if d_ar is None:
+        d_ar = split_degree(d, traffic.allreduce_bytes, traffic.mp_bytes)
     ring_groups: dict[tuple[int, ...], tuple[int, ...]] = {}  # members -> strides
     backbone_sel = None
     if backbone:
@@ -278,7 +279,8 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
                     link_latency: float = 1e-6, *, primes_only: bool = False,
                     mp_decay: float | Callable[[float, int], float] = 0.5, k_paths: int = 4,
                     routing: str = "kshortest", max_extra_hops: int | None = 0,
-                    seed: int = 0, matching: str = "rustworkx") -> TopologyPlan:
+                    seed: int = 0, matching: str = "rustworkx",
+                    allreduce_degree: int | None = None) -> TopologyPlan:
     """Build the topology, AllReduce rings and routes for one job's traffic (Algorithm 1).
 
     Parameters
@@ -309,6 +311,10 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
         Tie-break among equally heavy matching edges; stride search sampling.
     matching : {"rustworkx", "networkx"}
         Blossom implementation.
+    allreduce_degree : int, optional
+        Override Step 1's split: ports per server given to AllReduce (1..d). The
+        planner uses it to try neighbouring splits and keep the one the simulator
+        prefers; by default :func:`~topoopt.topology.degree.split_degree` decides.
 
     Returns
     -------
@@ -364,12 +370,15 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
         raise ValueError(f"routing must be 'kshortest' or 'lp', got {routing!r}")
     if int(k_paths) != k_paths or k_paths < 1:
         raise ValueError(f"k_paths must be a positive integer, got {k_paths}")
+    if allreduce_degree is not None and not (
+            int(allreduce_degree) == allreduce_degree and 1 <= allreduce_degree <= d):
+        raise ValueError(f"allreduce_degree must be an integer in 1..{d}, got {allreduce_degree}")
     decay = _decay_fn(mp_decay)
     built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
-                   False, matching)
+                   False, matching, allreduce_degree)
     if not is_strongly_connected(built["topology"]):
         built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
-                       seed, True, matching)
+                       seed, True, matching, allreduce_degree)
     topo: Topology = built["topology"]
     dist = hop_distances(topo)
     direct = {(a, b) for a, _, b, _ in topo.links}
