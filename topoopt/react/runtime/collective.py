@@ -1,0 +1,361 @@
+"""RCollective: run any collective pattern with torch.distributed isend/irecv, timing every flow
+(REACT §6.1, Algorithm 2).
+
+A pattern is executed literally (:mod:`topoopt.collectives.ten`): each chunk sub-graph
+runs in its own thread (the CPU stand-in for the paper's per-chunk CUDA streams), going
+through the rank's steps of that chunk in order; a step posts all of the rank's sends and
+receives of that chunk, waits for them, then reduces or copies what arrived. Chunks are
+independent, so this asynchronous schedule equals the pattern's global step order. On
+backends where p2p from several threads is not safe (NCCL), ``threads=False`` runs the
+global step order in one thread instead.
+
+Timing. Every flow gets three clock readings (``time.perf_counter``, CLOCK_MONOTONIC on
+Linux): when its sender posted the ``isend``, when its receiver posted the ``irecv`` and
+when the receive completed. On gloo an ``irecv`` only reports completion from ``wait()``
+(``is_completed()`` stays False until then), so completion is read right after
+``wait()`` returns; when a step has several receives each is waited in its own pool
+thread, so one slow flow does not delay the reading of another. The flow's completion
+time is ``done - max(send posted, recv posted)`` (:func:`topoopt.react.runtime.tuner.
+assemble_batch`), which leaves out the time one end waited for the other.
+
+The p2p tag of a flow is its edge index: flows between the same two ranks in
+concurrently running chunks never match each other's messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from topoopt.collectives.ten import Pattern
+from topoopt.errors import ConfigError
+from topoopt.react.runtime._torch import require_torch
+from topoopt.react.runtime.schedule import LocalSchedule, Step, local_schedule, lockstep_order
+
+torch, dist = require_torch()
+
+__all__ = ["FlowTimes", "RCollective", "all_reduce", "all_gather_into_tensor", "all_gather",
+           "default_collective", "clock"]
+
+#: The clock of every timing record.
+clock = time.perf_counter
+
+
+@dataclass
+class FlowTimes:
+    """One rank's clock readings of one collective call (seconds of :data:`clock`).
+
+    Attributes
+    ----------
+    begin, end : float
+        When the call started and returned on this rank.
+    send_post, recv_post, recv_done : ndarray, shape (E,)
+        Per flow: when this rank posted its send (it is the source), posted its receive
+        and saw the receive complete (it is the destination); NaN where this rank is
+        not that endpoint.
+    """
+
+    begin: float
+    end: float
+    send_post: np.ndarray
+    recv_post: np.ndarray
+    recv_done: np.ndarray
+
+    @classmethod
+    def empty(cls, edges: int) -> "FlowTimes":
+        nan = lambda: np.full(edges, np.nan)  # noqa: E731
+        return cls(np.nan, np.nan, nan(), nan(), nan())
+
+    @property
+    def duration(self) -> float:
+        """This rank's time in the call."""
+        return self.end - self.begin
+
+    def to_array(self) -> np.ndarray:
+        """``[begin, end, send_post..., recv_post..., recv_done...]``, shape (3E + 2,)."""
+        return np.concatenate([[self.begin, self.end], self.send_post, self.recv_post,
+                               self.recv_done])
+
+    @classmethod
+    def from_array(cls, a: np.ndarray) -> "FlowTimes":
+        a = np.asarray(a, float)
+        E = (a.shape[0] - 2) // 3
+        return cls(float(a[0]), float(a[1]), a[2:2 + E], a[2 + E:2 + 2 * E], a[2 + 2 * E:])
+
+
+def _timed_wait(work) -> float:
+    work.wait()
+    return clock()
+
+
+class RCollective:
+    """Executes collective patterns on one process group and times every flow.
+
+    Parameters
+    ----------
+    group : ProcessGroup, optional
+        The data-path group (default: the default group). Pattern ranks are group ranks.
+    threads : bool, optional
+        One thread per chunk sub-graph (default on gloo) or the global step order in
+        the calling thread (default on other backends, e.g. NCCL).
+
+    Examples
+    --------
+    Inside every rank of an initialised gloo group of 4::
+
+        rc = RCollective()
+        p = double_binary_tree_allreduce(4, size=4 * x.numel())
+        times = rc.all_reduce(x, p)      # x now holds the sum over ranks
+        times.recv_done - times.recv_post
+
+    References
+    ----------
+    REACT §6.1 and Appendix B.1, Algorithm 2.
+    """
+
+    def __init__(self, group=None, *, threads: bool | None = None) -> None:
+        if not dist.is_initialized():
+            raise ConfigError("torch.distributed", "not initialised",
+                              "call torch.distributed.init_process_group first")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        backend = str(dist.get_backend(group)).lower()
+        self.threads = (backend == "gloo") if threads is None else bool(threads)
+        self._peers = [r if group is None else dist.get_global_rank(group, r)
+                       for r in range(self.size)]
+        self._schedules: "weakref.WeakKeyDictionary[Pattern, LocalSchedule]" = \
+            weakref.WeakKeyDictionary()
+        self._scratch: dict = {}
+        self._chunk_pool: ThreadPoolExecutor | None = None
+        self._wait_pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ set-up
+    def schedule(self, pattern: Pattern) -> LocalSchedule:
+        """This rank's compiled part of ``pattern`` (cached per pattern object)."""
+        s = self._schedules.get(pattern)
+        if s is None:
+            if pattern.ranks != self.size:
+                raise ConfigError("pattern.ranks", pattern.ranks,
+                                  f"must equal the group size {self.size}")
+            s = local_schedule(pattern, self.rank)
+            self._schedules[pattern] = s
+        return s
+
+    def _scratch_for(self, sched: LocalSchedule, like) -> list:
+        key = (like.dtype, like.device)
+        have = self._scratch.get(key, [])
+        if len(have) < len(sched.scratch) or any(
+                h.numel() < n for h, n in zip(have, sched.scratch)):
+            have = [torch.empty(max(n, have[c].numel() if c < len(have) else 0),
+                                dtype=like.dtype, device=like.device)
+                    for c, n in enumerate(sched.scratch)]
+            self._scratch[key] = have
+        return have
+
+    def _pools(self, sched: LocalSchedule):
+        with self._lock:
+            chunks = len(sched.chunks)
+            if self.threads and (self._chunk_pool is None
+                                 or self._chunk_pool._max_workers < chunks):
+                if self._chunk_pool is not None:
+                    self._chunk_pool.shutdown(wait=True)
+                self._chunk_pool = ThreadPoolExecutor(chunks, thread_name_prefix="rcoll-chunk")
+            waits = max(sched.max_recvs, 1) * (chunks if self.threads else 1)
+            if self._wait_pool is None or self._wait_pool._max_workers < waits:
+                if self._wait_pool is not None:
+                    self._wait_pool.shutdown(wait=True)
+                self._wait_pool = ThreadPoolExecutor(waits, thread_name_prefix="rcoll-wait")
+        return self._chunk_pool, self._wait_pool
+
+    def close(self) -> None:
+        """Stop the worker threads (the object can still be used; they restart)."""
+        with self._lock:
+            for pool in (self._chunk_pool, self._wait_pool):
+                if pool is not None:
+                    pool.shutdown(wait=True)
+            self._chunk_pool = self._wait_pool = None
+
+    # ------------------------------------------------------------------ execution
+    def _step(self, steps: Sequence[Step], buf, scratch: list, rec: FlowTimes,
+              wait_pool: ThreadPoolExecutor) -> None:
+        """Post every send and receive of ``steps``, wait, then apply what arrived."""
+        sends, recvs = [], []
+        for st in steps:
+            sc = scratch[st.chunk]
+            for x in st.sends:
+                if x.offset < 0:
+                    a, b = x.ranges[0]
+                    data = buf[a:b]
+                else:
+                    data = sc[x.offset:x.offset + x.size]
+                    torch.cat([buf[a:b] for a, b in x.ranges], out=data)
+                rec.send_post[x.edge] = clock()
+                sends.append(dist.isend(data, self._peers[x.peer], group=self.group,
+                                        tag=x.edge))
+            for x in st.recvs:
+                if x.offset < 0:
+                    a, b = x.ranges[0]
+                    target = buf[a:b]
+                else:
+                    target = sc[x.offset:x.offset + x.size]
+                rec.recv_post[x.edge] = clock()
+                recvs.append((x.edge, dist.irecv(target, self._peers[x.peer],
+                                                 group=self.group, tag=x.edge)))
+        if len(recvs) == 1:
+            e, w = recvs[0]
+            w.wait()
+            rec.recv_done[e] = clock()
+        elif recvs:
+            futures = [(e, wait_pool.submit(_timed_wait, w)) for e, w in recvs]
+            for e, f in futures:
+                rec.recv_done[e] = f.result()
+        for w in sends:
+            w.wait()
+        for st in steps:
+            sc = scratch[st.chunk]
+            for x in st.recvs:
+                if x.offset < 0:
+                    continue
+                o = x.offset
+                for a, b in x.ranges:
+                    piece = sc[o:o + b - a]
+                    if x.reduce:
+                        buf[a:b].add_(piece)
+                    else:
+                        buf[a:b].copy_(piece)
+                    o += b - a
+
+    def _chunk(self, steps, buf, scratch, rec, wait_pool) -> None:
+        for st in steps:
+            self._step((st,), buf, scratch, rec, wait_pool)
+
+    def run(self, buffer, pattern: Pattern) -> FlowTimes:
+        """Execute ``pattern`` on ``buffer`` in place (the pattern's buffer semantics).
+
+        Parameters
+        ----------
+        buffer : torch.Tensor
+            Contiguous, ``pattern.elements`` elements, any dtype; viewed as 1-D.
+        pattern : Pattern
+            The same pattern on every rank of the group.
+
+        Returns
+        -------
+        FlowTimes
+            This rank's clock readings.
+        """
+        if not buffer.is_contiguous():
+            raise ConfigError("tensor", "non-contiguous", "pass a contiguous tensor")
+        buf = buffer.view(-1)
+        if buf.numel() != pattern.elements:
+            raise ConfigError("tensor.numel", buf.numel(),
+                              f"must equal the pattern's {pattern.elements} elements "
+                              "(build the pattern with size = numel x itemsize)")
+        sched = self.schedule(pattern)
+        scratch = self._scratch_for(sched, buf)
+        chunk_pool, wait_pool = self._pools(sched)
+        rec = FlowTimes.empty(pattern.edges_count)
+        rec.begin = clock()
+        if self.threads:
+            futures = [chunk_pool.submit(self._chunk, steps, buf, scratch, rec, wait_pool)
+                       for steps in sched.chunks if steps]
+            errors = []
+            for f in futures:          # wait for all before raising: no thread left behind
+                try:
+                    f.result()
+                except Exception as exc:  # noqa: BLE001 - re-raised below
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+        else:
+            for steps in lockstep_order(sched):
+                self._step(steps, buf, scratch, rec, wait_pool)
+        rec.end = clock()
+        return rec
+
+    def all_reduce(self, tensor, pattern: Pattern) -> FlowTimes:
+        """Sum ``tensor`` over the group in place with an AllReduce pattern
+        (like ``torch.distributed.all_reduce(tensor)``)."""
+        if pattern.collective != "allreduce":
+            raise ConfigError("pattern", pattern.name, "all_reduce needs an AllReduce pattern")
+        return self.run(tensor, pattern)
+
+    def all_gather_into_tensor(self, output, input, pattern: Pattern) -> FlowTimes:
+        """Gather every rank's ``input`` into ``output`` with an AllGather pattern
+        (like ``torch.distributed.all_gather_into_tensor``: rank r's input lands in the
+        segments it owns, ``owners[j] == j`` for the built-in patterns)."""
+        if pattern.collective != "allgather":
+            raise ConfigError("pattern", pattern.name,
+                              "all_gather needs an AllGather pattern")
+        sched = self.schedule(pattern)
+        inp = input.reshape(-1)
+        if inp.numel() != sched.own_size:
+            raise ConfigError("input.numel", inp.numel(),
+                              f"rank {self.rank} owns {sched.own_size} elements of the "
+                              "pattern's output")
+        if not output.is_contiguous():
+            raise ConfigError("output", "non-contiguous", "pass a contiguous tensor")
+        out = output.view(-1)
+        if out.numel() != pattern.elements:
+            raise ConfigError("output.numel", out.numel(),
+                              f"must equal the pattern's {pattern.elements} elements")
+        o = 0
+        for a, b in sched.own:
+            out[a:b].copy_(inp[o:o + b - a])
+            o += b - a
+        return self.run(out, pattern)
+
+    def all_gather(self, tensor_list: list, tensor, pattern: Pattern) -> FlowTimes:
+        """Like ``torch.distributed.all_gather(tensor_list, tensor)``: ``tensor_list[r]``
+        receives rank r's ``tensor`` (the segments r owns, in segment order)."""
+        if len(tensor_list) != self.size:
+            raise ConfigError("tensor_list", len(tensor_list),
+                              f"give one tensor per rank ({self.size})")
+        out = torch.empty(pattern.elements, dtype=tensor.dtype, device=tensor.device)
+        rec = self.all_gather_into_tensor(out, tensor, pattern)
+        owners = pattern.owners
+        for r, t in enumerate(tensor_list):
+            segs = np.flatnonzero(owners == r)
+            parts = [out[int(pattern.segments[j, 0]):int(pattern.segments[j, 1])]
+                     for j in segs]
+            data = torch.cat(parts) if parts else out[:0]
+            if t.numel() != data.numel():
+                raise ConfigError(f"tensor_list[{r}].numel", t.numel(),
+                                  f"rank {r} contributes {data.numel()} elements")
+            t.copy_(data.view_as(t))
+        return rec
+
+
+_DEFAULT: dict = {}
+
+
+def default_collective(group=None) -> RCollective:
+    """The shared :class:`RCollective` of ``group`` (created on first use)."""
+    key = id(group) if group is not None else None
+    rc = _DEFAULT.get(key)
+    if rc is None or rc.group is not group:
+        rc = _DEFAULT[key] = RCollective(group)
+    return rc
+
+
+def all_reduce(tensor, pattern: Pattern, group=None) -> FlowTimes:
+    """``torch.distributed.all_reduce(tensor)`` (sum) executed with ``pattern``."""
+    return default_collective(group).all_reduce(tensor, pattern)
+
+
+def all_gather_into_tensor(output, input, pattern: Pattern, group=None) -> FlowTimes:
+    """``torch.distributed.all_gather_into_tensor(output, input)`` executed with ``pattern``."""
+    return default_collective(group).all_gather_into_tensor(output, input, pattern)
+
+
+def all_gather(tensor_list: list, tensor, pattern: Pattern, group=None) -> FlowTimes:
+    """``torch.distributed.all_gather(tensor_list, tensor)`` executed with ``pattern``."""
+    return default_collective(group).all_gather(tensor_list, tensor, pattern)
