@@ -304,14 +304,30 @@ class _CoreRouter:
         return rows
 
     def _load_explicit(self, fabric: Fabric) -> None:
-        for (s, t), options in fabric.explicit.items():
-            a, b = self.local[fabric.attach[s]], self.local[fabric.attach[t]]
-            ls = np.concatenate([p for p, _ in options]).astype(np.int64)
-            ws = np.concatenate([np.full(len(p), f) for p, f in options])
-            uniq, inv = np.unique(ls, return_inverse=True)
-            row = self._append_block(np.array([uniq.size]), uniq, np.bincount(inv, weights=ws))
-            self.row_of[a, b] = row[0]
-            self.explicit_row[row[0]] = True
+        """Store the explicit routes: per pair, the weights of its paths summed per link."""
+        items = list(fabric.explicit.items())
+        if not items:
+            return
+        paths = [p for _, options in items for p, _ in options]
+        fracs = np.array([f for _, options in items for _, f in options], float)
+        plen = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+        per_pair = np.fromiter((len(options) for _, options in items), np.int64, len(items))
+        links = np.concatenate(paths).astype(np.int64) if paths else np.empty(0, np.int64)
+        weights = np.repeat(fracs, plen)
+        pair = np.repeat(np.repeat(np.arange(len(items)), per_pair), plen)
+        L = max(self.fabric.links, 1)
+        order = np.argsort(pair * L + links, kind="stable")
+        key = (pair * L + links)[order]
+        new = np.concatenate([[True], key[1:] != key[:-1]]) if key.size else key.astype(bool)
+        grp = np.cumsum(new) - 1
+        ukey = key[new]
+        w = np.bincount(grp, weights=weights[order]) if key.size else np.empty(0)
+        counts = np.bincount(ukey // L, minlength=len(items))
+        rows = self._append_block(counts, ukey % L, w)
+        src = np.fromiter((s for (s, _), _ in items), np.int64, len(items))
+        dst = np.fromiter((t for (_, t), _ in items), np.int64, len(items))
+        self.row_of[self.local[fabric.attach[src]], self.local[fabric.attach[dst]]] = rows
+        self.explicit_row[rows] = True
 
     def pair_rows(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Store rows of routing-node pairs (global ids), computing missing ones."""

@@ -89,21 +89,22 @@ def max_min_rates(capacity: np.ndarray, entry_flow: np.ndarray, entry_link: np.n
         return rate
     links = capacity.size
     residual = np.array(capacity, dtype=float)
+    share = np.empty(links)
     fl, ln, w = entry_flow, entry_link, entry_weight
     level = 0.0
+    # Few, whole-array numpy passes per level: the number of levels, not the work
+    # per level, is what grows with heterogeneous routes.
     while fl.size:
         load = np.bincount(ln, weights=w, minlength=links)
-        used = np.flatnonzero(load > 0)
-        share = residual[used] / load[used]
+        used = load > 0
+        share.fill(np.inf)
+        np.divide(residual, load, out=share, where=used)
         step = max(float(share.min()), 0.0)
         level += step
-        residual[used] -= step * load[used]
-        hit = used[share <= step * (1.0 + rtol) + 1e-300]
+        residual -= step * load
+        hit = share <= step * (1.0 + rtol) + 1e-300
         residual[hit] = 0.0
-        bottleneck = np.zeros(links, bool)
-        bottleneck[hit] = True
-        frozen = np.unique(fl[bottleneck[ln]])
-        rate[frozen] = level
+        rate[fl[hit[ln]]] = level
         keep = np.isinf(rate[fl])
         fl, ln, w = fl[keep], ln[keep], w[keep]
     return rate
