@@ -138,7 +138,7 @@ def test_coflow_is_close_to_per_pair_flows(dlrm16):
     model, cluster, job = dlrm16
     strat = hybrid(model, 16)
     for f in (ideal_switch(16, 400 * G), fat_tree(16, 120 * G)):
-        pair = estimate_iteration(model, strat, cluster, job, f).total
+        pair = estimate_iteration(model, strat, cluster, job, f, mp_flows="pair").total
         co = estimate_iteration(model, strat, cluster, job, f, mp_flows="coflow").total
         assert co == pytest.approx(pair, rel=0.05)
 

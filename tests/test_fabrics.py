@@ -135,6 +135,9 @@ def test_random_single_paths_are_shortest_seeded_and_uniform():
         _route_conserves(f, 0, 15, links, w)
     counts = Counter(tuple(r.row(i)[0]) for i in range(4000))
     assert len(counts) == 4 and min(counts.values()) > 850   # 4 paths, ~1000 each
+    (one_path, weight), = f.paths(0, 15, random=True, seed=4)
+    assert weight == 1 and len(one_path) == 6 and f.src[one_path[0]] == 0
+    assert np.array_equal(f.dst[one_path[:-1]], f.src[one_path[1:]])   # consecutive links
     again = f.route(s, t, random=True, seed=11)
     other = f.route(s, t, random=True, seed=12)
     assert np.array_equal(r.link, again.link) and not np.array_equal(r.link, other.link)

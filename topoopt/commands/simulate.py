@@ -73,8 +73,9 @@ def _fabric_names() -> list[str]:
               help="Start each AllReduce when its layers' backward is done, or after the "
                    "whole backward pass.")
 @click.option("--mp-flows", type=click.Choice(["auto", "pair", "coflow"]), default="auto",
-              help="MP flow granularity: one flow per server pair, or one coupled flow per "
-                   "sending task; auto = pairs on switched fabrics, coflows on direct ones.")
+              help="MP flow granularity: one max-min flow per server pair (exact), or one "
+                   "coupled flow per sending task (fast); auto = pairs on a single switch, "
+                   "coflows elsewhere.")
 @click.option("--prices", "show_prices", is_flag=True,
               help="Also print the unit prices each fabric's cost used, with their sources.")
 def simulate(config: str, fabric: str, strategy: str, json_path: str | None, seed: int,

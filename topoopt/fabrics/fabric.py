@@ -150,17 +150,28 @@ class Fabric:
         core_routes = _blank(core_routes, same)
         return _with_access(core_routes, up, down)
 
-    def paths(self, src: int, dst: int) -> list[tuple[np.ndarray, float]]:
+    def paths(self, src: int, dst: int, random: bool = False, seed: int | None = 0
+              ) -> list[tuple[np.ndarray, float]]:
         """The paths of ``src -> dst`` as ``[(link ids, weight), ...]``, weights summing to 1.
 
         Explicit routes if given, else every shortest path with an equal weight
-        (ECMP). Not for hot loops: use :meth:`route`.
+        (ECMP), or with ``random=True`` one shortest path drawn with ``seed``
+        (weight 1). Not for hot loops: use :meth:`route`.
         """
         src, dst = int(src), int(dst)
         if not (0 <= src < self.servers and 0 <= dst < self.servers):
             raise TopoOptError(f"paths: server ids must be in 0..{self.servers - 1}")
         if src == dst:
             return [(np.empty(0, np.int64), 1.0)]
+        if random:
+            links, weights = self.route([src], [dst], random=True, seed=seed).row(0)
+            if np.allclose(weights, 1.0):
+                head = dict(zip(self.src[links].tolist(), links.tolist()))
+                node, order = src, []
+                while node != dst:  # put the links in path order
+                    order.append(head[node])
+                    node = int(self.dst[head[node]])
+                return [(np.array(order, np.int64), 1.0)]
         core = self._core()
         a, b = int(self.attach[src]), int(self.attach[dst])
         inner = core.enumerate(a, b)
