@@ -253,3 +253,28 @@ def test_check_fabric_rejects_broken_fabrics():
                   "switched", "none", 1.0, [2, 2], [0, 2], [1, 3])
     with pytest.raises(PlanCheckError, match="self-loop"):
         check_fabric(loop)
+
+
+@pytest.mark.parametrize("build", [lambda: fat_tree(16, 10 * G), lambda: ideal_switch(6, G),
+                                   lambda: expander(12, 3, G, seed=1)])
+def test_coupled_route_equals_the_share_weighted_sum_of_member_routes(build):
+    f = build()
+    rng = np.random.default_rng(0)
+    m = 40
+    src = rng.integers(0, f.servers, m)
+    dst = rng.integers(0, f.servers, m)
+    group = rng.integers(0, 5, m)
+    share = rng.uniform(0.1, 1.0, m)
+    got, lat = f.coupled_route(src, dst, group, share, 5)
+    expect = np.zeros((5, f.links))
+    r = f.route(src, dst)
+    for i in range(m):
+        links, weights = r.row(i)
+        expect[group[i], links] += share[i] * weights
+    dense = np.zeros((5, f.links))
+    for g in range(5):
+        links, weights = got.row(g)
+        dense[g, links] = weights
+    assert dense == pytest.approx(expect)
+    pl = f.path_latency(src, dst)
+    assert lat == pytest.approx([pl[group == g].max(initial=0.0) for g in range(5)])

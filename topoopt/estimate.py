@@ -7,7 +7,9 @@ Contract (the MCMC planner calls this thousands of times):
 ``mp``, ``allreduce``, ``exposed_communication``). ``rings`` maps an AllReduce
 group's member tuple (sorted) to a tuple of ring orders; the group's bytes are split
 evenly over them; default one ring in member order (or the fabric's own rings,
-``fabric.info["rings"]``, when it carries a TopoOpt plan). Reusable pieces:
+``fabric.info["rings"]``, when it carries a TopoOpt plan). ``mp_flows`` picks exact
+per-pair MP flows or faster coupled "coflows" (default: pairs on a single switch,
+coflows elsewhere; see :func:`build_iteration`). Reusable pieces:
 :func:`fuse_operators`, :class:`EstimateCache` (per-operator compute times and
 per-edge transfers memoized across strategies), :func:`build_iteration` (the task
 graph) and :func:`summarize`.
@@ -114,9 +116,14 @@ class EstimateCache:
 
     # Keys use the configs' identities (hashing a config hashes its server tuple);
     # the cached entry keeps the config alive, so its id cannot be reused.
+    #: Entries kept per memo before it is cleared (bounds memory on long searches).
+    limit = 200_000
+
     def op_time(self, model, i: int, cfg: OpConfig, cluster, job) -> tuple[float, float]:
         hit = self.times.get((i, id(cfg)))
         if hit is None or hit[0] is not cfg:
+            if len(self.times) >= self.limit:
+                self.times.clear()
             t = op_time(model.operators[i], cfg, cluster, job.precision, job.dtype_bytes,
                         job.global_batch(cluster))
             hit = (cfg, t, _update_time(model.operators[i], cfg, cluster, job))
@@ -131,6 +138,8 @@ class EstimateCache:
         key = (e, id(cu), id(cv))
         hit = self.transfers.get(key)
         if hit is None or hit[0] is not cu or hit[1] is not cv:
+            if len(self.transfers) >= self.limit:
+                self.transfers.clear()
             tensor = model.operators[u].out_elems * job.global_batch(cluster) * job.dtype_bytes
             hit = (cu, cv, edge_transfers(cu, cv, tensor))
             self.transfers[key] = hit
@@ -396,7 +405,6 @@ def build_iteration(model, strategy: Strategy, cluster, job, fabric,
         sizes_ = np.bincount(inv, weights=np.concatenate(nbytes))
         g, rest = uk // (n * n), uk % (n * n)
         src, dst = rest // n, rest % n
-        routes = fabric.route(src, dst, random=random_paths, seed=seed)
         preds = np.concatenate(preds)
         succs = succ_base[g] + pos[g, dst]
         if mp_flows == "coflow":
@@ -404,11 +412,18 @@ def build_iteration(model, strategy: Strategy, cluster, job, fabric,
             first = np.full(uk.size, np.iinfo(np.int64).max)
             np.minimum.at(first, inv, preds)
             co, member = _group(first)
-            routes, lat = _couple(routes, member, sizes_, co.size, fabric)
-            sizes_ = np.bincount(member, weights=sizes_, minlength=co.size)
+            total = np.bincount(member, weights=sizes_, minlength=co.size)
+            share = sizes_ / np.where(total[member] > 0, total[member], 1.0)
+            if random_paths:
+                routes, lat = _couple(fabric.route(src, dst, random=True, seed=seed), member,
+                                      sizes_, co.size, fabric)
+            else:
+                routes, lat = fabric.coupled_route(src, dst, member, share, co.size)
+            sizes_ = total
             nodes = w.add_flows(sizes_, routes, latency=lat)
             inv, flow_of_succ = member[inv], member
         else:
+            routes = fabric.route(src, dst, random=random_paths, seed=seed)
             nodes = w.add_flows(sizes_, routes)
             flow_of_succ = np.arange(uk.size)
         # (a repeated predecessor edge is harmless: it is counted and released twice)

@@ -150,6 +150,70 @@ class Fabric:
         core_routes = _blank(core_routes, same)
         return _with_access(core_routes, up, down)
 
+    def coupled_route(self, src, dst, group, share, groups: int
+                      ) -> tuple[FlowRoutes, np.ndarray]:
+        """ECMP routes of flows merged into ``groups`` coupled flows (coflows).
+
+        Flow ``i`` (``src[i] -> dst[i]``) belongs to coupled flow ``group[i]`` and
+        carries ``share[i]`` of its rate, so coupled flow ``g`` loads link ``l``
+        with ``sum_i share[i] x weight_i[l]``. The routing-node part is merged per
+        (group, node pair) before it is expanded, so a Fat-tree's long ECMP routes
+        are expanded once per ToR pair, not once per flow.
+
+        Returns
+        -------
+        routes : FlowRoutes
+            One row per group.
+        latency : ndarray
+            Per group, the largest member path latency (weight x link latency summed).
+        """
+        src = np.asarray(src, np.int64)
+        dst = np.asarray(dst, np.int64)
+        group = np.asarray(group, np.int64)
+        share = np.asarray(share, float)
+        core = self._core()
+        a, b = core.local[self.attach[src]], core.local[self.attach[dst]]
+        local = src != dst
+        c = core.c
+        key = (group * c + a) * c + b
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        first = np.concatenate([[True], sk[1:] != sk[:-1]]) if sk.size else sk.astype(bool)
+        inv = np.empty(key.size, np.int64)
+        inv[order] = np.cumsum(first) - 1
+        uk = sk[first]
+        ushare = np.bincount(inv, weights=np.where(local, share, 0.0), minlength=uk.size)
+        ug, ua, ub = uk // (c * c), (uk // c) % c, uk % c
+        rows = core.pair_rows(core.global_[ua], core.global_[ub])
+        cr = core.rows(rows)
+        counts = np.diff(cr.ptr)
+        owner = np.repeat(np.arange(uk.size), counts)
+        row_lat = np.bincount(owner, weights=self.latency[cr.link] * cr.weight,
+                              minlength=uk.size)
+        L = self.links
+        parts_key = [ug[owner] * L + cr.link]
+        parts_w = [cr.weight * ushare[owner]]
+        flow_lat = row_lat[inv]
+        for access, mask in ((self.uplink[src], self.uplink[src] >= 0),
+                             (self.downlink[dst], self.downlink[dst] >= 0)):
+            mask &= local
+            parts_key.append(group[mask] * L + access[mask])
+            parts_w.append(share[mask])
+            flow_lat = flow_lat + np.where(mask, self.latency[np.maximum(access, 0)], 0.0)
+        allk = np.concatenate(parts_key)
+        allw = np.concatenate(parts_w)
+        if groups * L <= 1 << 23:
+            dense = np.bincount(allk, weights=allw, minlength=groups * L)
+            ukey = np.flatnonzero(dense)
+            weight = dense[ukey]
+        else:
+            ukey, ginv = np.unique(allk, return_inverse=True)
+            weight = np.bincount(ginv, weights=allw)
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(ukey // L, minlength=groups))])
+        lat = np.zeros(groups)
+        np.maximum.at(lat, group, np.where(local, flow_lat, 0.0))
+        return FlowRoutes(ptr, ukey % L, weight), lat
+
     def paths(self, src: int, dst: int, random: bool = False, seed: int | None = 0
               ) -> list[tuple[np.ndarray, float]]:
         """The paths of ``src -> dst`` as ``[(link ids, weight), ...]``, weights summing to 1.
