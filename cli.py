@@ -43,11 +43,12 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import react, simulate, topology, traffic, workloads
+    from topoopt.commands import react, react_run, simulate, topology, traffic, workloads
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
     main.add_command(react.react)
+    react.react.add_command(react_run.run)
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
 

@@ -6,7 +6,7 @@ rank -- in the network-namespace testbed (:mod:`.netem`); each rank runs ``epoch
 epochs with the fixed pattern (baseline) and then ``epochs`` epochs with RTuner on, on
 the same process group and under the same congestion, checking every epoch's result.
 Rank 0 turns the ranks' clock readings into per-epoch collective times and, from the
-last measured batch of each run, the critical path: how much of it is spent in flows of
+epochs each run spent on its final pattern (after the warm-up), the critical path: how much of it is spent in flows of
 the slowed rank shows whether REACT moved that rank off the critical path.
 """
 
@@ -127,15 +127,17 @@ def make_pattern(spec: RunSpec) -> Pattern:
 
 
 def critical_share(pattern: Pattern, fct: np.ndarray, rank: int, incoming: bool = True,
-                   outgoing: bool = True) -> tuple[float, int]:
-    """Share of the critical path (on mean FCTs) spent in flows into/out of ``rank``.
+                   outgoing: bool = True) -> tuple[float, int, float]:
+    """How much of the critical path (on mean FCTs) is in flows into/out of ``rank``.
 
     Returns
     -------
     share : float
-        Sum of those flows' FCTs on the critical path over its length.
+        Those flows' FCTs on the critical path over the path's length.
     flows : int
         How many of the critical path's flows touch ``rank`` that way.
+    seconds : float
+        Their FCTs summed (the time the critical path spends at ``rank``).
     """
     w = np.asarray(fct, float).mean(axis=0)
     (path,), length = critical_paths(pattern, w)
@@ -144,7 +146,8 @@ def critical_share(pattern: Pattern, fct: np.ndarray, rank: int, incoming: bool 
         mask |= pattern.dst[path] == rank
     if outgoing:
         mask |= pattern.src[path] == rank
-    return float(w[path[mask]].sum() / max(float(length[0]), 1e-15)), int(mask.sum())
+    seconds = float(w[path[mask]].sum())
+    return seconds / max(float(length[0]), 1e-15), int(mask.sum()), seconds
 
 
 def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -> dict:
@@ -159,7 +162,7 @@ def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -
     rc = ReactCollective(pattern, tune=tune, params=spec.params, slack=spec.slack,
                          decision_timeout=spec.decision_timeout,
                          control_timeout=spec.control_timeout, threads=spec.threads)
-    rc.keep_records = B
+    rc.keep_records = spec.epochs
     allgather = pattern.collective == "allgather"
     if allgather:
         sched = rc.rc.schedule(pattern)
@@ -183,8 +186,9 @@ def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -
             rc.all_reduce(buf)
             wrong += not bool((buf == total).all())
     rc.close()
-    # the last B epochs all ran the final pattern (measured, or slack epochs of it)
-    last = [r for r, v in zip(rc.records, rc.versions[-len(rc.records):]) if v == rc.version]
+    # every epoch after the warm-up that ran the final pattern (measured or slack)
+    last = [r for e, (r, v) in enumerate(zip(rc.records, rc.versions))
+            if v == rc.version and e >= spec.warmup] or rc.records[-1:]
     mine = {"begin": np.asarray(rc.begin), "end": np.asarray(rc.end), "wrong": wrong,
             "last": np.stack([r.to_array() for r in last])}
     everyone: list = [None] * world
@@ -221,7 +225,8 @@ class RuntimeResult:
     """Per-epoch collective times without and with REACT on the real runtime.
 
     ``baseline``/``react`` are None when that run was not asked for. ``share`` maps run
-    -> (share of the critical path in the slowed rank's flows, number of such flows).
+    -> :func:`critical_share` of the slowed rank, on the mean FCTs of the epochs that ran
+    the run's final pattern after the warm-up.
     """
 
     spec: RunSpec

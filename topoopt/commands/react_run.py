@@ -1,0 +1,120 @@
+"""``topoopt react run``: REACT on the real runtime (torch.distributed, gloo) with local ranks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+
+from topoopt.commands._common import print_table
+from topoopt.errors import ConfigError
+from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
+
+__all__ = ["run"]
+
+
+def _rings(values: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
+    out = []
+    for v in values:
+        if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)+\s*", v):
+            raise ConfigError("--ring", v, "give ranks separated by commas, e.g. 0,2,1,3")
+        out.append(tuple(int(x) for x in v.split(",")))
+    return tuple(out) or None
+
+
+@click.command()
+@click.option("--nprocs", type=int, default=8, help="Local ranks to launch (n >= 2).")
+@click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather",
+                                                 "multi-ring"]),
+              default="tree", help="tree: NCCL double binary tree AllReduce; ring: ring "
+                                   "AllReduce on --ring (default 0..n-1); multi-ring: one "
+                                   "ring per --ring (a TopoOpt plan's rings); rd-allgather: "
+                                   "recursive-doubling AllGather.")
+@click.option("--ring", "rings", multiple=True, metavar="ORDER",
+              help="Ring order, e.g. 0,3,6,1,4,7,2,5 (repeatable for multi-ring).")
+@click.option("--size", default="20MB", help="Bytes per collective (float32 elements).")
+@click.option("--epochs", type=int, default=100, help="Epochs per run (baseline and REACT).")
+@click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
+@click.option("--slow-rank", type=int, default=None,
+              help="Slow this rank's traffic: runs every rank in its own network namespace "
+                   "with shaped links (needs root and iproute2).")
+@click.option("--slow-mode", type=click.Choice(["flows", "rate"]), default="flows",
+              help="flows: --p greedy external TCP flows into the rank; rate: its link "
+                   "shaped to --slow-rate.")
+@click.option("--p", "flows", type=int, default=2, help="External flows into the slow rank.")
+@click.option("--slow-rate", default="100Mbps", help="Link rate of the slow rank (rate mode).")
+@click.option("--link-rate", default="1Gbps",
+              help="Rate of every rank's link on the namespace testbed.")
+@click.option("--network", type=click.Choice(["auto", "loopback", "netns"]), default="auto",
+              help="loopback: all ranks on 127.0.0.1; netns: the shaped testbed; auto: netns "
+                   "when --slow-rank is given.")
+@click.option("--batch", type=int, default=6, help="REACT's B: epochs per measured batch.")
+@click.option("--slack", type=int, default=5,
+              help="Epochs the old pattern keeps running while the leader decides.")
+@click.option("--seed", type=int, default=0, help="Seed of REACT's random choices.")
+@click.option("--timeout", default="1h", help="Give up (and kill the ranks) after this long.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write per-epoch times, swaps and the final pattern to this JSON file.")
+def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, flows,
+        slow_rate, link_rate, network, batch, slack, seed, timeout, json_out) -> None:
+    """Run a collective for --epochs epochs on N local torch.distributed (gloo) ranks,
+    without and then with REACT (RCollective + RTuner), and print mean and p95 collective
+    time, algorithm bandwidth and the swaps REACT made -- the table of `react simulate`,
+    measured on a real network stack.
+
+    \b
+    Examples:
+      topoopt react run --nprocs 4 --size 4MB --epochs 40
+      topoopt react run --nprocs 8 --collective tree --size 20MB --epochs 100 --slow-rank 2
+    """
+    import os
+
+    from topoopt._io import atomic_write_text
+    from topoopt.react.loop import ReactParams
+    from topoopt.react.runtime._torch import require_torch
+
+    # the ranks fork from a server that imports torch: quiet c10d's per-socket warnings
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+    require_torch()
+    from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
+
+    spec = RunSpec(collective=collective, nprocs=nprocs, size=parse_size(size, "--size"),
+                   epochs=epochs, warmup=warmup, rings=_rings(rings),
+                   params=ReactParams(batch=batch, seed=seed), slack=slack)
+    slow = None
+    if slow_rank is not None:
+        slow = SlowRank(slow_rank, slow_mode, flows, parse_bandwidth(slow_rate, "--slow-rate"))
+    res = run_runtime(spec, slow, network=network,
+                      link_rate=parse_bandwidth(link_rate, "--link-rate"),
+                      timeout=parse_time(timeout, "--timeout"))
+    where = ("127.0.0.1" if res.network == "loopback"
+             else f"namespaces, links {link_rate}")
+    what = "" if slow is None else (
+        f", rank {slow.rank} slowed ({slow.flows} external flows)" if slow.mode == "flows"
+        else f", rank {slow.rank} slowed (link {slow_rate})")
+    click.echo(f"{spec.collective}, {nprocs} ranks (gloo, {where}){what}, "
+               f"{spec.size / 1e6:g} MB, {epochs} epochs per run")
+    rows = []
+    for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
+        rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),
+                     f"{spec.size / res.mean(which) / 1e9:.3f}"])
+    print_table(["", "mean time", "p95 time", "algbw GB/s"], rows)
+    click.echo(f"algorithm bandwidth change: {100 * res.improvement:+.1f}% "
+               f"(epochs {warmup}..{epochs - 1}); pattern fixed from epoch "
+               f"{res.converged_epoch}")
+    for e, _, swaps, rev in res.changes:
+        label = ("revert" + (", then " if swaps else "")) if rev else ""
+        click.echo(f"  epoch {e:>3}: {label}{' '.join(swaps) if swaps else ''}")
+    if res.dropped:
+        click.echo(f"decisions not adopted in time (kept the pattern): batches "
+                   f"{', '.join(map(str, res.dropped))}")
+    for which, (share, count, seconds) in res.share.items():
+        click.echo(f"critical path, {which}: {format_time(seconds)} ({100 * share:.0f}%) in "
+                   f"{count} flow(s) of slowed rank {slow.rank}")
+    if res.wrong_epochs:
+        click.echo(f"WARNING: {res.wrong_epochs} epoch results differed from the exact sum",
+                   err=True)
+    if json_out:
+        atomic_write_text(json_out, json.dumps(res.to_json(), indent=1) + "\n")
