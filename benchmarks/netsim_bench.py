@@ -14,8 +14,9 @@ Prints three tables:
 2. the max-min kernel against a plain-Python progressive filling (the baseline),
    side by side, on one snapshot of concurrent flows;
 3. wall time of one DLRM iteration estimate (configs/dlrm-128.toml, hybrid) per
-   fabric, first call (routes computed) and warm (routes and per-op parts cached),
-   and at 1024 servers, against the targets (50 ms, 2 s).
+   fabric and MP flow mode, first call (routes computed) and warm (routes and
+   per-op parts cached), and at 1024 servers, against the targets (50 ms, 2 s).
+   "build s" is the fabric's construction (TopologyFinder for topoopt), once.
 
 Run: ``python benchmarks/netsim_bench.py [--quick]`` (quick: skip n = 1024).
 """
@@ -148,39 +149,51 @@ def bench_estimate(big):
     for cluster in clusters:
         n = cluster.servers
         strat = hybrid(model, n)
-        names = ["ideal", "fattree", "oversub", "expander", "topoopt"] if n <= 128 \
-            else ["ideal"]
-        for name in names:
+        cases = [("ideal", "auto"), ("ideal", "coflow"), ("fattree", "auto"),
+                 ("fattree", "pair"), ("oversub", "auto"), ("expander", "auto"),
+                 ("topoopt", "auto")] if n <= 128 else [("ideal", "auto"), ("ideal", "coflow")]
+        built = {}
+        for name, mode in cases:
             t0 = time.perf_counter()
-            fabric = build_fabric(name, cluster, job=cfg.job, model=model, strategy=strat)
+            if name not in built:
+                built[name] = build_fabric(name, cluster, job=cfg.job, model=model,
+                                           strategy=strat)
+            fabric = built[name]
             t1 = time.perf_counter()
             cache = EstimateCache(model, cluster, cfg.job)
-            est = estimate_iteration(model, strat, cluster, cfg.job, fabric, cache=cache)
+            est = estimate_iteration(model, strat, cluster, cfg.job, fabric, cache=cache,
+                                     mp_flows=mode)
             t2 = time.perf_counter()
             warm = []
             for _ in range(5):
                 a = time.perf_counter()
-                estimate_iteration(model, strat, cluster, cfg.job, fabric, cache=cache)
+                estimate_iteration(model, strat, cluster, cfg.job, fabric, cache=cache,
+                                   mp_flows=mode)
                 warm.append(time.perf_counter() - a)
             w = float(np.median(warm))
             target = 0.050 if n <= 128 else 2.0
-            rows.append([name, n, f"{t1 - t0:.2f}", f"{(t2 - t1) * 1e3:.0f}",
+            if mode == "auto":
+                mode += "=pair" if fabric.nodes == fabric.servers + 1 else "=coflow"
+            rows.append([name, mode, n, f"{t1 - t0:.2f}", f"{(t2 - t1) * 1e3:.0f}",
                          f"{w * 1e3:.0f}", f"{target * 1e3:.0f}",
                          "ok" if w <= target else "SLOW", f"{est.flows:,}", est.events,
-                         f"{est.total * 1e3:.1f}"])
-    table(["fabric", "n", "build s", "first ms", "warm ms", "target ms", "", "flows", "events",
-           "iteration ms"], rows)
+                         f"{est.total * 1e3:.2f}"])
+    table(["fabric", "MP flows", "n", "build s", "first ms", "warm ms", "target ms", "",
+           "flows", "events", "iteration ms"], rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip n = 1024")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="only the DLRM estimate table")
     args = parser.parse_args()
     sizes = [16, 128] if args.quick else [16, 128, 1024]
-    print("# simulator: ring AllReduce + all-to-all\n")
-    bench_simulator(sizes)
-    print("# max-min kernel vs plain-Python progressive filling\n")
-    bench_kernel()
+    if not args.estimate_only:
+        print("# simulator: ring AllReduce + all-to-all\n")
+        bench_simulator(sizes)
+        print("# max-min kernel vs plain-Python progressive filling\n")
+        bench_kernel()
     print("# one DLRM iteration estimate (configs/dlrm-128.toml, hybrid strategy)\n")
     bench_estimate(not args.quick)
 

@@ -57,11 +57,12 @@ def expander_topology(servers: int, ports: int, link_bandwidth: float,
     hardware model as a TopoOpt shard (a patch panel or OCS wires each port's TX
     and RX strands independently, TopoOpt §4), which makes the comparison fair.
     Permutations avoid fixed points and repeat no server pair (no parallel
-    links) when the first ``tries / 2`` draws manage it (always possible for
-    ``ports < servers`` in practice; the later draws allow parallel links); the whole draw is repeated until the graph
-    is strongly connected (for ``d = 1`` the one permutation is drawn as a random
-    Hamiltonian cycle, the only strongly connected kind). A union of random permutations is an expander with
-    high probability (the permutation model of random regular graphs [1]).
+    links) when the first ``tries / 2`` draws manage it (in practice whenever
+    ``ports < servers``; later draws allow parallel links). The whole draw is
+    repeated until the graph is strongly connected (for ``d = 1`` the one
+    permutation is drawn as a random Hamiltonian cycle, the only strongly
+    connected kind). A union of random permutations is an expander with high
+    probability (the permutation model of random regular graphs [1]).
 
     Why directed permutations and not an undirected random regular graph with both
     directions on one port: the undirected model needs ``n x d`` even and a
