@@ -135,6 +135,7 @@ class RCollective:
         self._scratch: dict = {}
         self._chunk_pool: ThreadPoolExecutor | None = None
         self._wait_pool: ThreadPoolExecutor | None = None
+        self._sizes = [0, 0]
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ set-up
@@ -161,18 +162,20 @@ class RCollective:
         return have
 
     def _pools(self, sched: LocalSchedule):
+        """Thread pools sized for ``sched``: one thread per chunk, one per concurrent wait."""
+        chunks = len(sched.chunks)
+        waits = max(sched.max_recvs, 1) * (chunks if self.threads else 1)
         with self._lock:
-            chunks = len(sched.chunks)
-            if self.threads and (self._chunk_pool is None
-                                 or self._chunk_pool._max_workers < chunks):
+            if self.threads and chunks > self._sizes[0]:
                 if self._chunk_pool is not None:
                     self._chunk_pool.shutdown(wait=True)
                 self._chunk_pool = ThreadPoolExecutor(chunks, thread_name_prefix="rcoll-chunk")
-            waits = max(sched.max_recvs, 1) * (chunks if self.threads else 1)
-            if self._wait_pool is None or self._wait_pool._max_workers < waits:
+                self._sizes[0] = chunks
+            if waits > self._sizes[1]:
                 if self._wait_pool is not None:
                     self._wait_pool.shutdown(wait=True)
                 self._wait_pool = ThreadPoolExecutor(waits, thread_name_prefix="rcoll-wait")
+                self._sizes[1] = waits
         return self._chunk_pool, self._wait_pool
 
     def close(self) -> None:
@@ -182,6 +185,7 @@ class RCollective:
                 if pool is not None:
                     pool.shutdown(wait=True)
             self._chunk_pool = self._wait_pool = None
+            self._sizes = [0, 0]
 
     # ------------------------------------------------------------------ execution
     def _step(self, steps: Sequence[Step], buf, scratch: list, rec: FlowTimes,

@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
@@ -159,9 +159,9 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (), *,
         if v is not None and len(v) != nprocs:
             raise ConfigError(name, v, f"give one entry per rank ({nprocs})")
     if options.port == 0:
-        options = LaunchOptions(**{**options.__dict__,
-                                   "port": free_port() if options.netns is None
-                                   else 20000 + int.from_bytes(os.urandom(2), "big") % 20000})
+        # inside a fresh namespace any port is free; on the host ask the kernel
+        options = replace(options, port=free_port() if options.netns is None
+                          else 20000 + int.from_bytes(os.urandom(2), "big") % 20000)
     ctx = _context()
     q = ctx.Queue()
     procs = [ctx.Process(target=_child, args=(fn, r, nprocs, tuple(args), q, options),

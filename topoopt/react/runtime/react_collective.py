@@ -53,6 +53,21 @@ class ReactCollective:
     decide : callable, optional
         Replaces the leader's decision function (see :class:`RTuner`).
 
+    Attributes
+    ----------
+    pattern : Pattern
+        What the next call runs; ``version`` numbers it (0 = the initial pattern).
+    epoch : int
+        Calls so far.
+    begin, end, versions : list
+        Per call: this rank's clock at entry and return, and the version it ran.
+    changes : list of (epoch, version, swaps, reverted)
+        Every adopted pattern change and the epoch it took effect.
+    dropped : list of int
+        Batches whose decision was not adopted (late, missing or not unanimous).
+    keep_records : int
+        Keep the last this many :class:`FlowTimes` in ``records`` (0: none).
+
     Examples
     --------
     In every rank::
@@ -147,9 +162,10 @@ class ReactCollective:
         version, pattern = self._decided_pattern(dec)
         hi, lo = self._max_min(version)
         if hi == lo == version and version >= 0:
-            if version != self.version:
-                if pattern is None:        # "keep" of a version this rank never ran
-                    raise RuntimeError("pattern versions diverged")  # pragma: no cover
+            if version != self.version and pattern is None:
+                # a "keep" of a version nobody runs cannot happen; stay put if it does
+                self.dropped.append(self._batch)
+            elif version != self.version:
                 self._pattern = pattern
                 self.version = version
                 self.changes.append((self.epoch, version, tuple(dec.get("swaps", ())),
