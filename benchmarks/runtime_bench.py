@@ -30,8 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-
 
 def bench_worker(rank: int, world: int, sizes_mb, iters: int, warm: int) -> dict:
     """Every method on every size in one process group; rank 0 returns the table rows."""

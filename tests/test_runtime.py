@@ -131,7 +131,7 @@ def numerics_worker(rank: int, world: int, cases) -> dict:
         assert rc.version == len(rc.changes) == len(swapped)
         rc.close()
         if k in (0, 3):        # the lock-step (single thread) schedule: tree and AllGather
-            lock = RCollective(threads=False)
+            lock = RCollective(threads=False, batched=k == 3)   # batched: NCCL's way
             if not _run_and_compare(p, inputs, refs, world,
                                     reduce_fn=lambda t: lock.all_reduce(t, p), rc=lock,
                                     bound=False, use_list=True):

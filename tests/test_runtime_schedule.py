@@ -47,8 +47,6 @@ def _swapped(p, n):
 def _execute(p, schedules, inputs):
     """Run the n schedules with numpy in the global step order (an independent executor)."""
     bufs = [x.copy() for x in inputs]
-    scratch = [[np.zeros(max(s.scratch) if s.scratch else 0, x.dtype) for _ in s.scratch]
-               for s, x in zip(schedules, inputs)]
     plans = [{st.step: [] for steps in s.chunks for st in steps} for s in schedules]
     for r, s in enumerate(schedules):
         for steps in s.chunks:

@@ -7,7 +7,9 @@ through the rank's steps of that chunk in order; a step posts all of the rank's 
 receives of that chunk, waits for them, then reduces or copies what arrived. Chunks are
 independent, so this asynchronous schedule equals the pattern's global step order. On
 backends where p2p from several threads is not safe (NCCL), ``threads=False`` runs the
-global step order in one thread instead.
+global step order in one thread instead, posting each step's operations as one
+``batch_isend_irecv`` group. (The NCCL path is written to the same contract but has not
+been run here: these machines have no GPU.)
 
 Timing. Every flow gets three clock readings (``time.perf_counter``, CLOCK_MONOTONIC on
 Linux): when its sender posted the ``isend``, when its receiver posted the ``irecv`` and
@@ -89,8 +91,11 @@ class FlowTimes:
         return cls(float(a[0]), float(a[1]), a[2:2 + E], a[2 + E:2 + 2 * E], a[2 + 2 * E:])
 
 
-def _timed_wait(work) -> float:
+def _timed_wait(work, stream=None) -> float:
+    """Wait for a receive and read the clock; on a GPU, once its data is on the device."""
     work.wait()
+    if stream is not None:
+        stream.synchronize()
     return clock()
 
 
@@ -104,6 +109,9 @@ class RCollective:
     threads : bool, optional
         One thread per chunk sub-graph (default on gloo) or the global step order in
         the calling thread (default on other backends, e.g. NCCL).
+    batched : bool, optional
+        Post each global step's sends and receives as one ``batch_isend_irecv`` group
+        (default on NCCL; needs ``threads=False``).
 
     Examples
     --------
@@ -119,7 +127,8 @@ class RCollective:
     REACT §6.1 and Appendix B.1, Algorithm 2.
     """
 
-    def __init__(self, group=None, *, threads: bool | None = None) -> None:
+    def __init__(self, group=None, *, threads: bool | None = None,
+                 batched: bool | None = None) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed", "not initialised",
                               "call torch.distributed.init_process_group first")
@@ -128,6 +137,11 @@ class RCollective:
         self.size = dist.get_world_size(group)
         backend = str(dist.get_backend(group)).lower()
         self.threads = (backend == "gloo") if threads is None else bool(threads)
+        # NCCL posts a step's p2p ops as one group (batch_isend_irecv); gloo one by one
+        self._batched = (backend == "nccl") if batched is None else bool(batched)
+        if self._batched and self.threads:
+            raise ConfigError("batched", True, "batched p2p needs threads=False (one "
+                              "group per global step)")
         self._peers = [r if group is None else dist.get_global_rank(group, r)
                        for r in range(self.size)]
         self._schedules: "weakref.WeakKeyDictionary[Pattern, LocalSchedule]" = \
@@ -191,7 +205,7 @@ class RCollective:
     def _step(self, steps: Sequence[Step], buf, scratch: list, rec: FlowTimes,
               wait_pool: ThreadPoolExecutor) -> None:
         """Post every send and receive of ``steps``, wait, then apply what arrived."""
-        sends, recvs = [], []
+        sends, recvs, ops = [], [], []
         for st in steps:
             sc = scratch[st.chunk]
             for x in st.sends:
@@ -202,8 +216,12 @@ class RCollective:
                     data = sc[x.offset:x.offset + x.size]
                     torch.cat([buf[a:b] for a, b in x.ranges], out=data)
                 rec.send_post[x.edge] = clock()
-                sends.append(dist.isend(data, self._peers[x.peer], group=self.group,
-                                        tag=x.edge))
+                if self._batched:
+                    ops.append(dist.P2POp(dist.isend, data, self._peers[x.peer],
+                                          self.group, x.edge))
+                else:
+                    sends.append(dist.isend(data, self._peers[x.peer], group=self.group,
+                                            tag=x.edge))
             for x in st.recvs:
                 if x.offset < 0:
                     a, b = x.ranges[0]
@@ -211,14 +229,24 @@ class RCollective:
                 else:
                     target = sc[x.offset:x.offset + x.size]
                 rec.recv_post[x.edge] = clock()
-                recvs.append((x.edge, dist.irecv(target, self._peers[x.peer],
-                                                 group=self.group, tag=x.edge)))
+                if self._batched:
+                    ops.append(dist.P2POp(dist.irecv, target, self._peers[x.peer],
+                                          self.group, x.edge))
+                    recvs.append((x.edge, None))
+                else:
+                    recvs.append((x.edge, dist.irecv(target, self._peers[x.peer],
+                                                     group=self.group, tag=x.edge)))
+        if ops:
+            # NCCL: one group per step, or two ranks sending to each other deadlock
+            works = dist.batch_isend_irecv(ops)
+            k = sum(len(st.sends) for st in steps)
+            sends = works[:k]
+            recvs = [(e, w) for (e, _), w in zip(recvs, works[k:])]
+        stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
         if len(recvs) == 1:
-            e, w = recvs[0]
-            w.wait()
-            rec.recv_done[e] = clock()
+            rec.recv_done[recvs[0][0]] = _timed_wait(recvs[0][1], stream)
         elif recvs:
-            futures = [(e, wait_pool.submit(_timed_wait, w)) for e, w in recvs]
+            futures = [(e, wait_pool.submit(_timed_wait, w, stream)) for e, w in recvs]
             for e, f in futures:
                 rec.recv_done[e] = f.result()
         for w in sends:

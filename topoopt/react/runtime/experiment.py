@@ -6,8 +6,9 @@ rank -- in the network-namespace testbed (:mod:`.netem`); each rank runs ``epoch
 epochs with the fixed pattern (baseline) and then ``epochs`` epochs with RTuner on, on
 the same process group and under the same congestion, checking every epoch's result.
 Rank 0 turns the ranks' clock readings into per-epoch collective times and, from the
-epochs each run spent on its final pattern (after the warm-up), the critical path: how much of it is spent in flows of
-the slowed rank shows whether REACT moved that rank off the critical path.
+epochs each run spent on its final pattern (after the warm-up), the critical path: how
+much of it is spent in flows of the slowed rank shows whether REACT moved that rank off
+the critical path.
 """
 
 from __future__ import annotations
@@ -158,7 +159,6 @@ def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -
     from topoopt.react.runtime.react_collective import ReactCollective
     from topoopt.react.runtime.tuner import assemble_batch
 
-    B = spec.params.batch
     rc = ReactCollective(pattern, tune=tune, params=spec.params, slack=spec.slack,
                          decision_timeout=spec.decision_timeout,
                          control_timeout=spec.control_timeout, threads=spec.threads)

@@ -100,7 +100,9 @@ class ReactCollective:
         self.dropped: list[int] = []
         self.keep_records = 0
         self.records: list[FlowTimes] = []
-        self._device = torch.device("cpu")
+        self._device = (torch.device("cuda", torch.cuda.current_device())
+                        if str(dist.get_backend(group)).lower() == "nccl"
+                        else torch.device("cpu"))
         self._require_agreement(pattern_fingerprint(pattern), "the initial pattern")
         self.tuner = (RTuner(pattern, group, params=params, control_timeout=control_timeout,
                              decide=decide) if tune else None)
