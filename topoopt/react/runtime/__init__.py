@@ -12,8 +12,8 @@ import importlib
 __all__ = ["RCollective", "FlowTimes", "all_reduce", "all_gather", "all_gather_into_tensor",
            "ReactCollective", "RTuner", "LeaderLogic", "assemble_batch", "launch",
            "LaunchError", "LaunchOptions", "local_schedule", "check_local_schedules",
-           "LocalSchedule", "NetnsTestbed", "netns_supported", "RunSpec", "RuntimeResult",
-           "run_runtime", "torch_available"]
+           "LocalSchedule", "NetnsTestbed", "netns_supported", "RunSpec", "SlowRank",
+           "RuntimeResult", "run_runtime", "torch_available"]
 
 _WHERE = {
     "RCollective": "collective", "FlowTimes": "collective", "all_reduce": "collective",
@@ -23,6 +23,7 @@ _WHERE = {
     "LaunchOptions": "launch", "local_schedule": "schedule",
     "check_local_schedules": "schedule", "LocalSchedule": "schedule",
     "NetnsTestbed": "netem", "netns_supported": "netem", "RunSpec": "experiment",
+    "SlowRank": "experiment",
     "RuntimeResult": "experiment", "run_runtime": "experiment",
     "torch_available": "_torch",
 }

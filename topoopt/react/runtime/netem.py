@@ -20,6 +20,7 @@ Needs root (``ip netns add``); :func:`netns_supported` says whether and why not.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -83,6 +84,12 @@ def parse_rate(text: str | float, field: str = "rate") -> str:
     if bps < 1e5:
         raise ConfigError(field, text, "give at least 100kbit/s")
     return f"{int(bps)}bit"
+
+
+def _first_line(p: subprocess.Popen, timeout: float = 15.0) -> str:
+    """The first line a helper process prints, or '' if it prints none in time."""
+    ready, _, _ = select.select([p.stdout], [], [], timeout)
+    return p.stdout.readline().strip() if ready else ""
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -268,13 +275,13 @@ class NetnsTestbed:
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         sender = None
         try:
-            if sink.stdout.readline().strip() != "ready":
+            if _first_line(sink) != "ready":
                 raise TopoOptError(f"background sink in rank {rank} did not start")
             sender = subprocess.Popen(["ip", "netns", "exec", self.ext, sys.executable,
                                        "-c", _SENDER, addr, str(port), str(flows)],
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True)
-            if sender.stdout.readline().strip() != "sending":
+            if _first_line(sender) != "sending":
                 raise TopoOptError("background sender did not start")
         except BaseException:
             for p in (sender, sink):
