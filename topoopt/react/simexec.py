@@ -13,6 +13,9 @@ Things the simulator does not do itself and that live here:
 * Epoch-scoped background traffic: greedy external flows active in a range of epochs
   (each on one ECMP path, fixed for its lifetime like a long TCP connection).
 * Several jobs sharing one network (:class:`JobsExecutor`).
+* Optionally (``wire=``), packet overheads: header bytes and ACKs on the reverse path
+  (:class:`topoopt.netsim.wire.WireModel`, calibrated against ns-3); off by default, so
+  times are the closed-form fluid ones.
 """
 
 from __future__ import annotations
@@ -124,11 +127,13 @@ class JobsExecutor:
     ports : int
         ECMP connections per flow (REACT §7.3: 4); one is drawn per epoch.
     seed : int
+    wire : topoopt.netsim.wire.WireModel, optional
+        Add packet overheads (wire bytes, ACK load on reverse paths); None: pure fluid.
     """
 
     def __init__(self, fabric, placements: Sequence[Sequence[int]],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
-                 seed: int = 0) -> None:
+                 seed: int = 0, wire=None) -> None:
         self.fabric = fabric
         self.placements = [np.asarray(p, np.int64) for p in placements]
         for j, p in enumerate(self.placements):
@@ -137,6 +142,7 @@ class JobsExecutor:
                                   f"distinct servers in 0..{fabric.servers - 1}")
         self.background = tuple(background)
         self.router = _Router(fabric, ports, seed)
+        self.wire = wire
         self.epoch = 0
         self._cache: dict = {}
 
@@ -159,6 +165,15 @@ class JobsExecutor:
             bgs = [Background(self.router.background_links(i, bg, k))
                    for i, bg in enumerate(self.background) if bg.active(self.epoch)
                    for k in range(bg.count)]
+            if self.wire is not None:   # ACK companions go after the jobs' flows
+                from topoopt.netsim.wire import wire_backgrounds, wire_workload
+
+                src = np.concatenate([pl[p.src] for p, pl in zip(patterns, self.placements)])
+                dst = np.concatenate([pl[p.dst] for p, pl in zip(patterns, self.placements)])
+                work = wire_workload(work, self.fabric, src, dst, self.wire)
+                ends = [(bg.src, bg.dst) for bg in self.background if bg.active(self.epoch)
+                        for _ in range(bg.count)]
+                bgs = wire_backgrounds(bgs, self.fabric, ends, self.wire)
             res = simulate(self.fabric, work, bgs, check=False)
             off = 0
             for j, p in enumerate(patterns):
@@ -202,6 +217,8 @@ class SimulatedExecutor:
     ports : int
         ECMP connections per flow, one drawn at random per epoch (REACT §7.3).
     seed : int
+    wire : topoopt.netsim.wire.WireModel, optional
+        Packet overheads (see :class:`JobsExecutor`).
 
     Examples
     --------
@@ -215,8 +232,8 @@ class SimulatedExecutor:
 
     def __init__(self, fabric, placement: Sequence[int],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
-                 seed: int = 0) -> None:
-        self._jobs = JobsExecutor(fabric, [placement], background, ports, seed)
+                 seed: int = 0, wire=None) -> None:
+        self._jobs = JobsExecutor(fabric, [placement], background, ports, seed, wire)
 
     @property
     def epoch(self) -> int:

@@ -1,0 +1,180 @@
+"""REACT's executor on ns-3: epochs of collective patterns as TCP flows (REACT §7.3).
+
+The packet-level twin of :class:`topoopt.react.simexec.JobsExecutor`: same placements,
+same ECMP model and draws (every flow owns ``ports`` connections hashed onto equal-cost
+paths; one connection is drawn per epoch from ``(seed, job, epoch)``), same external
+flows -- so a flow-level and a packet-level run of one scenario see the same paths and
+differ only in the network model. Per epoch every job's pattern is one DAG: a flow
+starts when the flows it depends on (:func:`topoopt.collectives.flow_dependencies`)
+have delivered their last byte, which the worker's C++ driver does inside ns-3. Epochs
+run back to back in simulated time; connections (with their TCP state) and external
+greedy flows persist across epochs and across :meth:`run` calls.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from topoopt.collectives.ten import Pattern, flow_dependencies
+from topoopt.errors import ConfigError
+from topoopt.netsim.ns3.config import Ns3Config
+from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
+from topoopt.netsim.ns3.worker import Ns3Worker
+from topoopt.react.executor import BatchResult
+from topoopt.react.simexec import BackgroundFlows, _Router
+
+__all__ = ["Ns3JobsExecutor", "Ns3Executor", "epoch_port_choices"]
+
+
+def epoch_port_choices(seed: int, job: int, epoch: int, flows: int, ports: int) -> np.ndarray:
+    """The connection each flow uses in an epoch: the draw of the flow-level executor
+    (``topoopt.react.simexec``), so both backends route an epoch identically."""
+    rng = np.random.default_rng([seed, job, epoch, 7])
+    return rng.integers(0, ports, size=flows)
+
+
+class Ns3JobsExecutor:
+    """Several jobs' patterns run together, epoch by epoch, on one fabric in ns-3.
+
+    Parameters
+    ----------
+    fabric : topoopt.fabrics.Fabric
+        Its capacities are the ns-3 link rates (degraded links included).
+    placements : sequence of sequence of int
+        Per job, the server of each rank.
+    background : sequence of BackgroundFlows
+        Greedy external TCP flows, each on one ECMP path, on during their epochs
+        (switched on ``config.background_settle`` seconds before the epoch starts).
+    ports : int
+        ECMP connections per flow (REACT §7.3: 4), one drawn per epoch.
+    seed : int
+        ECMP seed (as in the flow-level executor).
+    config : Ns3Config
+    worker : Ns3Worker, optional
+        Default: the shared worker.
+    limit : float
+        Simulated seconds an epoch may take before it is declared stalled.
+    """
+
+    def __init__(self, fabric, placements: Sequence[Sequence[int]],
+                 background: Sequence[BackgroundFlows] = (), ports: int = 4, seed: int = 0,
+                 config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
+                 limit: float = 5.0) -> None:
+        self.fabric = fabric
+        self.placements = [np.asarray(p, np.int64) for p in placements]
+        for j, p in enumerate(self.placements):
+            if len(set(p.tolist())) != len(p) or p.min() < 0 or p.max() >= fabric.servers:
+                raise ConfigError(f"placement[{j}]", p.tolist(),
+                                  f"distinct servers in 0..{fabric.servers - 1}")
+        self.background = tuple(background)
+        self.router = _Router(fabric, ports, seed)
+        self.network = Ns3Network(fabric, config, worker)
+        self.config = config
+        self.limit = float(limit)
+        self.epoch = 0
+        self._bg_on: dict[int, bool] = {}
+        self._deps: dict = {}
+
+    def _flow_conns(self, job: int, pattern: Pattern, place: np.ndarray) -> np.ndarray:
+        src, dst = place[pattern.src], place[pattern.dst]
+        choice = epoch_port_choices(self.router.seed, job, self.epoch, len(src),
+                                    self.router.ports)
+        conns = np.empty(len(src), np.int64)
+        for e, (a, b, c) in enumerate(zip(src.tolist(), dst.tolist(), choice.tolist())):
+            path = self.router.connections(job, e, a, b)[c]
+            conns[e] = self.network.connection(a, b, path, key=("flow", job, e, a, b, c))
+        return conns
+
+    def _background_switches(self) -> list[tuple[int, bool]]:
+        out = []
+        for i, bg in enumerate(self.background):
+            on = bg.active(self.epoch)
+            for k in range(bg.count):
+                conn = self.network.connection(bg.src, bg.dst,
+                                               self.router.background_links(i, bg, k),
+                                               key=("bg", i, k))
+                if self._bg_on.get(conn, False) != on:
+                    self._bg_on[conn] = on
+                    out.append((conn, on))
+        return out
+
+    def _dependencies(self, pattern: Pattern) -> tuple[np.ndarray, np.ndarray]:
+        key = pattern.signature()
+        if key not in self._deps:
+            ptr, idx = flow_dependencies(pattern)
+            after = np.repeat(np.arange(pattern.edges_count), np.diff(ptr))
+            if len(self._deps) > 64:
+                self._deps.clear()
+            self._deps[key] = (idx, after)
+        return self._deps[key]
+
+    def run_many(self, patterns: Sequence[Pattern], epochs: int) -> list[BatchResult]:
+        """Run ``epochs`` epochs of every job's pattern at once (all start together)."""
+        if len(patterns) != len(self.placements):
+            raise ConfigError("patterns", len(patterns), f"one per job ({len(self.placements)})")
+        for j, (p, place) in enumerate(zip(patterns, self.placements)):
+            if p.ranks != len(place):
+                raise ConfigError("pattern.ranks", p.ranks, f"job {j} has {len(place)} ranks")
+        dags, switches, advance, spans = [], [], [], []
+        first = self.epoch
+        for _ in range(epochs):
+            sw = self._background_switches()
+            b = DagBuilder()
+            lo = []
+            for j, (p, place) in enumerate(zip(patterns, self.placements)):
+                ids = b.add_flows(self._flow_conns(j, p, place), p.nbytes.astype(float))
+                before, after = self._dependencies(p)
+                b.add_dependencies(ids[before], ids[after])
+                lo.append((int(ids[0]) if ids.size else 0, p.edges_count))
+            dags.append(b.build())
+            switches.append(sw)
+            advance.append(self.config.background_settle if any(on for _, on in sw) else 0.0)
+            spans.append(lo)
+            self.epoch += 1
+        try:
+            results = self.network.run(dags, advance, self.limit, greedy=switches)
+        except Exception:
+            self.epoch = first
+            raise
+        out = [([], [], []) for _ in patterns]
+        for res, lo in zip(results, spans):
+            for j, (off, count) in enumerate(lo):
+                s, f = res.start[off:off + count], res.finish[off:off + count]
+                out[j][0].append(s)
+                out[j][1].append(f)
+                out[j][2].append(f.max() if f.size else 0.0)
+        return [BatchResult(np.array(s), np.array(f), np.array(t)) for s, f, t in out]
+
+
+class Ns3Executor:
+    """One job on ns-3: the :class:`~topoopt.react.executor.PatternExecutor` REACT drives.
+
+    Parameters are those of :class:`Ns3JobsExecutor` with one ``placement``.
+
+    Examples
+    --------
+    >>> from topoopt.fabrics import star
+    >>> from topoopt.collectives import ring_allreduce
+    >>> ex = Ns3Executor(star(4, 100e9), range(4))                     # doctest: +SKIP
+    >>> ex.run(ring_allreduce(range(4), size=4e6), 2).epoch_time        # doctest: +SKIP
+    """
+
+    def __init__(self, fabric, placement: Sequence[int],
+                 background: Sequence[BackgroundFlows] = (), ports: int = 4, seed: int = 0,
+                 config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
+                 limit: float = 5.0) -> None:
+        self._jobs = Ns3JobsExecutor(fabric, [placement], background, ports, seed, config,
+                                     worker, limit)
+
+    @property
+    def epoch(self) -> int:
+        return self._jobs.epoch
+
+    @property
+    def network(self) -> Ns3Network:
+        return self._jobs.network
+
+    def run(self, pattern: Pattern, epochs: int) -> BatchResult:
+        return self._jobs.run_many([pattern], epochs)[0]
