@@ -43,7 +43,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import react, react_run, simulate, topology, traffic, workloads
+    from topoopt.commands import plan, react, react_run, simulate, topology, traffic, workloads
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
@@ -51,6 +51,7 @@ def _register() -> None:
     react.react.add_command(react_run.run)
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
+    main.add_command(plan.plan)
 
 
 _register()

@@ -24,7 +24,6 @@ Run: ``python benchmarks/netsim_bench.py [--quick]`` (quick: skip n = 1024).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path

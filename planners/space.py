@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -94,6 +95,11 @@ class StrategySpace:
         configs = tuple(op_configs(op, cluster.servers, batch, max_mp) for op in model.operators)
         return cls(model, cluster.servers, batch, job.dtype_bytes,
                    cluster.gpus_per_server * cluster.gpu.memory, configs)
+
+    @cached_property
+    def config_sets(self) -> tuple[frozenset, ...]:
+        """Candidate configs per operator as sets (fast membership)."""
+        return tuple(frozenset(c) for c in self.configs)
 
     @property
     def movable(self) -> tuple[int, ...]:

@@ -1,6 +1,5 @@
 """Iteration-time estimator: ring AllReduce closed form, traffic agreement, overlap, fabrics."""
 
-import numpy as np
 import pytest
 
 from topoopt.cluster import Cluster, Job

@@ -39,10 +39,13 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def staging_dir(final: str | Path) -> Iterator[Path]:
+def staging_dir(final: str | Path, stale: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a fresh directory; on success its files replace those in ``final``.
 
     On an exception nothing in ``final`` changes and the staging directory is removed.
+    ``stale`` lists glob patterns of files or folders in ``final`` that the new set
+    supersedes: they are removed before the new files move in (so an export skipped
+    this time cannot survive from an earlier run). Other files in ``final`` stay.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +53,9 @@ def staging_dir(final: str | Path) -> Iterator[Path]:
     try:
         yield stage
         final.mkdir(parents=True, exist_ok=True)
+        for pattern in stale:
+            for old in final.glob(pattern):
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
         for item in sorted(stage.rglob("*")):
             target = final / item.relative_to(stage)
             if item.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from topoopt.config import Config, load_config
-from topoopt.errors import TopoOptError
+from topoopt.export.plots import require_matplotlib
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
            "strategy_option", "build_strategy"]
@@ -43,15 +43,3 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
     click.echo("  ".join("-" * w for w in widths))
     for row in cells:
         click.echo(fmt(row))
-
-
-def require_matplotlib():
-    """Import matplotlib (Agg backend) or fail with how to install it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise TopoOptError("--png needs matplotlib: pip install 'topoopt[plot]'")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from topoopt.export.plots import plot_topology
 from topoopt.commands._common import (build_strategy, config_argument, print_table,
                                       read_config, require_matplotlib, strategy_option)
 from topoopt.errors import ConfigError
 
-__all__ = ["topology", "plot_topology", "expander_baseline"]
+__all__ = ["topology", "expander_baseline"]
 
 
 def expander_baseline(servers: int, ports: int, bandwidth: float, latency: float, seed: int):
@@ -18,40 +19,6 @@ def expander_baseline(servers: int, ports: int, bandwidth: float, latency: float
     except ImportError:
         return None
     return expander_topology(servers, ports, bandwidth, latency, seed)
-
-
-def plot_topology(plan, title: str, path: str) -> None:
-    """Draw servers on a circle, links as chords coloured by ring stride (MP in black)."""
-    import numpy as np
-    from matplotlib.collections import LineCollection
-
-    from topoopt._io import atomic_path
-
-    plt = require_matplotlib()
-    topo = plan.topology
-    n = topo.servers
-    angle = 2 * np.pi * np.arange(n) / n
-    xy = np.c_[np.cos(angle), np.sin(angle)]
-    kinds = sorted(set(topo.labels), key=lambda s: (s == "mp", s))
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(6.4, 6.4), dpi=120)
-    for i, kind in enumerate(kinds):
-        segs = [(xy[a], xy[b]) for (a, _, b, _), lab in zip(topo.links, topo.labels)
-                if lab == kind]
-        color = "black" if kind == "mp" else cmap(i % 10)
-        ax.add_collection(LineCollection(segs, colors=[color], linewidths=0.6,
-                                         alpha=0.35 if kind == "mp" else 0.7,
-                                         label=f"{kind} ({len(segs)} links)"))
-    ax.scatter(xy[:, 0], xy[:, 1], s=max(2, 400 / n), c="tab:gray", zorder=3)
-    ax.set_aspect("equal")
-    ax.set_axis_off()
-    ax.set_title(title, fontsize=10)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=7,
-              frameon=False)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
 
 
 @click.command()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from topoopt.export.plots import plot_heatmap
 from topoopt.commands._common import (build_strategy, config_argument, print_table,
                                       read_config, require_matplotlib, strategy_option)
 from topoopt.units import format_size
 
-__all__ = ["traffic", "plot_heatmap"]
+__all__ = ["traffic"]
 
 
 def _members(members: tuple[int, ...], servers: int) -> str:
@@ -18,34 +19,6 @@ def _members(members: tuple[int, ...], servers: int) -> str:
     if len(members) <= 6:
         return ",".join(map(str, members))
     return f"{len(members)} servers"
-
-
-def plot_heatmap(matrix: np.ndarray, title: str, path: str) -> None:
-    """Draw a server-to-server traffic heatmap (TopoOpt Figure 1 style) to a PNG."""
-    from matplotlib.colors import LogNorm
-
-    from topoopt._io import atomic_path
-
-    plt = require_matplotlib()
-    n = matrix.shape[0]
-    fig, ax = plt.subplots(figsize=(6.4, 5.4), dpi=120)
-    data = np.ma.masked_equal(matrix, 0.0)
-    positive = matrix[matrix > 0]
-    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size else None
-    image = ax.imshow(data, cmap="viridis_r", norm=norm, interpolation="nearest")
-    ax.set_facecolor("white")
-    ax.set_xlabel("destination server")
-    ax.set_ylabel("source server")
-    ax.set_title(title, fontsize=10)
-    step = max(1, n // 16)
-    ax.set_xticks(range(0, n, step))
-    ax.set_yticks(range(0, n, step))
-    bar = fig.colorbar(image, ax=ax)
-    bar.set_label("bytes per iteration")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
 
 
 @click.command()

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 from scipy.optimize import brentq
 
+from topoopt._frozen import FrozenDict
 from topoopt.errors import ConfigError
 from topoopt.units import format_bandwidth, parse_bandwidth
 
@@ -80,8 +80,8 @@ class PriceTable:
     def __post_init__(self) -> None:
         for name in SPEED_COMPONENTS:
             table = dict(sorted((float(k), float(v)) for k, v in getattr(self, name).items()))
-            object.__setattr__(self, name, MappingProxyType(table))
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+            object.__setattr__(self, name, FrozenDict(table))
+        object.__setattr__(self, "sources", FrozenDict(self.sources))
 
     def price(self, component: str, speed: float | None = None) -> float:
         """Unit price of ``component`` (at ``speed`` bits/s for the per-speed ones)."""

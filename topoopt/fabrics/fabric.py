@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import FlowRoutes
@@ -92,8 +92,8 @@ class Fabric:
             arr = np.array(getattr(self, name), dtype=dt)
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
-        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
-        object.__setattr__(self, "explicit", MappingProxyType(dict(self.explicit)))
+        object.__setattr__(self, "info", FrozenDict(self.info))
+        object.__setattr__(self, "explicit", FrozenDict(self.explicit))
 
     @property
     def links(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -15,12 +15,11 @@ from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_pa
                                        k_shortest_routes, neighbour_table, _adjacency)
 from topoopt.topology.degree import allocate_group_degrees, split_degree
 from topoopt.topology.matching import max_weight_matching
-from topoopt.topology.perms import (PermutationSelection, ring_order, select_permutations,
-                                    totient_perms)
+from topoopt.topology.perms import (PermutationSelection, ring_order, select_permutations)
 from topoopt.topology.topology import Routes, Topology, check_ring, check_routes, check_topology
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
-           "is_strongly_connected"]
+           "is_strongly_connected", "extend_plan"]
 
 Ring = tuple[int, ...]
 
@@ -507,3 +506,32 @@ def check_topology_plan(plan: TopologyPlan, traffic) -> None:
             raise PlanCheckError(f"MP pair {u}->{v} has no route")
     if not is_strongly_connected(topo):
         raise PlanCheckError("the topology is not strongly connected")
+
+
+def extend_plan(plan: TopologyPlan, traffic) -> TopologyPlan:
+    """The same topology, with rings and routes for traffic it was not built for.
+
+    The MCMC may change the strategy on a fixed topology (TopoOpt §4: the Comp x Comm
+    plane keeps the topology), creating AllReduce groups without rings and MP pairs
+    without routes. Groups the plan has keep their rings; new groups get a
+    nearest-neighbour ring over the topology's hop distances; groups the traffic no
+    longer has are dropped. Pairs without a route (new MP pairs, ring hops that are
+    not links) get k-shortest routes; existing routes stay.
+
+    Returns
+    -------
+    TopologyPlan
+        Passes :func:`check_topology_plan` for ``traffic``.
+    """
+    from topoopt.topology.metrics import route_traffic
+
+    dist = hop_distances(plan.topology)
+    rings = {g.members: plan.rings.get(g.members)
+             or (_nearest_neighbour_ring(g.members, dist),) for g in traffic.allreduce}
+    extra = route_traffic(plan.topology, traffic, rings, plan.k_paths, skip=plan.routes.paths)
+    routes = Routes({**extra.paths, **plan.routes.paths})
+    known = {g.members for g in plan.groups}
+    groups = tuple(g for g in plan.groups if g.members in rings) + tuple(
+        GroupPlan(g.members, g.network_bytes, 0)
+        for g in traffic.allreduce if g.members not in known)
+    return replace(plan, rings=rings, routes=routes, groups=groups)

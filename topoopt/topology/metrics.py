@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Container, Mapping
 
 import numpy as np
 
@@ -93,17 +93,20 @@ def link_loads(topology: Topology, matrix: np.ndarray, routes: Routes) -> np.nda
 
 
 def route_traffic(topology: Topology, traffic, rings: Mapping | None = None,
-                  k_paths: int = 4, max_extra_hops: int | None = 0) -> Routes:
+                  k_paths: int = 4, max_extra_hops: int | None = 0,
+                  skip: Container[tuple[int, int]] = ()) -> Routes:
     """Routes for a topology not built for the traffic (e.g. the Expander baseline).
 
     Each AllReduce group runs one ring in member order unless ``rings`` says
     otherwise; every MP pair and every ring hop that is not a link takes the k
-    shortest paths (see :func:`~topoopt.routing.kshortest.k_shortest_routes`).
+    shortest paths (see :func:`~topoopt.routing.kshortest.k_shortest_routes`),
+    except the pairs in ``skip`` (already routed).
     """
     matrix = traffic.matrix(rings)
     direct = {(a, b) for a, _, b, _ in topology.links}
     need = {(int(u), int(v)) for u, v in zip(*np.nonzero(traffic.mp))}
     need |= {(int(u), int(v)) for u, v in zip(*np.nonzero(matrix)) if (u, v) not in direct}
+    need = {pair for pair in need if pair not in skip}
     found = k_shortest_routes(topology, need, k_paths, max_extra_hops)
     # a pair that is a link but also carries MP bytes: ring bytes stay on the link
     out = {}

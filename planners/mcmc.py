@@ -1,0 +1,279 @@
+"""MCMC search over parallelization strategies on a fixed network (TopoOpt §4, Comp x Comm plane).
+
+FlexFlow's search (Jia et al., "Beyond Data and Model Parallelism", MLSys'19, §5):
+a Markov chain whose states are strategies; a move re-configures one operator;
+Metropolis acceptance on the simulated iteration time; the best state is tracked,
+and the chain restarts from it every ``budget / restarts`` moves.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from topoopt.strategy import Strategy
+
+__all__ = ["IterationCost", "SearchResult", "mcmc_search", "DEFAULT_ALPHA", "stop_requested",
+           "graceful_interrupt"]
+
+#: Metropolis temperature on the *relative* change: a move 5% worse than the current
+#: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
+DEFAULT_ALPHA = 20.0
+
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C asked running searches to stop (they return their best so far)."""
+    return _STOP.is_set()
+
+
+class graceful_interrupt:
+    """Context manager: the first Ctrl-C sets :func:`stop_requested` instead of raising.
+
+    Searches poll it between moves and return the best strategy found so far; a
+    second Ctrl-C raises KeyboardInterrupt as usual. Only the main thread can install
+    signal handlers; elsewhere this does nothing.
+    """
+
+    def __enter__(self):
+        _STOP.clear()
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.getsignal(signal.SIGINT)
+
+            def handler(signum, frame):
+                if _STOP.is_set():
+                    raise KeyboardInterrupt
+                _STOP.set()
+
+            signal.signal(signal.SIGINT, handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
+class IterationCost:
+    """The MCMC's cost: simulated iteration seconds of a strategy on one fabric.
+
+    Wraps :func:`topoopt.estimate.estimate_iteration` with its per-operator
+    :class:`~topoopt.estimate.EstimateCache` and a memo of strategies already
+    evaluated (restarts revisit them).
+
+    Parameters
+    ----------
+    model, cluster, job :
+        The job.
+    fabric : topoopt.fabrics.Fabric
+    rings : Mapping, optional
+        AllReduce group -> ring orders (a TopoOpt plan's rings).
+    overlap : bool
+        Overlap AllReduce with the backward pass.
+    seed : int
+    """
+
+    def __init__(self, model, cluster, job, fabric, rings=None, overlap: bool = True,
+                 seed: int = 0) -> None:
+        from topoopt.estimate import EstimateCache
+
+        self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
+        self.rings, self.overlap, self.seed = rings, overlap, seed
+        self.cache = EstimateCache(model, cluster, job)
+        self.memo: dict[tuple, float] = {}
+        self.evaluations = 0
+
+    def estimate(self, strategy: Strategy):
+        """The full :class:`~topoopt.estimate.IterationEstimate` of ``strategy``."""
+        from topoopt.estimate import estimate_iteration
+
+        return estimate_iteration(self.model, strategy, self.cluster, self.job, self.fabric,
+                                  rings=self.rings, overlap=self.overlap, cache=self.cache,
+                                  seed=self.seed)
+
+    def __call__(self, strategy: Strategy) -> float:
+        key = strategy.configs
+        hit = self.memo.get(key)
+        if hit is None:
+            self.evaluations += 1
+            hit = self.memo[key] = self.estimate(strategy).total
+            if len(self.memo) > 20_000:  # bound memory on long searches
+                self.memo.clear()
+        return hit
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of one MCMC chain.
+
+    Attributes
+    ----------
+    best : Strategy
+    best_time : float
+        Its simulated iteration time, seconds.
+    start_time : float
+        The start strategy's time on the same fabric.
+    moves, accepted : int
+        Proposed and accepted moves.
+    trace : tuple of float
+        Best time after each block of ``budget // 100`` moves.
+    seed : int
+    interrupted : bool
+        Stopped early by Ctrl-C (or a stop callback); ``best`` is still valid.
+    """
+
+    best: Strategy
+    best_time: float
+    start_time: float
+    moves: int
+    accepted: int
+    trace: tuple[float, ...]
+    seed: int
+    interrupted: bool = False
+
+
+def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budget: int,
+                seed: int = 0, alpha: float = DEFAULT_ALPHA, restarts: int = 100,
+                neighbour_moves: float = 0.25, segment_moves: float = 0.25,
+                progress: Callable[[int, float], None] | None = None,
+                stop: Callable[[], bool] = stop_requested) -> SearchResult:
+    """Search strategies by MCMC, keeping the best.
+
+    Parameters
+    ----------
+    space : planners.space.StrategySpace
+        Valid configs per operator and the memory check.
+    cost : callable
+        Strategy -> iteration seconds (:class:`IterationCost`).
+    start : Strategy
+        Must be in ``space`` (data parallel, or DLRM's hybrid when DP does not fit).
+    budget : int
+        Moves to propose.
+    seed : int
+    alpha : float
+        Acceptance ``exp(-alpha x (new - current) / current)`` for worse moves.
+    restarts : int
+        Jump back to the best state every ``budget // restarts`` moves.
+    neighbour_moves : float
+        Probability that a move copies the config of an adjacent operator instead of
+        drawing a random one. Adjacent operators with one config fuse into one task
+        and exchange no MP traffic, so such moves reach good regions much faster
+        than uniform draws.
+    segment_moves : float
+        Probability that a random config is given to a whole segment: the operator
+        and every operator connected to it through neighbours that share its current
+        config. Moving a fused chain one operator at a time creates MP traffic at each
+        step, a barrier single-operator moves rarely cross. The remaining moves are
+        FlexFlow's uniform single-operator draws, so the chain still covers the space.
+    progress : callable, optional
+        Called as ``progress(moves_done, best_time)`` after every block of moves.
+    stop : callable
+        Polled between moves; True ends the search early with the best so far.
+
+    Returns
+    -------
+    SearchResult
+
+    References
+    ----------
+    .. [1] Z. Jia, M. Zaharia, A. Aiken, "Beyond Data and Model Parallelism for Deep
+       Neural Networks", MLSys 2019, §5 (MCMC search).
+    .. [2] TopoOpt §4, "Comp. x Comm. plane".
+    """
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    rng = np.random.default_rng(seed)
+    current, current_t = start, cost(start)
+    best, best_t, start_t = current, current_t, current_t
+    memory = space.memory(current)
+    block = max(1, budget // max(restarts, 1))
+    trace: list[float] = []
+    accepted = 0
+    interrupted = False
+    neighbours = _neighbours(space.model)
+    move = None
+    moves = 0
+    for moves in range(1, budget + 1):
+        if stop():
+            interrupted, moves = True, moves - 1
+            break
+        u = rng.random()
+        if u < neighbour_moves:
+            move = _neighbour_move(space, current, memory, neighbours, rng)
+        elif u < neighbour_moves + segment_moves:
+            move = _segment_move(space, current, memory, neighbours, rng)
+        else:
+            move = space.propose(current, memory, rng)
+            if move is not None:
+                i, config, moved_memory = move
+                move = (current.with_config(i, config, name="mcmc"), moved_memory)
+        if move is not None:
+            candidate, moved_memory = move
+            t = cost(candidate)
+            if t <= current_t or rng.random() < math.exp(-alpha * (t - current_t) / current_t):
+                current, current_t, memory = candidate, t, moved_memory
+                accepted += 1
+                if t < best_t:
+                    best, best_t = candidate, t
+        if moves % block == 0:
+            trace.append(best_t)
+            if progress is not None:
+                progress(moves, best_t)
+            current, current_t, memory = best, best_t, space.memory(best)
+    return SearchResult(best, best_t, start_t, moves, accepted, tuple(trace), seed, interrupted)
+
+
+def _neighbours(model) -> list[list[int]]:
+    """Per operator, the operators it exchanges tensors with (inputs excluded)."""
+    adj: list[set[int]] = [set() for _ in model.operators]
+    for u, v in model.edges:
+        if model.operators[u].kind != "input":
+            adj[u].add(v)
+            adj[v].add(u)
+    return [sorted(a) for a in adj]
+
+
+def _neighbour_move(space, strategy: Strategy, memory, neighbours, rng):
+    """Operator ``i`` takes the config of an adjacent operator."""
+    movable = space.movable
+    i = movable[int(rng.integers(len(movable)))]
+    if not neighbours[i]:
+        return None
+    j = neighbours[i][int(rng.integers(len(neighbours[i])))]
+    return _apply(space, strategy, memory, [i], strategy.configs[j])
+
+
+def _segment_move(space, strategy: Strategy, memory, neighbours, rng):
+    """A random config for operator ``i`` and the connected operators sharing its config."""
+    movable = space.movable
+    i = movable[int(rng.integers(len(movable)))]
+    old = strategy.configs[i]
+    segment, frontier = {i}, [i]
+    while frontier:
+        u = frontier.pop()
+        for v in neighbours[u]:
+            if v not in segment and strategy.configs[v] == old:
+                segment.add(v)
+                frontier.append(v)
+    cands = space.configs[i]
+    return _apply(space, strategy, memory, sorted(segment), cands[int(rng.integers(len(cands)))])
+
+
+def _apply(space, strategy: Strategy, memory, ops: list[int], config):
+    """``strategy`` with ``config`` on every op of ``ops`` that accepts it, if it fits."""
+    configs = list(strategy.configs)
+    moved = memory
+    for i in ops:
+        if configs[i] != config and config in space.config_sets[i]:
+            moved = space.moved_memory(moved, i, configs[i], config)
+            configs[i] = config
+    if moved is memory or float(moved.max()) > space.memory_limit:
+        return None
+    return Strategy(tuple(configs), "mcmc"), moved

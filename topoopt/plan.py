@@ -1,0 +1,467 @@
+"""Plan a job's optical shard: co-optimized strategy and topology, compared with every fabric.
+
+:func:`plan` is the library call behind ``topoopt plan CONFIG -o DIR``: alternating
+optimization (TopoOpt §4) for the TopoOpt shard, and an MCMC search with the same
+budget on each baseline fabric (Ideal Switch, cost-equivalent Fat-tree, 2:1
+oversubscribed Fat-tree, Expander; §5), so every fabric is compared with its own best
+strategy. :func:`plan_to_json` gives the ``plan.json`` document (schema in README),
+:func:`write_plan` writes it with the exports, and :func:`check_plan_dir` re-validates
+a written plan.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
+
+__all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan", "plan_to_json",
+           "write_plan", "read_plan", "check_plan_dir", "check_plan_document"]
+
+FORMAT = "topoopt.plan/1"
+#: Baseline fabrics compared with the TopoOpt shard (names of topoopt.fabrics.catalog).
+BASELINES = ("ideal", "fattree", "oversub", "expander")
+
+
+@dataclass(frozen=True)
+class FabricResult:
+    """One fabric's best strategy, predicted iteration and cost.
+
+    Attributes
+    ----------
+    name, title : str
+    strategy : Strategy
+    estimate : IterationEstimate
+    cost : CostReport
+    start_time : float
+        The start strategy's iteration time on this fabric.
+    moves : int
+        MCMC moves spent on it.
+    """
+
+    name: str
+    title: str
+    strategy: Any
+    estimate: Any
+    cost: Any
+    start_time: float
+    moves: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: the TopoOpt shard's strategy, topology, rings, routes; every fabric's result.
+
+    Attributes
+    ----------
+    cluster, job : Cluster, Job
+    model : workloads.Model
+    topology_plan : TopologyPlan
+        Topology with ports, rings per AllReduce group and routes.
+    fabrics : tuple of FabricResult
+        ``topoopt`` first, then the baselines.
+    search : AlternatingResult
+        History of the alternating optimization.
+    seed, budget, rounds, chains : int
+    source : str
+        Where the config came from (for reports).
+    """
+
+    cluster: Any
+    job: Any
+    model: Any
+    topology_plan: Any
+    fabrics: tuple[FabricResult, ...]
+    search: Any
+    seed: int
+    budget: int
+    rounds: int
+    chains: int
+    source: str = ""
+
+    @property
+    def strategy(self):
+        """The TopoOpt shard's strategy."""
+        return self.fabric("topoopt").strategy
+
+    def fabric(self, name: str) -> FabricResult:
+        """The result of the fabric called ``name``."""
+        for f in self.fabrics:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, seed: int = 0,
+         baselines: Sequence[str] = BASELINES, executor=None, prices=None,
+         finder_kwargs: dict | None = None, source: str = "",
+         progress: Callable[[str, int, float], None] | None = None) -> Plan:
+    """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
+
+    Parameters
+    ----------
+    cluster : Cluster
+    job : Job
+    budget : int
+        MCMC moves per chain per round. Each baseline gets ``budget x rounds`` moves
+        per chain, the most the TopoOpt alternation can spend.
+    rounds : int
+        k, rounds of alternating optimization.
+    chains : int
+        Independent MCMC chains (different seeds); the best is kept.
+    seed : int
+    baselines : sequence of str
+        Fabrics to compare (default: ideal, fattree, oversub, expander).
+    executor : Executor, optional
+        :func:`planners.executor.make_executor`; serial by default. The result does
+        not depend on it.
+    prices : PriceTable, optional
+        Cost model prices (:func:`topoopt.fabrics.cost.price_table`).
+    finder_kwargs : dict, optional
+        TopologyFinder options (``routing``, ``k_paths``, ``primes_only``, ``mp_decay``).
+    source : str
+        Config path, echoed in the plan.
+    progress : callable, optional
+        ``progress(stage, moves_done, best_seconds)``.
+
+    Returns
+    -------
+    Plan
+
+    Examples
+    --------
+    >>> from topoopt import Cluster, Job
+    >>> p = plan(Cluster(servers=4, nics=2, link_bandwidth=100e9),
+    ...          Job("ncf", 32, size={"tables": 4, "rows": 1000, "top_layers": 2}),
+    ...          budget=20, rounds=1)  # doctest: +SKIP
+    >>> p.fabric("topoopt").estimate.total <= p.search.start_time  # doctest: +SKIP
+    True
+    """
+    from planners.alternating import (ChainTask, alternating_optimization, search_fabric,
+                                      start_strategy, topoopt_fabric)
+    from planners.executor import SerialExecutor
+    from planners.mcmc import IterationCost, stop_requested
+    from planners.space import StrategySpace
+    from topoopt.fabrics.catalog import FABRICS, build_fabric
+    from topoopt.fabrics.cost import DEFAULT_PRICES, fabric_cost
+
+    for field, value, low in (("plan.budget", budget, 0), ("plan.rounds", rounds, 1),
+                              ("plan.chains", chains, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(field, value, f"must be an integer >= {low}")
+    for name in baselines:
+        if name not in FABRICS or name == "topoopt":
+            raise ConfigError("plan.baselines", name,
+                              f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
+    prices = prices or DEFAULT_PRICES
+    executor = executor or SerialExecutor()
+    model = job.build_model()
+    space = StrategySpace.build(model, cluster, job)
+    start = start_strategy(model, cluster, job, space)
+
+    search = alternating_optimization(model, cluster, job, start, rounds=rounds, budget=budget,
+                                      chains=chains, seed=seed, executor=executor,
+                                      finder_kwargs=finder_kwargs, progress=progress)
+    results = []
+    fabric = topoopt_fabric(search.topology_plan)
+    est = IterationCost(model, cluster, job, fabric, search.topology_plan.rings).estimate(
+        search.strategy)
+    results.append(FabricResult("topoopt", FABRICS["topoopt"].title, search.strategy, est,
+                                fabric_cost(fabric, prices), search.start_time, search.moves))
+
+    # Baselines: each its own search with the same per-chain budget, all through the executor.
+    tasks = [ChainTask(cluster, job, start, budget * rounds, seed * 1000 + 900 + c,
+                       fabric=name, prices=prices, fabric_seed=seed)
+             for name in baselines for c in range(chains)]
+    if stop_requested():
+        tasks = [ChainTask(t.cluster, t.job, t.start, 0, t.seed, t.fabric, prices=prices,
+                           fabric_seed=seed) for t in tasks]
+    if executor.name == "serial":
+        found = []
+        for t in tasks:
+            stage = f"{t.fabric} search"
+            found.append(search_fabric([t], executor,
+                                       (lambda m, b, s=stage: progress(s, m, b))
+                                       if progress else None))
+    else:
+        from planners.alternating import run_chain
+
+        found = executor.map(run_chain, tasks)
+    for i, name in enumerate(baselines):
+        mine = found[i * chains:(i + 1) * chains]
+        best = min(mine, key=lambda r: (r.best_time, r.seed))
+        fab = build_fabric(name, cluster, prices, seed, job=job, model=model, strategy=start)
+        est = IterationCost(model, cluster, job, fab, seed=seed).estimate(best.best)
+        results.append(FabricResult(name, FABRICS[name].title, best.best, est,
+                                    fabric_cost(fab, prices), best.start_time,
+                                    sum(r.moves for r in mine)))
+    return Plan(cluster, job, model, search.topology_plan, tuple(results), search, seed,
+                budget, rounds, chains, source)
+
+
+# ----------------------------------------------------------------------------- JSON
+def _cluster_json(c) -> dict:
+    return {"servers": c.servers, "nics": c.nics, "link_bandwidth": c.link_bandwidth,
+            "link_latency": c.link_latency, "gpus_per_server": c.gpus_per_server,
+            "gpu": c.gpu.name, "intra_server_bandwidth": c.intra_server_bandwidth,
+            "compute_efficiency": c.compute_efficiency,
+            "memory_efficiency": c.memory_efficiency}
+
+
+def _job_json(job, cluster) -> dict:
+    out = {"model": job.model, "batch_per_gpu": job.batch_per_gpu, "precision": job.precision,
+           "size": dict(job.size), "global_batch": job.global_batch(cluster)}
+    if job.operators:
+        out["operators"] = [dict(o) for o in job.operators]
+    return out
+
+
+def plan_to_json(p: Plan) -> dict:
+    """The ``plan.json`` document (schema: README, "plan.json").
+
+    Deterministic: the same inputs and seed give the same document, so no wall times.
+    """
+    tp = p.topology_plan
+    topo = tp.topology
+    groups = {g.members: g for g in tp.groups}
+    rings = []
+    for members, orders in sorted(tp.rings.items(), key=lambda kv: (-len(kv[0]), kv[0])):
+        g = groups.get(members)
+        for order in orders:
+            rings.append({"members": list(members), "order": list(order),
+                          "share": 1.0 / len(orders),
+                          "group_bytes": g.bytes if g is not None else None,
+                          "direct": bool(g is not None and g.degree > 0)})
+    routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
+                                             for path, f in options]}
+              for (s, d), options in sorted(tp.routes.paths.items())]
+    from topoopt.topology.metrics import topology_metrics
+    from topoopt.traffic import derive_traffic
+
+    traffic = derive_traffic(p.model, p.strategy, p.cluster.servers,
+                             p.job.global_batch(p.cluster), p.job.dtype_bytes)
+    metrics = topology_metrics(topo, traffic, tp.rings, tp.routes)
+    return {
+        "format": FORMAT,
+        "config": p.source,
+        "cluster": _cluster_json(p.cluster),
+        "job": _job_json(p.job, p.cluster),
+        "strategy": p.strategy.to_json(p.model),
+        "topology": {"servers": topo.servers, "ports": topo.ports,
+                     "link_bandwidth": topo.link_bandwidth, "link_latency": topo.link_latency,
+                     "links": [list(link) for link in topo.links],
+                     "labels": list(topo.labels),
+                     "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
+        "metrics": {"diameter": metrics.diameter,
+                    "average_path_length": metrics.average_path_length,
+                    "bandwidth_tax": metrics.bandwidth_tax, "mp_hops": metrics.mp_hops,
+                    "max_link_load_bytes": metrics.max_link_load},
+        "rings": rings,
+        "routes": routes,
+        "iteration_time_s": {f.name: f.estimate.total for f in p.fabrics},
+        "breakdown": {f.name: {k: getattr(f.estimate, k) for k in
+                               ("compute", "mp", "allreduce", "exposed_communication",
+                                "mp_bytes", "allreduce_bytes")} for f in p.fabrics},
+        "cost": {f.name: f.cost.total for f in p.fabrics},
+        "fabrics": {f.name: {"title": f.title, "start_time_s": f.start_time,
+                             "moves": f.moves,
+                             "strategy": f.strategy.to_json(p.model)}
+                    for f in p.fabrics if f.name != "topoopt"},
+        "search": {"seed": p.seed, "budget": p.budget, "rounds": p.rounds,
+                   "chains": p.chains, "start_strategy": p.search.start.name,
+                   "start_time_s": p.search.start_time, "best_time_s": p.search.time,
+                   "moves": p.search.moves, "interrupted": p.search.interrupted,
+                   "history": [r.to_json() for r in p.search.history]},
+    }
+
+
+# ------------------------------------------------------------------ write and check
+#: Files and folders a plan directory holds; a new plan replaces all of them.
+PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
+              "msccl_allreduce.xml", "ocs", "traffic_before.png", "traffic_after.png",
+              "topology.png", "fabrics.png")
+
+
+def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True
+               ) -> list[Path]:
+    """Write ``plan.json``, the exports and (with matplotlib) the plots into ``directory``.
+
+    All files are rendered in a staging folder first and moved in at the end, so a
+    failure leaves ``directory`` as it was. Returns the paths written, sorted.
+    """
+    from topoopt._io import staging_dir
+
+    directory = Path(directory)
+    doc = plan_to_json(p)
+    written: list[Path] = []
+    with staging_dir(directory, stale=PLAN_FILES) as stage:
+        (stage / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        written.append(directory / "plan.json")
+        if exports:
+            import warnings
+
+            from topoopt.export.bundle import ExportSkipped, write_exports
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExportSkipped)
+                paths = write_exports(stage, p.topology_plan.topology, p.topology_plan.rings,
+                                      p.cluster)
+            written += [directory / q.relative_to(stage) for q in paths]
+        if plots and _have_matplotlib():
+            from topoopt.export.plots import write_plan_plots
+
+            written += [directory / q.relative_to(stage) for q in write_plan_plots(p, stage)]
+    return sorted(written)
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def read_plan(directory: str | Path) -> dict:
+    """Load ``DIR/plan.json``.
+
+    Raises
+    ------
+    PlanCheckError
+        Missing file, not JSON, or not a topoopt plan.
+    """
+    path = Path(directory) / "plan.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlanCheckError(f"{path} does not exist; run `topoopt plan CONFIG -o {directory}`")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlanCheckError(f"{path} is not valid JSON: {exc}")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PlanCheckError(f"{path}: format is not {FORMAT!r}")
+    return doc
+
+
+def _topology_of(doc: dict):
+    from topoopt.topology.topology import Topology
+
+    t = doc["topology"]
+    return Topology(int(t["servers"]), int(t["ports"]),
+                    tuple(tuple(int(x) for x in link) for link in t["links"]),
+                    float(t["link_bandwidth"]), float(t["link_latency"]),
+                    tuple(t.get("labels", ())))
+
+
+def _rings_of(doc: dict) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    rings: dict[tuple[int, ...], list] = {}
+    for r in doc["rings"]:
+        rings.setdefault(tuple(r["members"]), []).append(tuple(r["order"]))
+    return {m: tuple(orders) for m, orders in rings.items()}
+
+
+def _cluster_job_of(doc: dict):
+    from topoopt.config import parse_config
+
+    c = dict(doc["cluster"])
+    j = {k: v for k, v in doc["job"].items() if k != "global_batch"}
+    if not j.get("size"):
+        j.pop("size", None)
+    cfg = parse_config({"cluster": c, "job": j})
+    return cfg.cluster, cfg.job
+
+
+def check_plan_document(doc: dict) -> None:
+    """Raise :class:`PlanCheckError` naming the first violated invariant of a plan.
+
+    Checks: the topology's ports (each transmits and receives at most once, within
+    the shard's NICs); every ring a Hamiltonian cycle of its group and, for rings
+    marked ``direct``, each hop a link; every route a path of links with fractions
+    summing to 1; every ring hop that is not a link routed; the strategy valid for
+    the job (servers, degrees, memory); an iteration time and a cost for every fabric.
+    """
+    from topoopt.strategy import OpConfig, Strategy, check_strategy
+    from topoopt.topology.topology import Routes, check_ring, check_routes, check_topology
+
+    try:
+        topo = _topology_of(doc)
+        rings = _rings_of(doc)
+        routes = Routes({(int(r["src"]), int(r["dst"])):
+                         tuple((tuple(int(x) for x in q["path"]), float(q["fraction"]))
+                               for q in r["paths"]) for r in doc["routes"]})
+        cluster, job = _cluster_job_of(doc)
+        strategy_rows = doc["strategy"]
+        times, costs = doc["iteration_time_s"], doc["cost"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanCheckError(f"plan.json is missing or mangles a field: {exc!r}")
+    except TopoOptError as exc:
+        raise PlanCheckError(f"plan.json cluster/job: {exc}")
+    if topo.servers != cluster.servers or topo.ports != cluster.nics:
+        raise PlanCheckError(f"topology has {topo.servers} servers x {topo.ports} ports but "
+                             f"the cluster {cluster.servers} x {cluster.nics}")
+    check_topology(topo)
+    links = {(a, b) for a, _, b, _ in topo.links}
+    direct = {tuple(r["members"]): bool(r.get("direct")) for r in doc["rings"]}
+    for members, orders in rings.items():
+        for order in orders:
+            check_ring(order, members)
+            for u, v in zip(order, order[1:] + order[:1]):
+                if (u, v) in links:
+                    continue
+                if direct[members]:
+                    raise PlanCheckError(f"ring {list(order)} hop {u}->{v} is marked direct "
+                                         "but is not a link")
+                if (u, v) not in routes:
+                    raise PlanCheckError(f"ring {list(order)} hop {u}->{v} is neither a link "
+                                         "nor routed")
+    check_routes(topo, routes)
+    model = job.build_model()
+    try:
+        configs = tuple(OpConfig(tuple(r["servers"]), int(r["dp"]), int(r["mp"]))
+                        for r in strategy_rows)
+        names = [r["op"] for r in strategy_rows]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanCheckError(f"plan.json strategy is malformed: {exc!r}")
+    if names != [op.name for op in model.operators]:
+        raise PlanCheckError("strategy operators do not match the job's model")
+    try:
+        check_strategy(model, Strategy(configs), cluster.servers, job.global_batch(cluster),
+                       cluster.gpus_per_server * cluster.gpu.memory, job.dtype_bytes)
+    except TopoOptError as exc:
+        raise PlanCheckError(f"strategy: {exc}")
+    for fabric in ("topoopt", *BASELINES):
+        if fabric in times and not (isinstance(times[fabric], (int, float))
+                                    and times[fabric] > 0):
+            raise PlanCheckError(f"iteration_time_s.{fabric} = {times[fabric]!r} is not > 0")
+    if "topoopt" not in times or "topoopt" not in costs:
+        raise PlanCheckError("plan.json has no iteration_time_s/cost for topoopt")
+    if set(times) != set(costs):
+        raise PlanCheckError(f"fabrics with times {sorted(times)} differ from those with "
+                             f"costs {sorted(costs)}")
+
+
+def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
+    """Validate ``DIR/plan.json`` and every export in ``DIR`` against it.
+
+    Returns
+    -------
+    list of str
+        The files checked.
+
+    Raises
+    ------
+    PlanCheckError
+        Naming the first violation.
+    """
+    from topoopt.export.bundle import check_exports
+
+    doc = read_plan(directory)
+    check_plan_document(doc)
+    cluster, _ = _cluster_job_of(doc)
+    checked = ["plan.json"]
+    if (Path(directory) / "patch_panel.csv").exists():
+        checked += check_exports(directory, _topology_of(doc), _rings_of(doc), cluster,
+                                 simulate=simulate)
+    return checked
