@@ -183,3 +183,31 @@ def test_ray_executor_gives_the_same_plan(planned, monkeypatch):
         got = small_plan(executor=ray_exec)
     assert json.dumps(plan_to_json(got), sort_keys=True) == \
         json.dumps(plan_to_json(planned), sort_keys=True)
+
+
+def test_stop_keeps_the_best_so_far():
+    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = job.build_model()
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    start = start_strategy(model, cluster, job, space)
+    calls = iter(range(10_000))
+    found = mcmc_search(space, cost, start, budget=1000, seed=0,
+                        stop=lambda: next(calls) >= 25)
+    assert found.interrupted and found.moves == 25
+    assert space.contains(found.best) and found.best_time == cost(found.best)
+
+
+def test_ctrl_c_requests_a_graceful_stop():
+    import os
+    import signal
+
+    from planners.mcmc import graceful_interrupt, stop_requested
+    with graceful_interrupt():
+        assert not stop_requested()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop_requested()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C interrupts for real
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
