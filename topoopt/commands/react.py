@@ -199,15 +199,21 @@ def _plot(result, path: str) -> None:
 @click.option("--epochs", type=int, default=100)
 @click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
 @click.option("--seed", type=int, default=0, help="Scenario and ECMP seed.")
+@click.option("--backend", type=click.Choice(["flow", "ns3"]), default="flow",
+              help="flow: the flow-level simulator (max-min fair fluid, milliseconds); "
+                   "ns3: packet level, DCTCP over RED/ECN switches (needs the packet "
+                   "extra; several seconds per epoch).")
+@click.option("--mtu", type=int, default=1500,
+              help="IP MTU in bytes for --backend ns3 (9000: jumbo frames, ~5x faster).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write the per-epoch times, summary and swaps to this JSON file.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Plot per-epoch time with and without REACT (needs the plot extra).")
 def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epochs,
-             warmup, seed, json_out, png) -> None:
-    """Run a collective for --epochs epochs on the flow-level simulator, without and
-    with REACT, under one congestion scenario; print mean and p95 collective time,
-    algorithm bandwidth and the swaps REACT made."""
+             warmup, seed, backend, mtu, json_out, png) -> None:
+    """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
+    without and with REACT, under one congestion scenario; print mean and p95
+    collective time, algorithm bandwidth and the swaps REACT made."""
     from topoopt._io import atomic_write_text
     from topoopt.react.scenarios import Scenario, run_scenario
 
@@ -215,7 +221,13 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
                   kind=kind, congested=congested, p=p,
                   capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
                   warmup=warmup, seed=seed)
-    res = run_scenario(sc)
+    if backend == "ns3":
+        from topoopt.netsim.ns3.config import Ns3Config
+        from topoopt.netsim.ns3.scenarios import run_scenario_ns3
+
+        res = run_scenario_ns3(sc, config=Ns3Config(mtu=mtu))
+    else:
+        res = run_scenario(sc)
     rows = []
     for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
         rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),

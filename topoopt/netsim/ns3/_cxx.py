@@ -18,6 +18,7 @@ SOURCE = r"""
 #include <functional>
 #include <map>
 #include <queue>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,10 +95,10 @@ class Driver {
         m_nodes.Add(c);
     }
 
-    // A point-to-point cable: a's device sends at rateAB, b's at rateBA; markX: whether
-    // X's egress queue marks ECN.
+    // A point-to-point cable: a's device sends at rateAB, b's at rateBA; queueX: the
+    // kind of X's egress queue (see InstallQueue).
     int AddChannel(uint32_t a, uint32_t b, double rateAB, double rateBA, double delay,
-                   uint32_t subnet, bool markA, bool markB) {
+                   uint32_t subnet, int queueA, int queueB) {
         PointToPointHelper p2p;
         p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
         p2p.SetDeviceAttribute("Mtu", UintegerValue(m_mtu));
@@ -106,8 +107,8 @@ class Driver {
         NetDeviceContainer d = p2p.Install(m_nodes.Get(a), m_nodes.Get(b));
         DynamicCast<PointToPointNetDevice>(d.Get(0))->SetDataRate(DataRate(uint64_t(rateAB)));
         DynamicCast<PointToPointNetDevice>(d.Get(1))->SetDataRate(DataRate(uint64_t(rateBA)));
-        m_rootA.push_back(InstallQueue(d.Get(0), markA));
-        m_rootB.push_back(InstallQueue(d.Get(1), markB));
+        m_rootA.push_back(InstallQueue(d.Get(0), queueA, rateAB));
+        m_rootB.push_back(InstallQueue(d.Get(1), queueB, rateBA));
         for (int end = 0; end < 2; ++end) {
             Ptr<Ipv4> ipv4 = m_nodes.Get(end ? b : a)->GetObject<Ipv4>();
             uint32_t i = ipv4->AddInterface(d.Get(end));
@@ -177,7 +178,7 @@ class Driver {
     void ClearDag() {
         m_kind.clear(); m_conn.clear(); m_bytes.clear(); m_dur.clear(); m_res.clear();
         m_prio.clear(); m_pendingDeps.clear(); m_succ.clear(); m_start.clear();
-        m_finish.clear(); m_done = 0; m_busy.clear(); m_queues.clear();
+        m_finish.clear(); m_done = 0; m_busy.clear(); m_queues.clear(); m_dirty.clear();
     }
 
     void LoadDag(const std::vector<int>& kind, const std::vector<int>& conn,
@@ -235,17 +236,24 @@ class Driver {
     }
 
   private:
-    // The queue in front of one device. mark: RED/ECN (a switch port, or a server
-    // that forwards for others), with pure ACKs in a strict-priority band when
-    // m_ackPriority. Otherwise a host NIC: per-flow fair queueing (FQ-CoDel, whose
-    // targets are far above these time scales so it neither drops nor marks; sparse
-    // flows such as ACKs go first), as a host's qdisc shares its NIC among flows.
-    Ptr<QueueDisc> InstallQueue(Ptr<NetDevice> dev, bool mark) {
+    // The queue in front of one device, by the kind of node that owns it:
+    // 1 (a switch port): RED/ECN, with pure ACKs in a strict-priority band when
+    //   m_ackPriority (REACT section 7.3);
+    // 0 (a server's NIC): per-flow fair queueing (FQ-CoDel, whose CoDel targets are far
+    //   above these time scales, so it never drops; sparse flows such as ACKs go first)
+    //   that marks ECN when a flow's packets wait longer than m_redMax packet times.
+    //   A host's qdisc shares its NIC among its flows, and the per-flow mark keeps a
+    //   DCTCP window near the path's BDP (as TCP small queues would) instead of
+    //   growing into a host queue -- whether the server sends its own flows or, on a
+    //   direct-connect fabric, relays others'.
+    Ptr<QueueDisc> InstallQueue(Ptr<NetDevice> dev, int kind, double rate) {
         TrafficControlHelper tch;
         QueueSizeValue cap(QueueSize(QueueSizeUnit::PACKETS, m_bufferPkts));
-        if (!mark) {
+        if (kind == 0) {
+            double ce = m_redMax * (m_mtu + 2) * 8.0 / rate;
             tch.SetRootQueueDisc("ns3::FqCoDelQueueDisc", "MaxSize", cap, "Target",
-                                 StringValue("50ms"), "Interval", StringValue("1s"));
+                                 StringValue("50ms"), "Interval", StringValue("1s"), "UseEcn",
+                                 BooleanValue(true), "CeThreshold", TimeValue(Seconds(ce)));
             return tch.Install(dev).Get(0);
         }
         auto red = [&](uint16_t h, uint16_t cls) {
@@ -339,6 +347,14 @@ class Driver {
         for (size_t i = 0; i < m_kind.size(); ++i) {
             if (m_pendingDeps[i] == 0) Ready(int(i));
         }
+        DispatchDirty();
+    }
+
+    // Tasks made ready together compete by priority: start them only after the batch.
+    void DispatchDirty() {
+        std::vector<int> dirty(m_dirty.begin(), m_dirty.end());
+        m_dirty.clear();
+        for (int r : dirty) Dispatch(r);
     }
 
     void StartGreedy(int id) { EnsureTx(id); TrySend(id); }
@@ -365,7 +381,7 @@ class Driver {
                 Simulator::Schedule(Seconds(m_dur[i]), &Driver::TaskEnd, this, i);
             } else {
                 m_queues[r].emplace(m_prio[i], i);
-                Dispatch(r);
+                m_dirty.insert(r);
             }
         }
     }
@@ -381,8 +397,8 @@ class Driver {
 
     void TaskEnd(int i) {
         int r = m_res[i];
+        if (r >= 0) { m_busy[r] = false; m_dirty.insert(r); }
         Complete(i);
-        if (r >= 0) { m_busy[r] = false; Dispatch(r); }
     }
 
     void Complete(int i) {
@@ -391,6 +407,7 @@ class Driver {
         for (int j : m_succ[i]) {
             if (--m_pendingDeps[j] == 0) Ready(j);
         }
+        DispatchDirty();
         if (m_done == m_kind.size()) Simulator::Stop();
     }
 
@@ -416,6 +433,7 @@ class Driver {
     std::vector<std::vector<int>> m_succ;
     size_t m_done = 0;
     std::map<int, bool> m_busy;
+    std::set<int> m_dirty;
     std::map<int, std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
                                       std::greater<std::pair<double, int>>>> m_queues;
     double m_t0 = 0;

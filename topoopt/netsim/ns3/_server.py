@@ -38,7 +38,7 @@ class _Session:
         for c in range(spec.cables):
             d.AddChannel(int(spec.a[c]), int(spec.b[c]), float(spec.rate_ab[c]),
                          float(spec.rate_ba[c]), float(spec.delay[c]), _CABLE_NET + 4 * c,
-                         bool(spec.ecn[spec.a[c]]), bool(spec.ecn[spec.b[c]]))
+                         int(spec.queue[spec.a[c]]), int(spec.queue[spec.b[c]]))
         self.spec = spec
         cable, end = spec.link_cable, spec.link_end
         self.link_if = np.array([d.IfIndex(int(c), int(e)) for c, e in zip(cable, end)],

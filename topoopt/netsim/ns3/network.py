@@ -33,8 +33,11 @@ from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.netsim.wire import reverse_link_ids
 
 __all__ = ["NetworkSpec", "network_spec", "check_network_spec", "PathPlanes", "plane_address",
-           "MAX_PLANES", "MAX_SERVERS"]
+           "MAX_PLANES", "MAX_SERVERS", "QUEUE_SERVER", "QUEUE_SWITCH", "QUEUE_KINDS"]
 
+#: Egress queue kinds (see :class:`NetworkSpec`).
+QUEUE_SERVER, QUEUE_SWITCH = 0, 1
+QUEUE_KINDS = (QUEUE_SERVER, QUEUE_SWITCH)
 #: Planes per destination (second octet 100..255 of 10.x.y.z).
 MAX_PLANES = 156
 #: Servers addressable in one plane (the last two octets).
@@ -74,10 +77,12 @@ class NetworkSpec:
         Fabric link ``l`` is sent by end ``link_end[l]`` (0 = ``a``) of cable ``link_cable[l]``.
     link_src, link_dst : ndarray of int64, shape (L,)
         The fabric's link endpoints (kept for routing).
-    ecn : ndarray of bool, shape (nodes,)
-        Whether a node's egress queues mark ECN (RED): switches, and the servers of
-        a direct-connect fabric, which forward for each other. A server's NIC on a
-        switched fabric is a plain FIFO: a host does not mark its own traffic.
+    queue : ndarray of int8, shape (nodes,)
+        The kind of a node's egress queues: :data:`QUEUE_SWITCH` (RED/ECN with ACK
+        priority, REACT §7.3) or :data:`QUEUE_SERVER` (a server's NIC: per-flow fair
+        queueing that marks ECN per flow when the flow's own packets wait longer than
+        ``red_max`` packet times -- a host shares its NIC among its flows, and relays
+        others' on a direct-connect fabric).
     """
 
     name: str
@@ -92,7 +97,7 @@ class NetworkSpec:
     link_end: np.ndarray
     link_src: np.ndarray
     link_dst: np.ndarray
-    ecn: np.ndarray
+    queue: np.ndarray
 
     @property
     def cables(self) -> int:
@@ -144,12 +149,11 @@ def network_spec(fabric) -> NetworkSpec:
         cable[i], end[i] = c, 0
         if paired:
             cable[j], end[j] = c, 1
-    ecn = np.ones(int(fabric.nodes), bool)
-    if fabric.kind != "direct":
-        ecn[:fabric.servers] = False
+    queue = np.full(int(fabric.nodes), QUEUE_SWITCH, np.int8)
+    queue[:fabric.servers] = QUEUE_SERVER
     spec = NetworkSpec(str(fabric.name), int(fabric.nodes), int(fabric.servers),
                        np.array(a, np.int64), np.array(b, np.int64), np.array(rab),
-                       np.array(rba), np.array(dl), cable, end, src.copy(), dst.copy(), ecn)
+                       np.array(rba), np.array(dl), cable, end, src.copy(), dst.copy(), queue)
     check_network_spec(spec)
     return spec
 
@@ -171,8 +175,8 @@ def check_network_spec(spec: NetworkSpec) -> None:
         raise PlanCheckError("network spec: a link's cable end does not match its endpoints")
     if np.any(~(spec.rate_ab > 0)) or np.any(~(spec.rate_ba > 0)):
         raise PlanCheckError("network spec: cable rates must be > 0 bits/s")
-    if spec.ecn.shape != (spec.nodes,):
-        raise PlanCheckError(f"network spec: ecn needs one flag per node ({spec.nodes})")
+    if spec.queue.shape != (spec.nodes,) or not np.isin(spec.queue, QUEUE_KINDS).all():
+        raise PlanCheckError(f"network spec: queue needs one kind in {QUEUE_KINDS} per node")
     if np.any(~(spec.delay >= 0)):
         raise PlanCheckError("network spec: cable delays must be >= 0 s")
     if C and (min(spec.a.min(), spec.b.min()) < 0 or max(spec.a.max(), spec.b.max()) >= spec.nodes):

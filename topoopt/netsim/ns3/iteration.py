@@ -1,0 +1,287 @@
+"""One training iteration of a plan on ns-3: the estimator's task graph with TCP flows.
+
+:func:`replay_iteration` takes the FlexNet task graph that
+:func:`topoopt.estimate.build_iteration` builds for a strategy on a fabric (forward,
+backward and update tasks per server, MP transfers, AllReduce rings) and runs it in
+ns-3: compute tasks are delays on their server (one at a time, in the estimator's
+priority order); every MP transfer is a TCP flow from its source to its destination
+server; every AllReduce ring -- one coupled fluid flow in the estimator (a pipelined
+ring: all hops carry their bytes at once, at the rate of the slowest) -- becomes
+either one TCP flow per hop, all started together, the ring done when its slowest
+hop is (``ring_mode="hops"``; optimistic where hops are uneven: a fast hop does not
+wait for a slow one), or the ring AllReduce algorithm itself, ``2(g-1)`` steps of
+``S/g`` bytes per hop, each step waiting for the previous one at both ends
+(``ring_mode="steps"``, :func:`topoopt.collectives.ring_allreduce`; what NCCL runs
+without its chunk pipelining, pessimistic by the per-step synchronization). A transfer whose fabric
+route spreads over several paths (ECMP, or a TopoOpt route with traffic fractions) is
+split into one flow per path carrying the path's share (``ecmp="split"``, what the
+fluid model assumes), or sent whole on one path drawn by its weight (``ecmp="hash"``,
+what per-flow ECMP hashing does). The iteration runs ``iterations`` times back to
+back on the same connections and the last one is reported (training repeats it, so
+TCP is warm).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from topoopt._validation import require_choice, require_int
+from topoopt.collectives import flow_dependencies, ring_allreduce
+from topoopt.errors import TopoOptError
+from topoopt.estimate import (FLOW_ALLREDUCE, EstimateCache, IterationEstimate, IterationGraph,
+                              build_iteration, summarize)
+from topoopt.netsim import SimResult, simulate
+from topoopt.netsim.ns3.config import Ns3Config
+from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
+from topoopt.netsim.ns3.worker import Ns3Worker
+
+__all__ = ["IterationReplay", "replay_iteration", "iteration_dag", "ring_orders",
+           "flow_endpoints"]
+
+
+@dataclass(frozen=True)
+class IterationReplay:
+    """The same iteration predicted at flow level and measured on ns-3.
+
+    Attributes
+    ----------
+    flow, packet : IterationEstimate
+        Flow-level (the estimator's model, per-pair MP flows) and ns-3.
+    flow_wall, packet_wall : float
+        Wall-clock seconds of each (ns-3: the simulation itself, worker start excluded).
+    flows : int
+        TCP flows per iteration in ns-3.
+    """
+
+    flow: IterationEstimate
+    packet: IterationEstimate
+    flow_wall: float
+    packet_wall: float
+    flows: int
+
+    @property
+    def error(self) -> float:
+        """Relative error of the flow-level iteration time against ns-3."""
+        return self.flow.total / self.packet.total - 1.0
+
+
+def ring_orders(graph: IterationGraph, fabric,
+                rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None
+                ) -> list[tuple[int, ...]]:
+    """The ring order of every AllReduce flow of ``graph``, in the graph's flow order.
+
+    Follows :func:`topoopt.estimate.build_iteration`: per segment with parameters and
+    ``dp >= 2``, per parameter shard, the group's rings (``rings``, else the fabric's
+    plan rings, else the members in order).
+    """
+    if rings is None:
+        rings = fabric.info.get("rings")
+    out = []
+    for s in graph.segments:
+        cfg = s.config
+        if s.params == 0 or cfg.dp < 2:
+            continue
+        for b in range(cfg.mp):
+            members = tuple(sorted(cfg.replicas(b)))
+            out.extend(tuple(int(x) for x in o) for o in (rings or {}).get(members, (members,)))
+    ar = graph.flow_kind == FLOW_ALLREDUCE
+    if len(out) != int(ar.sum()) or not np.array_equal([len(o) for o in out],
+                                                       graph.hop_count[ar]):
+        raise TopoOptError("ring orders do not match the iteration graph's AllReduce flows")
+    return out
+
+
+def flow_endpoints(fabric, links: np.ndarray) -> tuple[int, int]:
+    """Source and destination server of a flow from the links of its route (all paths):
+    the one node that only sends, and the one that only receives."""
+    s = set(np.asarray(fabric.src)[links].tolist())
+    d = set(np.asarray(fabric.dst)[links].tolist())
+    a, b = s - d, d - s
+    if len(a) != 1 or len(b) != 1:
+        raise TopoOptError("a flow route does not lead from one server to another")
+    return a.pop(), b.pop()
+
+
+def _paths(fabric, s: int, d: int, ecmp: str, key: int) -> list[tuple[np.ndarray, float]]:
+    options = fabric.paths(s, d)
+    if ecmp == "split" or len(options) == 1:
+        return options
+    w = np.array([f for _, f in options], float)
+    u = (zlib.crc32(np.int64(key).tobytes()) % 1_000_003) / 1_000_003
+    i = int(np.searchsorted(np.cumsum(w) / w.sum(), u, side="right"))
+    return [(options[min(i, len(options) - 1)][0], 1.0)]
+
+
+def iteration_dag(graph: IterationGraph, fabric, network: Ns3Network,
+                  rings=None, ecmp: str = "split", ring_mode: str = "hops"):
+    """The ns-3 DAG of an iteration graph.
+
+    Returns
+    -------
+    dag : Dag
+        Nodes ``0..N-1`` are the graph's nodes (a flow becomes a zero-time join after
+        its TCP flows), TCP flows follow.
+    sub_of : ndarray, shape (N,)
+        Per graph node, the index of its first TCP flow in the DAG (-1 for tasks), and
+        ``sub_end`` one past its last.
+    sub_end : ndarray, shape (N,)
+    """
+    require_choice("ecmp", ecmp, ("split", "hash"))
+    require_choice("ring_mode", ring_mode, ("hops", "steps"))
+    w = graph.workload.compile()
+    N = w.nodes
+    b = DagBuilder()
+    durations = np.zeros(N)
+    resources = np.full(N, -1, np.int64)
+    prio = np.zeros(N)
+    durations[w.task_node] = w.task_duration
+    resources[w.task_node] = w.task_resource
+    prio[w.task_node] = w.task_priority
+    prio[w.flow_node] = w.flow_node.astype(float)
+    b.add_tasks(durations, resources, prio)          # ids 0..N-1, flows as joins
+    orders = {int(node): order for node, order in
+              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE],
+                  ring_orders(graph, fabric, rings))}
+    sub_of = np.full(N, -1, np.int64)
+    sub_end = np.full(N, -1, np.int64)
+    preds: dict[int, list[int]] = {}
+    for bef, aft in zip(w.dep_before.tolist(), w.dep_after.tolist()):
+        preds.setdefault(aft, []).append(bef)
+    routes = w.routes
+    for fi, node in enumerate(w.flow_node.tolist()):
+        size = float(w.flow_size[fi])
+        hop_deps = None
+        if node in orders:
+            o = orders[node]
+            if ring_mode == "steps" and len(o) > 1:
+                g = len(o)
+                pat = ring_allreduce(range(g), size=size * g / (2.0 * (g - 1)))
+                hops = list(zip(np.asarray(o)[pat.src].tolist(), np.asarray(o)[pat.dst].tolist()))
+                hop_bytes = pat.nbytes.astype(float) / size if size > 0 else np.zeros(len(hops))
+                ptr, idx = flow_dependencies(pat)
+                hop_deps = (idx, np.repeat(np.arange(len(hops)), np.diff(ptr)))
+            else:
+                hops = list(zip(o, o[1:] + o[:1]))
+                hop_bytes = np.ones(len(hops))
+        else:
+            links = routes.link[routes.ptr[fi]:routes.ptr[fi + 1]]
+            hops = [flow_endpoints(fabric, links)] if links.size else []
+            hop_bytes = np.ones(len(hops))
+        conns, nbytes, owner = [], [], []
+        for h, (s, d) in enumerate(hops):
+            for p, (path, frac) in enumerate(_paths(fabric, s, d, ecmp, node * 131 + h)):
+                conns.append(network.connection(s, d, path, key=("iter", node, h, p)))
+                nbytes.append(size * hop_bytes[h] * frac)
+                owner.append(h)
+        if not conns:
+            continue
+        ids = b.add_flows(conns, nbytes)
+        sub_of[node], sub_end[node] = ids[0], ids[-1] + 1
+        b.add_dependencies(ids, node)
+        owner = np.asarray(owner)
+        first = np.ones(len(hops), bool)
+        if hop_deps is not None:     # a step waits for the flows of the previous one
+            idx, after = hop_deps
+            for h_before, h_after in zip(idx.tolist(), after.tolist()):
+                b.add_dependencies(ids[owner == h_before][:, None], ids[owner == h_after][None, :])
+            first[np.unique(after)] = False
+        starters = ids[first[owner]]
+        for q in preds.get(node, ()):
+            b.add_dependencies(q, starters)
+    b.add_dependencies(w.dep_before, w.dep_after)
+    return b.build(), sub_of, sub_end
+
+
+def replay_iteration(model, strategy, cluster, job, fabric,
+                     rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
+                     overlap: bool = True, config: Ns3Config = Ns3Config(),
+                     worker: Ns3Worker | None = None, iterations: int = 2,
+                     ecmp: str = "split", ring_mode: str = "hops", wire=None,
+                     limit: float = 60.0) -> IterationReplay:
+    """Run one iteration of ``strategy`` on ``fabric`` at flow level and on ns-3.
+
+    Parameters
+    ----------
+    model, strategy, cluster, job, fabric, rings, overlap
+        As for :func:`topoopt.estimate.estimate_iteration` (MP transfers as one flow
+        per pair, the estimator's exact flow-level mode).
+    config : Ns3Config
+    worker : Ns3Worker, optional
+    iterations : int
+        Iterations run back to back in ns-3; the last is reported.
+    ecmp : {"split", "hash"}
+        Multipath routes as one TCP flow per path, or one flow on a weighted draw.
+    ring_mode : {"hops", "steps"}
+        An AllReduce ring as concurrent hop flows or as the step-by-step algorithm.
+    wire : topoopt.netsim.wire.WireModel, optional
+        Packet overheads in the flow-level run (see :mod:`topoopt.netsim.wire`).
+    limit : float
+        Simulated seconds an iteration may take in ns-3.
+
+    Returns
+    -------
+    IterationReplay
+    """
+    require_int("iterations", iterations, minimum=1)
+    cache = EstimateCache(model, cluster, job)
+    graph = build_iteration(model, strategy, cluster, job, fabric, rings, overlap, cache,
+                            mp_flows="pair")
+    t = time.perf_counter()
+    work = graph.workload.compile()
+    if wire is not None:
+        from topoopt.netsim.wire import wire_workload
+
+        ends = _workload_ends(graph, fabric, rings)
+        work = wire_workload(work, fabric, ends[:, 0], ends[:, 1], wire)
+    flow_res = simulate(fabric, work, check=False)
+    flow_wall = time.perf_counter() - t
+    if wire is not None:   # drop the ACK companions again
+        n = graph.workload.nodes
+        flow_res = SimResult(flow_res.start[:n], flow_res.finish[:n], flow_res.tx_end[:n],
+                             flow_res.is_flow[:n], flow_res.size[:n], flow_res.t0,
+                             float(np.nanmax(flow_res.finish[:n])) - flow_res.t0,
+                             flow_res.events, flow_res.link_bytes, flow_res.background_bytes)
+    flow_est = summarize(graph, flow_res, fabric.name)
+
+    network = Ns3Network(fabric, config, worker)
+    dag, sub_of, sub_end = iteration_dag(graph, fabric, network, rings, ecmp, ring_mode)
+    wall0 = network.wall
+    res = network.run([dag] * iterations, limit=limit)[-1]
+    n = graph.workload.nodes
+    start, finish = res.start[:n].copy(), res.finish[:n].copy()
+    fl = np.flatnonzero(sub_of >= 0)
+    for node in fl.tolist():
+        start[node] = res.start[sub_of[node]:sub_end[node]].min()
+    w = graph.workload.compile()
+    size = np.full(n, np.nan)
+    size[w.flow_node] = w.flow_size
+    is_flow = np.zeros(n, bool)
+    is_flow[w.flow_node] = True
+    sim = SimResult(start, finish, np.full(n, np.nan), is_flow, size, 0.0,
+                    float(finish.max()) if n else 0.0, 0, np.zeros(fabric.links), np.zeros(0))
+    packet_est = summarize(graph, sim, fabric.name)
+    return IterationReplay(flow_est, packet_est, flow_wall, network.wall - wall0,
+                           int(dag.size - n))
+
+
+def _workload_ends(graph: IterationGraph, fabric, rings) -> np.ndarray:
+    """Source and destination server per flow of the compiled workload (for ACK routes;
+    a ring's flow goes from its first member to its second)."""
+    w = graph.workload.compile()
+    orders = {int(node): o for node, o in
+              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE],
+                  ring_orders(graph, fabric, rings))}
+    out = np.zeros((w.flow_node.size, 2), np.int64)
+    r = w.routes
+    for fi, node in enumerate(w.flow_node.tolist()):
+        if node in orders:
+            out[fi] = orders[node][:2] if len(orders[node]) > 1 else (orders[node][0],) * 2
+        else:
+            links = r.link[r.ptr[fi]:r.ptr[fi + 1]]
+            out[fi] = flow_endpoints(fabric, links) if links.size else (0, 0)
+    return out
