@@ -43,7 +43,8 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import plan, react, react_run, simulate, topology, traffic, workloads
+    from topoopt.commands import (plan, react, react_run, simulate, topology, traffic, validate,
+                                  workloads)
 
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
@@ -52,6 +53,7 @@ def _register() -> None:
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
     main.add_command(plan.plan)
+    main.add_command(validate.validate)
 
 
 _register()
