@@ -1,0 +1,505 @@
+"""Fast path of the iteration estimator: the task graph of :func:`topoopt.estimate.build_iteration`
+assembled from pieces cached across strategies and run on the lean DAG engine.
+
+The MCMC planner evaluates thousands of strategies that differ in one operator or one
+segment (TopoOpt §4, FlexFlow's search). Everything that depends only on a segment's
+config, an edge's pair of configs or a route is computed once per fabric and kept:
+segment compute times (:class:`~topoopt.estimate.EstimateCache`), the local
+positions shared by two configs, AllReduce rings and their coupled routes, coflow
+routes (:meth:`~topoopt.fabrics.Fabric.coupled_route`) and per-pair routes. Routes are
+registered as *route classes* (one row per distinct route), which lets the simulator
+solve max-min per class and memoize it (:class:`~topoopt.netsim.dag.RateMemo`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from topoopt._validation import require_choice
+from topoopt.errors import ConfigError
+from topoopt.estimate import (FLOW_ALLREDUCE, FLOW_MP, EstimateCache, IterationEstimate,
+                              _busy, _group, fuse_operators, ring_flow_routes)
+from topoopt.netsim.dag import DagArrays, RateMemo, run_dag
+from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.workload import FlowRoutes
+from topoopt.strategy import Strategy
+from topoopt.topology.topology import check_ring
+
+__all__ = ["FastEstimator", "FastGraph"]
+
+
+class _RouteStore:
+    """Route classes: a growing CSR of distinct routes (rows never move or change)."""
+
+    def __init__(self) -> None:
+        self.ptr = np.zeros(1025, np.int64)
+        self.link = np.empty(4096, np.int64)
+        self.weight = np.empty(4096)
+        self.rows = 0
+        self._view: FlowRoutes | None = None
+
+    @property
+    def entries(self) -> int:
+        return int(self.ptr[self.rows])
+
+    def add(self, routes: FlowRoutes) -> np.ndarray:
+        """Append the rows of ``routes``; return their class ids."""
+        k, e = len(routes), routes.link.size
+        r0, e0 = self.rows, self.entries
+        while r0 + k + 1 > self.ptr.size:
+            self.ptr = np.concatenate([self.ptr, np.zeros(self.ptr.size, np.int64)])
+        while e0 + e > self.link.size:
+            self.link = np.concatenate([self.link, np.empty(self.link.size, np.int64)])
+            self.weight = np.concatenate([self.weight, np.empty(self.weight.size)])
+        self.ptr[r0 + 1:r0 + k + 1] = e0 + routes.ptr[1:]
+        self.link[e0:e0 + e] = routes.link
+        self.weight[e0:e0 + e] = routes.weight
+        self.rows += k
+        self._view = None
+        return np.arange(r0, r0 + k, dtype=np.int64)
+
+    def view(self) -> FlowRoutes:
+        if self._view is None:
+            e = self.entries
+            self._view = FlowRoutes(self.ptr[:self.rows + 1], self.link[:e], self.weight[:e])
+        return self._view
+
+
+@dataclass(frozen=True)
+class FastGraph:
+    """One strategy's task graph as the DAG engine runs it, plus what the summary needs.
+
+    Attributes
+    ----------
+    dag : DagArrays
+    tasks : int
+        Compute tasks (the first ``tasks`` nodes; barriers come after the flows).
+    task_server, task_duration : ndarray
+        Of the compute tasks.
+    flow_kind, flow_bytes, hop_count : ndarray
+        Per flow (node ids ``dag.flow_node``), as in
+        :class:`~topoopt.estimate.IterationGraph`.
+    segments : tuple of Segment
+    """
+
+    dag: DagArrays
+    tasks: int
+    task_server: np.ndarray
+    task_duration: np.ndarray
+    flow_kind: np.ndarray
+    flow_bytes: np.ndarray
+    hop_count: np.ndarray
+    segments: tuple
+
+
+class FastEstimator:
+    """Iteration times of many strategies of one job on one fabric.
+
+    Builds the same task graph as :func:`topoopt.estimate.build_iteration` (same
+    tasks, flows, routes, sizes and latencies; tasks numbered alike, so each server
+    runs ready tasks in the same order) and simulates it with
+    :func:`topoopt.netsim.dag.run_dag`. Two rewrites that change no time: flows
+    that share a route are one route class, and an AllReduce shard with several
+    rings waits for its members' backward tasks through one zero-time barrier (and
+    its members' updates wait for the rings through another) instead of every ring
+    depending on every member.
+
+    Parameters
+    ----------
+    model, cluster, job
+    fabric : Fabric
+    rings : Mapping, optional
+        AllReduce group members -> ring orders (default: ``fabric.info["rings"]``,
+        else one ring in member order).
+    overlap : bool
+    mp_flows : {"auto", "pair", "coflow"}
+        As :func:`~topoopt.estimate.build_iteration`.
+    cache : EstimateCache, optional
+
+    Examples
+    --------
+    >>> from topoopt.cluster import Cluster, Job
+    >>> from topoopt.fabrics import ideal_switch
+    >>> from topoopt.strategy import data_parallel
+    >>> job = Job("ncf", batch_per_gpu=128)
+    >>> model = job.build_model()
+    >>> cluster = Cluster(servers=4, nics=4, link_bandwidth=100e9)
+    >>> fast = FastEstimator(model, cluster, job, ideal_switch(4, 400e9))
+    >>> est = fast.estimate(data_parallel(model, 4))
+    >>> est.total >= est.compute > 0
+    True
+    """
+
+    #: Route entries kept before every route-derived cache is dropped (memory bound).
+    route_limit = 20_000_000
+
+    def __init__(self, model, cluster, job, fabric,
+                 rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
+                 overlap: bool = True, mp_flows: str = "auto",
+                 cache: EstimateCache | None = None) -> None:
+        require_choice("mp_flows", mp_flows, ("auto", "pair", "coflow"))
+        if mp_flows == "auto":
+            one_switch = fabric.kind == "switched" and fabric.nodes == fabric.servers + 1
+            mp_flows = "pair" if one_switch else "coflow"
+        if fabric.servers != cluster.servers:
+            raise ConfigError("fabric", fabric.servers, f"has {fabric.servers} servers but the "
+                              f"cluster has {cluster.servers}")
+        self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
+        self.rings = rings if rings is not None else fabric.info.get("rings")
+        self.overlap, self.mp_flows = overlap, mp_flows
+        self.cache = cache if cache is not None else EstimateCache(model, cluster, job)
+        self.n = cluster.servers
+        self.dtype_bytes = job.dtype_bytes
+        self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row)
+        self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
+        self._ar: dict = {}        # id(cfg) -> (cfg, shards)
+        self._reset_routes()
+
+    def _reset_routes(self) -> None:
+        self.routes = _RouteStore()
+        self.memo = RateMemo()
+        self._rings: dict = {}      # ring order -> (class, hop latency)
+        self._coflows: dict = {}    # member (src, dst, share) bytes -> (class, latency)
+        self._pairs = np.full(self.n * self.n, -1, np.int64)
+        self._pair_lat = np.zeros(self.n * self.n)
+        self._ar.clear()
+
+    # -- cached pieces --------------------------------------------------------------
+    def _config(self, cfg):
+        hit = self._cfg.get(id(cfg))
+        if hit is None or hit[0] is not cfg:
+            srv = np.asarray(cfg.servers, np.int64)
+            pos = np.full(self.n, -1, np.int64)
+            pos[srv] = np.arange(srv.size)
+            hit = self._cfg[id(cfg)] = (cfg, srv, pos)
+        return hit
+
+    def _shared(self, cu, cv):
+        """Local positions (in u, in v) of the servers both configs use."""
+        key = (id(cu), id(cv))
+        hit = self._common.get(key)
+        if hit is None or hit[0] is not cu or hit[1] is not cv:
+            _, su, pu = self._config(cu)
+            _, sv, pv = self._config(cv)
+            common = np.flatnonzero((pu >= 0) & (pv >= 0))
+            hit = self._common[key] = (cu, cv, pu[common], pv[common])
+        return hit[2], hit[3]
+
+    def _ring(self, order: tuple[int, ...]):
+        hit = self._rings.get(order)
+        if hit is None:
+            routes, lat = ring_flow_routes(self.fabric, [order])
+            hit = self._rings[order] = (int(self.routes.add(routes)[0]), float(lat[0]))
+        return hit
+
+    def _allreduce(self, cfg):
+        """Per parameter shard: members, and per ring (class, latency, length)."""
+        hit = self._ar.get(id(cfg))
+        if hit is None or hit[0] is not cfg:
+            shards = []
+            for b in range(cfg.mp):
+                members = tuple(sorted(cfg.replicas(b)))
+                orders = (self.rings or {}).get(members, (members,))
+                if not orders:
+                    raise ConfigError("rings", members, "every AllReduce group needs a ring")
+                ring_list = []
+                for order in orders:
+                    order = tuple(int(x) for x in order)
+                    check_ring(order, members)
+                    cls, hop_lat = self._ring(order)
+                    ring_list.append((cls, 2 * (len(order) - 1) * hop_lat, len(order)))
+                shards.append((np.asarray(members, np.int64), ring_list))
+            hit = self._ar[id(cfg)] = (cfg, shards)
+        return hit[1]
+
+    def _pair_classes(self, src: np.ndarray, dst: np.ndarray):
+        key = src * self.n + dst
+        cls = self._pairs[key]
+        miss = cls < 0
+        if miss.any():
+            new = np.unique(key[miss])
+            r = self.fabric.route(new // self.n, new % self.n)
+            owner = np.repeat(np.arange(len(r)), np.diff(r.ptr))
+            self._pair_lat[new] = np.bincount(owner, weights=self.fabric.latency[r.link]
+                                              * r.weight, minlength=len(r))
+            self._pairs[new] = self.routes.add(r)
+            cls = self._pairs[key]
+        return cls, self._pair_lat[key]
+
+    def _coflow_classes(self, src, dst, member, share, groups: int):
+        """Route class and latency of each coflow (members' (src, dst, share) as key)."""
+        order = np.argsort(member, kind="stable")
+        edges = np.concatenate([[0], np.cumsum(np.bincount(member, minlength=groups))]).tolist()
+        s_b, d_b, w_b = src[order].tobytes(), dst[order].tobytes(), share[order].tobytes()
+        cls = np.empty(groups, np.int64)
+        lat = np.empty(groups)
+        missing, keys = [], []
+        for g in range(groups):
+            a, b = 8 * edges[g], 8 * edges[g + 1]
+            key = (s_b[a:b], d_b[a:b], w_b[a:b])
+            hit = self._coflows.get(key)
+            if hit is None:
+                missing.append(g)
+                keys.append(key)
+            else:
+                cls[g], lat[g] = hit
+        if missing:
+            miss = np.asarray(missing, np.int64)
+            renum = np.full(groups, -1, np.int64)
+            renum[miss] = np.arange(miss.size)
+            take = renum[member] >= 0
+            routes, mlat = self.fabric.coupled_route(src[take], dst[take], renum[member[take]],
+                                                     share[take], miss.size)
+            new = self.routes.add(routes)
+            cls[miss] = new
+            lat[miss] = mlat
+            for k, c, x in zip(keys, new.tolist(), mlat.tolist()):
+                self._coflows[k] = (c, x)
+        return cls, lat
+
+    # -- the graph ------------------------------------------------------------------
+    def graph(self, strategy: Strategy) -> FastGraph:
+        """The task graph of ``strategy`` (see the class docstring)."""
+        model, n = self.model, self.n
+        if len(strategy.configs) != len(model.operators):
+            raise ConfigError("strategy", len(strategy.configs),
+                              f"needs one config per operator ({len(model.operators)})")
+        if self.routes.entries > self.route_limit:
+            self._reset_routes()
+        segs, seg_of = fuse_operators(model, strategy, self.cluster, self.job, self.cache)
+        nseg = len(segs)
+        info = [self._config(s.config) for s in segs]
+        sizes = np.fromiter((x[1].size for x in info), np.int64, nseg)
+        total = int(sizes.sum())
+        ends = np.cumsum(sizes)
+        fwd_base = ends - sizes
+        rev_sizes = sizes[::-1]
+        bwd_base = np.empty(nseg, np.int64)
+        bwd_base[::-1] = total + np.cumsum(rev_sizes) - rev_sizes
+        has_update = np.fromiter((s.update > 0 for s in segs), bool, nseg)
+        upd_sizes = np.where(has_update, sizes, 0)
+        upd_base = 2 * total + np.cumsum(upd_sizes) - upd_sizes
+        ntask = 2 * total + int(upd_sizes.sum())
+        srv = np.concatenate([x[1] for x in info]) if nseg else np.empty(0, np.int64)
+        seg_idx = np.repeat(np.arange(nseg), sizes)
+        fwd_t = np.array([s.fwd for s in segs])
+        bwd_t = np.array([s.bwd for s in segs])
+        upd_t = np.array([s.update for s in segs])
+        upd_sel = has_update[seg_idx]
+        res = np.concatenate([srv, _reverse_blocks(srv, sizes), srv[upd_sel]])
+        dur = np.concatenate([fwd_t[seg_idx], _reverse_blocks(bwd_t[seg_idx], sizes),
+                              upd_t[seg_idx][upd_sel]])
+        pos_mat = np.stack([x[2] for x in info]) if nseg else np.empty((0, n), np.int64)
+        fwd_all = np.arange(total)
+        bwd_all = bwd_base[seg_idx] + (fwd_all - fwd_base[seg_idx])
+        before = [fwd_all]
+        after = [bwd_all]
+
+        # MP transfers and same-server data dependencies between segments.
+        f_keys, f_bytes, f_pred, b_keys, b_bytes, b_pred = [], [], [], [], [], []
+        seg_pairs = set()
+        cache, cluster, job = self.cache, self.cluster, self.job
+        for e, (u, v) in enumerate(model.edges):
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            if gu < 0 or gu == gv:
+                continue
+            seg_pairs.add((gu, gv))
+            src, dst, nbytes = cache.edge(model, e, u, segs[gu].config, segs[gv].config,
+                                          cluster, job)
+            if src.size == 0:
+                continue
+            f_keys.append((gv * n + src) * n + dst)
+            f_bytes.append(nbytes)
+            f_pred.append(fwd_base[gu] + info[gu][2][src])
+            b_keys.append((gu * n + dst) * n + src)
+            b_bytes.append(nbytes)
+            b_pred.append(bwd_base[gv] + info[gv][2][dst])
+        for gu, gv in sorted(seg_pairs):
+            lu, lv = self._shared(segs[gu].config, segs[gv].config)
+            if lu.size:
+                before += [fwd_base[gu] + lu, bwd_base[gv] + lv]
+                after += [fwd_base[gv] + lv, bwd_base[gu] + lu]
+
+        # Flows: MP (forward, backward), then AllReduce rings; barriers after them.
+        fl_class, fl_bytes, fl_lat, fl_kind, fl_hops = [], [], [], [], []
+        nflow = [0]
+
+        def add_flows(cls, nbytes, lat, kind, hops):
+            ids = ntask + nflow[0] + np.arange(cls.size)
+            nflow[0] += cls.size
+            fl_class.append(cls)
+            fl_bytes.append(nbytes)
+            fl_lat.append(lat)
+            fl_kind.append(np.full(cls.size, kind, np.int8))
+            fl_hops.append(hops)
+            return ids
+
+        def add_mp(keys, nbytes, preds, succ_base):
+            if not keys:
+                return
+            keys = np.concatenate(keys)
+            uk, inv = _group(keys)
+            sizes_ = np.bincount(inv, weights=np.concatenate(nbytes))
+            g, rest = uk // (n * n), uk % (n * n)
+            src, dst = rest // n, rest % n
+            preds = np.concatenate(preds)
+            succs = succ_base[g] + pos_mat[g, dst]
+            if self.mp_flows == "coflow":
+                first = np.full(uk.size, np.iinfo(np.int64).max)
+                np.minimum.at(first, inv, preds)
+                co, member = _group(first)
+                tot = np.bincount(member, weights=sizes_, minlength=co.size)
+                share = sizes_ / np.where(tot[member] > 0, tot[member], 1.0)
+                cls, lat = self._coflow_classes(src, dst, member, share, co.size)
+                ids = add_flows(cls, tot, lat, FLOW_MP, np.ones(co.size, np.int64))
+                inv, flow_of_succ = member[inv], member
+            else:
+                cls, lat = self._pair_classes(src, dst)
+                ids = add_flows(cls, sizes_, lat, FLOW_MP, np.ones(uk.size, np.int64))
+                flow_of_succ = np.arange(uk.size)
+            before.extend([preds, ids[flow_of_succ]])
+            after.extend([ids[inv], succs])
+
+        add_mp(f_keys, f_bytes, f_pred, fwd_base)
+        add_mp(b_keys, b_bytes, b_pred, bwd_base)
+
+        barrier_count = [0]
+        barrier_ids: list[int] = []
+
+        def barrier() -> int:
+            barrier_count[0] += 1
+            barrier_ids.append(barrier_count[0] - 1)
+            return -barrier_count[0]  # placeholder id, fixed once the flows are counted
+
+        ar_segs = set()
+        # (before, after) pairs whose ids may be barrier placeholders (< 0)
+        late_b: list[np.ndarray] = []
+        late_a: list[np.ndarray] = []
+        global_barrier = barrier() if not self.overlap else None
+        if global_barrier is not None:
+            late_b.append(bwd_all)
+            late_a.append(np.full(bwd_all.size, global_barrier))
+        for g, s in enumerate(segs):
+            cfg = s.config
+            if s.params == 0 or cfg.dp < 2:
+                continue
+            ar_segs.add(g)
+            shard_bytes = s.params / cfg.mp * self.dtype_bytes
+            pos = info[g][2]
+            for members, ring_list in self._allreduce(cfg):
+                k = members.size
+                r = len(ring_list)
+                per_ring = 2.0 * (k - 1) / k * shard_bytes / r
+                cls = np.fromiter((x[0] for x in ring_list), np.int64, r)
+                lat = np.fromiter((x[1] for x in ring_list), float, r)
+                glen = np.fromiter((x[2] for x in ring_list), np.int64, r)
+                ids = add_flows(cls, np.full(r, per_ring), lat, FLOW_ALLREDUCE, glen)
+                member_bwd = bwd_base[g] + pos[members]
+                if global_barrier is not None:
+                    late_b.append(np.full(r, global_barrier))
+                    late_a.append(ids)
+                elif r == 1:
+                    before.append(member_bwd)
+                    after.append(np.full(k, ids[0]))
+                else:
+                    b1 = barrier()
+                    late_b += [member_bwd, np.full(r, b1)]
+                    late_a += [np.full(k, b1), ids]
+                if has_update[g]:
+                    member_upd = upd_base[g] + pos[members]
+                    if r == 1:
+                        before.append(np.full(k, ids[0]))
+                        after.append(member_upd)
+                    else:
+                        b2 = barrier()
+                        late_b += [ids, np.full(k, b2)]
+                        late_a += [np.full(r, b2), member_upd]
+        for g in np.flatnonzero(has_update).tolist():
+            if g not in ar_segs:
+                k = int(sizes[g])
+                before.append(bwd_base[g] + np.arange(k))
+                after.append(upd_base[g] + np.arange(k))
+
+        nf = nflow[0]
+        nb = barrier_count[0]
+        nodes = ntask + nf + nb
+        if late_b:
+            lb = np.concatenate(late_b)
+            la = np.concatenate(late_a)
+            # placeholder -1 - i -> barrier i, numbered after the flows
+            lb = np.where(lb < 0, ntask + nf - 1 - lb, lb)
+            la = np.where(la < 0, ntask + nf - 1 - la, la)
+            before.append(lb)
+            after.append(la)
+        dep_b = np.concatenate(before)
+        dep_a = np.concatenate(after)
+
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt, copy=False) if xs
+               else np.empty(0, dt))
+        flow_class = cat(fl_class, np.int64)
+        flow_bytes = cat(fl_bytes, float)
+        flow_lat = cat(fl_lat, float)
+        is_flow = np.zeros(nodes, bool)
+        is_flow[ntask:ntask + nf] = True
+        local = np.zeros(nodes, np.int64)
+        local[ntask:ntask + nf] = np.arange(nf)
+        node_res = np.full(nodes, -1, np.int64)
+        node_res[:ntask] = res
+        node_dur = np.zeros(nodes)
+        node_dur[:ntask] = dur
+        order = np.argsort(dep_b, kind="stable")
+        succ_ptr = np.zeros(nodes + 1, np.int64)
+        np.cumsum(np.bincount(dep_b, minlength=nodes), out=succ_ptr[1:])
+        dag = DagArrays(nodes, is_flow, local, ntask + np.arange(nf), 8.0 * flow_bytes,
+                        flow_lat, flow_class, self.routes.view(), node_res, node_dur,
+                        succ_ptr, dep_a[order], np.bincount(dep_a, minlength=nodes), None)
+        return FastGraph(dag, ntask, res, dur, cat(fl_kind, np.int8), flow_bytes,
+                         cat(fl_hops, np.int64), segs)
+
+    # -- results --------------------------------------------------------------------
+    def estimate(self, strategy: Strategy) -> IterationEstimate:
+        """Simulated iteration of ``strategy`` (as :func:`topoopt.estimate.estimate_iteration`)."""
+        graph = self.graph(strategy)
+        start, finish, _, events = run_dag(self.fabric.capacity, graph.dag, self.memo)
+        return self.summarize(graph, start, finish, events)
+
+    def total(self, strategy: Strategy) -> float:
+        """Simulated iteration seconds of ``strategy``."""
+        graph = self.graph(strategy)
+        _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, self.memo)
+        return _makespan(finish)
+
+    def summarize(self, graph: FastGraph, start: np.ndarray, finish: np.ndarray,
+                  events: int) -> IterationEstimate:
+        """The :class:`IterationEstimate` of a simulated :class:`FastGraph`."""
+        busy = np.bincount(graph.task_server, weights=graph.task_duration)
+        compute = float(busy.max()) if busy.size else 0.0
+        fn = graph.dag.flow_node
+        mp_sel = fn[graph.flow_kind == FLOW_MP]
+        ar = graph.flow_kind == FLOW_ALLREDUCE
+        ar_sel = fn[ar]
+        total = _makespan(finish)
+        return IterationEstimate(
+            total=total, compute=compute,
+            mp=_busy(start[mp_sel], finish[mp_sel]),
+            allreduce=_busy(start[ar_sel], finish[ar_sel]),
+            exposed_communication=max(total - compute, 0.0), fabric=self.fabric.name,
+            flows=int(fn.size), tasks=graph.tasks, events=events,
+            mp_bytes=float(graph.flow_bytes[graph.flow_kind == FLOW_MP].sum()),
+            allreduce_bytes=float((graph.flow_bytes[ar] * graph.hop_count[ar]).sum()))
+
+
+def _makespan(finish: np.ndarray) -> float:
+    done = finish[np.isfinite(finish)]
+    return float(done.max()) if done.size else 0.0
+
+
+def _reverse_blocks(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``values`` split in blocks of ``sizes``, blocks in reverse order (each kept as is)."""
+    if values.size == 0:
+        return values
+    idx, _ = gather_rows(np.concatenate([[0], np.cumsum(sizes)]), np.arange(sizes.size)[::-1])
+    return values[idx]
