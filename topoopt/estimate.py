@@ -573,8 +573,8 @@ def summarize(graph: IterationGraph, result: SimResult, fabric_name: str = "") -
 def estimate_iteration(model, strategy: Strategy, cluster, job, fabric,
                        rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
                        overlap: bool = True, cache: EstimateCache | None = None,
-                       random_paths: bool = False, seed: int = 0, mp_flows: str = "auto"
-                       ) -> IterationEstimate:
+                       random_paths: bool = False, seed: int = 0, mp_flows: str = "auto",
+                       reference: bool = False) -> IterationEstimate:
     """Simulate one training iteration of ``strategy`` on ``fabric``.
 
     Parameters
@@ -597,6 +597,12 @@ def estimate_iteration(model, strategy: Strategy, cluster, job, fabric,
     seed : int
     mp_flows : {"auto", "pair", "coflow"}
         MP flow granularity, see :func:`build_iteration`.
+    reference : bool
+        Run the reference path (:func:`build_iteration` + :func:`topoopt.netsim.simulate`)
+        instead of the fast one (:class:`topoopt.estimate_fast.FastEstimator`, or for
+        ``random_paths`` :func:`build_iteration` + :func:`topoopt.netsim.dag.simulate_dag`).
+        Both give the same times to ~1e-12 relative and the same event count; the
+        reference is the specification the fast path is tested against.
 
     Returns
     -------
@@ -620,7 +626,20 @@ def estimate_iteration(model, strategy: Strategy, cluster, job, fabric,
     .. [1] TopoOpt §5, "FlexNet simulator" (the task graph of FlexFlow's simulator,
        made network-aware).
     """
-    graph = build_iteration(model, strategy, cluster, job, fabric, rings, overlap, cache,
-                            random_paths, seed, mp_flows)
-    result = simulate(fabric, graph.workload, check=False)
-    return summarize(graph, result, fabric.name)
+    if reference or random_paths:
+        graph = build_iteration(model, strategy, cluster, job, fabric, rings, overlap, cache,
+                                random_paths, seed, mp_flows)
+        if reference:
+            result = simulate(fabric, graph.workload, check=False)
+        else:
+            from topoopt.netsim.dag import simulate_dag
+
+            result = simulate_dag(fabric, graph.workload, check=False)
+        return summarize(graph, result, fabric.name)
+    from topoopt.estimate_fast import FastEstimator
+
+    if len(strategy.configs) != len(model.operators):
+        raise ConfigError("strategy", len(strategy.configs),
+                          f"needs one config per operator ({len(model.operators)})")
+    return FastEstimator(model, cluster, job, fabric, rings, overlap, mp_flows,
+                         cache).estimate(strategy)

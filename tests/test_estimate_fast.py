@@ -1,0 +1,269 @@
+"""The fast estimator path against the reference (build_iteration + simulate) on random strategies."""
+
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from planners.alternating import plan_topology, start_strategy, topoopt_fabric
+from planners.mcmc import IterationCost, _neighbour_move, _neighbours, _segment_move
+from planners.space import StrategySpace
+from topoopt.cluster import Cluster, Job
+from topoopt.estimate import EstimateCache, build_iteration, estimate_iteration
+from topoopt.estimate_fast import FastEstimator
+from topoopt.fabrics import expander, fat_tree, ideal_switch
+from topoopt.netsim import (NO_RESOURCE, FlowRoutes, Network, SimulationError, Workload,
+                            max_min_rates, simulate)
+from topoopt.netsim.dag import RateMemo, class_rates, route_classes, simulate_dag
+
+G = 1e9
+SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
+              "bottom_width": 256, "top_layers": 2, "top_width": 512}
+SMALL_BERT = {"layers": 2, "hidden": 256, "heads": 4, "seq": 32}
+REL = 1e-9
+
+
+def both(ref_call, fast_call):
+    """Run both; when the reference finds a dependency cycle the fast path must too
+    (coflow grouping can close one, see the note in the report), else compare."""
+    try:
+        ref = ref_call()
+    except SimulationError:
+        with pytest.raises(SimulationError):
+            fast_call()
+        return None
+    assert_same(ref, fast_call())
+    return ref
+
+
+def assert_same(ref, fast):
+    """Every time and byte count to REL, every count exactly."""
+    a, b = asdict(ref), asdict(fast)
+    for k, v in a.items():
+        if isinstance(v, float):
+            assert b[k] == pytest.approx(v, rel=REL, abs=1e-18), k
+        else:
+            assert b[k] == v, k
+
+
+def random_strategies(model, cluster, job, count, seed):
+    """A seeded random walk over the space: uniform, neighbour and segment moves."""
+    space = StrategySpace.build(model, cluster, job)
+    rng = np.random.default_rng(seed)
+    current = start_strategy(model, cluster, job, space)
+    memory = space.memory(current)
+    neighbours = _neighbours(model)
+    out = [current]
+    while len(out) < count:
+        u = rng.random()
+        if u < 0.25:
+            move = _neighbour_move(space, current, memory, neighbours, rng)
+        elif u < 0.5:
+            move = _segment_move(space, current, memory, neighbours, rng)
+        else:
+            move = space.propose(current, memory, rng)
+            if move is not None:
+                move = (current.with_config(move[0], move[1]), move[2])
+        if move is not None:
+            current, memory = move
+            out.append(current)
+    return out
+
+
+def cluster_of(n):
+    return Cluster(servers=n, nics=4, link_bandwidth=100 * G, link_latency=1e-6)
+
+
+def fabrics_of(n, model, cluster, job):
+    start = start_strategy(model, cluster, job)
+    plan = plan_topology(model, start, cluster, job)
+    bw = cluster.server_bandwidth
+    return {"ideal": (ideal_switch(n, bw), None),
+            "fattree": (fat_tree(n, bw / 2), None),
+            "expander": (expander(n, 4, 100 * G, seed=1), None),
+            "topoopt": (topoopt_fabric(plan), plan.rings)}
+
+
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.parametrize("model_name,size", [("dlrm", SMALL_DLRM), ("bert", SMALL_BERT)])
+def test_fast_estimates_equal_the_reference_on_random_strategies(n, model_name, size):
+    job = Job(model_name, batch_per_gpu=16, size=size)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    strategies = random_strategies(model, cluster, job, 12, seed=n)
+    for name, (fabric, rings) in fabrics_of(n, model, cluster, job).items():
+        fast = FastEstimator(model, cluster, job, fabric, rings)  # one per fabric: warm caches
+        ref_cache = EstimateCache(model, cluster, job)
+        for s in strategies:
+            ref = both(lambda: estimate_iteration(model, s, cluster, job, fabric, rings,
+                                                  cache=ref_cache, reference=True),
+                       lambda: fast.estimate(s))
+            if ref is not None:
+                assert fast.total(s) == pytest.approx(ref.total, rel=REL)
+
+
+@pytest.mark.parametrize("overlap,mp_flows", [(False, "auto"), (True, "pair"), (True, "coflow")])
+def test_fast_estimates_equal_the_reference_without_overlap_and_per_flow_mode(overlap, mp_flows):
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabrics = fabrics_of(n, model, cluster, job)
+    for s in random_strategies(model, cluster, job, 6, seed=3):
+        for fabric, rings in (fabrics["fattree"], fabrics["topoopt"], fabrics["ideal"]):
+            kw = dict(overlap=overlap, mp_flows=mp_flows)
+            both(lambda: estimate_iteration(model, s, cluster, job, fabric, rings,
+                                            reference=True, **kw),
+                 lambda: estimate_iteration(model, s, cluster, job, fabric, rings, **kw))
+
+
+def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth)
+    for s in random_strategies(model, cluster, job, 4, seed=5):
+        kw = dict(random_paths=True, seed=7)
+        both(lambda: estimate_iteration(model, s, cluster, job, fabric, reference=True, **kw),
+             lambda: estimate_iteration(model, s, cluster, job, fabric, **kw))
+
+
+def test_iteration_cost_fast_and_reference_agree_and_memoize():
+    n = 8
+    job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabric = ideal_switch(n, cluster.server_bandwidth)
+    fast = IterationCost(model, cluster, job, fabric)
+    ref = IterationCost(model, cluster, job, fabric, reference=True)
+    strategies = random_strategies(model, cluster, job, 5, seed=2)
+    for s in strategies:
+        assert fast(s) == pytest.approx(ref(s), rel=REL)
+        assert_same(ref.estimate(s), fast.estimate(s))
+    fast(strategies[0])
+    assert fast.evaluations == len({s.configs for s in strategies})
+
+
+def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
+    n = 16
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth)
+    fast = FastEstimator(model, cluster, job, fabric)
+    for s in random_strategies(model, cluster, job, 6, seed=9):
+        ref = build_iteration(model, s, cluster, job, fabric)
+        g = fast.graph(s)
+        assert g.tasks == ref.task_nodes.size
+        np.testing.assert_array_equal(g.task_server, ref.task_server)
+        np.testing.assert_array_equal(g.task_duration, ref.task_duration)
+        np.testing.assert_array_equal(g.flow_kind, ref.flow_kind)
+        np.testing.assert_array_equal(g.flow_bytes, ref.flow_bytes)
+        np.testing.assert_array_equal(g.hop_count, ref.hop_count)
+        # every flow's route (its class row) is the reference flow's route
+        w = ref.workload.compile()
+        routes = g.dag.class_routes
+        for f in range(w.flow_size.size):
+            links, weights = routes.row(int(g.dag.flow_class[f]))
+            rl, rw = w.routes.row(f)
+            order = np.argsort(rl)
+            np.testing.assert_array_equal(np.sort(links), rl[order])
+            np.testing.assert_allclose(weights[np.argsort(links)], rw[order], rtol=1e-12)
+
+
+# --- the DAG engine on its own ------------------------------------------------------
+
+def random_workload(rng, links, nodes=60):
+    """Tasks on 4 resources (random priorities, some free, some zero-length) and flows
+    (random routes, some empty or zero-size, some with a set latency) with random
+    forward dependencies, repeats included."""
+    w = Workload()
+    kinds = rng.random(nodes) < 0.4
+    for i in range(nodes):
+        if kinds[i]:
+            k = int(rng.integers(0, 4))
+            ls = rng.choice(links, size=k, replace=False) if k else []
+            ws = rng.choice([0.5, 1.0, 2.0], size=k)
+            size = 0.0 if rng.random() < 0.1 else float(rng.choice([1e5, 1e6, 3e6]))
+            lat = None if rng.random() < 0.5 else float(rng.random() * 1e-5)
+            w.add_flow(size, ls, ws, latency=lat)
+        else:
+            dur = 0.0 if rng.random() < 0.1 else float(rng.choice([1e-4, 2e-4, 5e-4]))
+            res = None if rng.random() < 0.15 else int(rng.integers(0, 4))
+            prio = None if rng.random() < 0.5 else float(rng.integers(0, 5))
+            w.add_task(dur, res, priority=prio)
+    for _ in range(2 * nodes):
+        a, b = sorted(rng.integers(0, nodes, size=2).tolist())
+        if a != b:
+            w.add_dependencies(a, b)
+    return w
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_simulate_dag_equals_simulate_on_random_workloads(seed):
+    rng = np.random.default_rng(seed)
+    L = 6
+    net = Network(rng.choice([10e9, 25e9, 100e9], size=L), np.full(L, 1e-6))
+    w = random_workload(rng, L)
+    ref = simulate(net, w)
+    got = simulate_dag(net, w)
+    assert got.events == ref.events
+    for field in ("start", "finish", "tx_end"):
+        np.testing.assert_allclose(getattr(got, field), getattr(ref, field), rtol=1e-9,
+                                   atol=1e-15, equal_nan=True)
+    assert got.makespan == pytest.approx(ref.makespan, rel=1e-9)
+    np.testing.assert_allclose(got.link_bytes, ref.link_bytes, rtol=1e-9, atol=1e-3)
+
+
+def test_simulate_dag_closed_forms_and_errors():
+    net = Network(np.array([8e6]), np.array([0.0]))
+    w = Workload()
+    a = w.add_flow(1e6, [0])
+    b = w.add_flow(3e6, [0])
+    r = simulate_dag(net, w)
+    assert r.finish[a] == pytest.approx(2.0) and r.finish[b] == pytest.approx(4.0)
+    # a dead link never finishes; a cycle never starts
+    w = Workload()
+    w.add_flow(1e6, [0])
+    with pytest.raises(SimulationError, match="capacity 0"):
+        simulate_dag(Network(np.array([0.0]), np.array([0.0])), w)
+    w = Workload()
+    x = w.add_task(1.0, 0)
+    y = w.add_task(1.0, 0, after=[x])
+    w.add_dependencies(y, x)
+    with pytest.raises(SimulationError, match="cycle"):
+        simulate_dag(net, w)
+    # timed releases go to the reference engine
+    w = Workload()
+    t = w.add_task(1.0, NO_RESOURCE, release=2.0)
+    assert simulate_dag(net, w).finish[t] == pytest.approx(3.0)
+
+
+def test_class_rates_equal_max_min_on_the_expanded_flows():
+    rng = np.random.default_rng(4)
+    L = 8
+    cap = rng.choice([1.0, 2.0, 5.0], size=L)
+    rows = [rng.choice(L, size=int(rng.integers(1, 4)), replace=False) for _ in range(5)]
+    weights = [rng.choice([0.5, 1.0], size=r.size) for r in rows]
+    routes = FlowRoutes.from_lists(rows, weights)
+    mult = np.array([1, 3, 2, 1, 4])
+    classes = np.arange(5)
+    per_class = class_rates(cap, routes, classes, mult)
+    flows = np.repeat(classes, mult)
+    ef = np.concatenate([np.full(len(rows[c]), i) for i, c in enumerate(flows)])
+    el = np.concatenate([routes.row(c)[0] for c in flows])
+    ew = np.concatenate([routes.row(c)[1] for c in flows])
+    np.testing.assert_allclose(per_class[flows], max_min_rates(cap, ef, el, ew, flows.size),
+                               rtol=1e-12)
+    memo = RateMemo()
+    assert memo.rates(cap, routes, classes, mult) is memo.rates(cap, routes, classes, mult)
+    assert (memo.hits, memo.misses) == (1, 1)
+
+
+def test_route_classes_merge_identical_rows_only():
+    routes = FlowRoutes.from_lists([[0, 1], [2], [0, 1], [0, 1], []], [[1, 1], [1], [1, 1],
+                                                                     [1, 2], []])
+    klass, rows = route_classes(routes)
+    assert klass.tolist() == [0, 1, 0, 2, 3]
+    assert len(rows) == 4 and rows.row(2)[1].tolist() == [1.0, 2.0]
