@@ -216,6 +216,24 @@ def test_simulate_dag_equals_simulate_on_random_workloads(seed):
     np.testing.assert_allclose(got.link_bytes, ref.link_bytes, rtol=1e-9, atol=1e-3)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_simulate_dag_dispatches_fan_outs_in_priority_order(seed):
+    # one task releases many tasks on few resources at once (small and large batches):
+    # each free resource must start its lowest (priority, id) task first
+    rng = np.random.default_rng(100 + seed)
+    w = Workload()
+    roots = [w.add_task(float(rng.choice([1e-4, 2e-4])), int(r)) for r in range(3)]
+    for k in range(int(rng.integers(3, 40))):
+        after = [roots[int(rng.integers(0, 3))]]
+        w.add_task(float(rng.choice([1e-4, 3e-4, 5e-4])), int(rng.integers(0, 3)),
+                   priority=float(rng.integers(0, 6)), after=after)
+    net = Network(np.array([1e9]), np.array([0.0]))
+    ref, got = simulate(net, w), simulate_dag(net, w)
+    assert got.events == ref.events
+    np.testing.assert_allclose(got.start, ref.start, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(got.finish, ref.finish, rtol=1e-12, atol=1e-18)
+
+
 def test_simulate_dag_closed_forms_and_errors():
     net = Network(np.array([8e6]), np.array([0.0]))
     w = Workload()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from topoopt._validation import require_choice
 from topoopt.errors import ConfigError
@@ -29,6 +30,28 @@ from topoopt.strategy import Strategy
 from topoopt.topology.topology import check_ring
 
 __all__ = ["FastEstimator", "FastGraph"]
+
+
+#: Node kinds of an AllReduce dependency template (:class:`_ARPlan`).
+_BWD, _UPD, _RING, _BAR, _GLOBAL = range(5)
+
+
+@dataclass(frozen=True)
+class _ARPlan:
+    """A config's AllReduce: its rings (route class, latency, length, bytes factor
+    ``2(k-1)/k`` and rings per shard) and the dependencies between its members'
+    backward/update tasks, rings and barriers as (kind, index) pairs."""
+
+    ring_class: np.ndarray
+    ring_latency: np.ndarray
+    ring_length: np.ndarray
+    ring_factor: np.ndarray
+    ring_count: np.ndarray
+    barriers: int
+    before_type: np.ndarray
+    before_index: np.ndarray
+    after_type: np.ndarray
+    after_index: np.ndarray
 
 
 class _RouteStore:
@@ -166,6 +189,7 @@ class FastEstimator:
         self._pairs = np.full(self.n * self.n, -1, np.int64)
         self._pair_lat = np.zeros(self.n * self.n)
         self._ar.clear()
+        self._core_rows = None      # the fabric's route store as a sparse matrix
 
     # -- cached pieces --------------------------------------------------------------
     def _config(self, cfg):
@@ -195,25 +219,64 @@ class FastEstimator:
             hit = self._rings[order] = (int(self.routes.add(routes)[0]), float(lat[0]))
         return hit
 
-    def _allreduce(self, cfg):
-        """Per parameter shard: members, and per ring (class, latency, length)."""
+    def _allreduce(self, cfg) -> "_ARPlan":
+        """The AllReduce of a config's parameter shards, as a template (cached)."""
         hit = self._ar.get(id(cfg))
-        if hit is None or hit[0] is not cfg:
-            shards = []
-            for b in range(cfg.mp):
-                members = tuple(sorted(cfg.replicas(b)))
-                orders = (self.rings or {}).get(members, (members,))
-                if not orders:
-                    raise ConfigError("rings", members, "every AllReduce group needs a ring")
-                ring_list = []
-                for order in orders:
-                    order = tuple(int(x) for x in order)
-                    check_ring(order, members)
-                    cls, hop_lat = self._ring(order)
-                    ring_list.append((cls, 2 * (len(order) - 1) * hop_lat, len(order)))
-                shards.append((np.asarray(members, np.int64), ring_list))
-            hit = self._ar[id(cfg)] = (cfg, shards)
-        return hit[1]
+        if hit is not None and hit[0] is cfg:
+            return hit[1]
+        _, _, pos = self._config(cfg)
+        cls, lat, glen, frac = [], [], [], []
+        bt, bi, at, ai = [], [], [], []   # dependency template: (type, index) pairs
+        nbar = 0
+        for b in range(cfg.mp):
+            members = tuple(sorted(cfg.replicas(b)))
+            orders = (self.rings or {}).get(members, (members,))
+            if not orders:
+                raise ConfigError("rings", members, "every AllReduce group needs a ring")
+            k, r, first = len(members), len(orders), len(cls)
+            for order in orders:
+                order = tuple(int(x) for x in order)
+                check_ring(order, members)
+                c, hop_lat = self._ring(order)
+                cls.append(c)
+                lat.append(2 * (len(order) - 1) * hop_lat)
+                glen.append(len(order))
+                frac.append((2.0 * (k - 1) / k, r))
+            local = pos[np.asarray(members, np.int64)].tolist()
+            rings = list(range(first, first + r))
+            if not self.overlap:     # rings after the global barrier
+                bt += [_GLOBAL] * r
+                bi += [0] * r
+                at += [_RING] * r
+                ai += rings
+            elif r == 1:
+                bt += [_BWD] * k
+                bi += local
+                at += [_RING] * k
+                ai += [first] * k
+            else:                    # members -> barrier -> rings
+                bt += [_BWD] * k + [_BAR] * r
+                bi += local + [nbar] * r
+                at += [_BAR] * k + [_RING] * r
+                ai += [nbar] * k + rings
+                nbar += 1
+            if r == 1:               # rings -> members' updates
+                bt += [_RING] * k
+                bi += [first] * k
+                at += [_UPD] * k
+                ai += local
+            else:
+                bt += [_RING] * r + [_BAR] * k
+                bi += rings + [nbar] * k
+                at += [_BAR] * r + [_UPD] * k
+                ai += [nbar] * r + local
+                nbar += 1
+        i64 = (lambda x: np.asarray(x, np.int64))
+        plan = _ARPlan(i64(cls), np.asarray(lat, float), i64(glen),
+                       np.asarray([f for f, _ in frac]), np.asarray([r for _, r in frac], float),
+                       nbar, i64(bt), i64(bi), i64(at), i64(ai))
+        self._ar[id(cfg)] = (cfg, plan)
+        return plan
 
     def _pair_classes(self, src: np.ndarray, dst: np.ndarray):
         key = src * self.n + dst
@@ -251,14 +314,52 @@ class FastEstimator:
             renum = np.full(groups, -1, np.int64)
             renum[miss] = np.arange(miss.size)
             take = renum[member] >= 0
-            routes, mlat = self.fabric.coupled_route(src[take], dst[take], renum[member[take]],
-                                                     share[take], miss.size)
+            routes, mlat = self._coupled(src[take], dst[take], renum[member[take]],
+                                         share[take], miss.size)
             new = self.routes.add(routes)
             cls[miss] = new
             lat[miss] = mlat
             for k, c, x in zip(keys, new.tolist(), mlat.tolist()):
                 self._coflows[k] = (c, x)
         return cls, lat
+
+    def _coupled(self, src, dst, group, share, groups: int):
+        """:meth:`Fabric.coupled_route` as sparse products: (groups x routing-node pairs)
+        shares times the pairs' route rows, plus the access links. Same rows and
+        latencies (sums in another order, ~1e-16), without the per-entry sort."""
+        f = self.fabric
+        core = f._core()
+        local = src != dst
+        rows = core.pair_rows(f.attach[src], f.attach[dst])
+        store = core._store()
+        if self._core_rows is None or self._core_rows[0] is not store:
+            ptr, links, weights = store
+            owner = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+            lat = np.bincount(owner, weights=f.latency[links] * weights, minlength=ptr.size - 1)
+            mat = csr_matrix((weights, links, ptr), shape=(ptr.size - 1, f.links))
+            self._core_rows = (store, mat, lat)
+        _, mat, row_lat = self._core_rows
+        w = np.where(local, share, 0.0)
+        m = csr_matrix((w, (group, rows)), shape=(groups, mat.shape[0]))
+        out = m @ mat
+        flow_lat = row_lat[rows]
+        parts = [out]
+        for access, end in ((f.uplink, src), (f.downlink, dst)):
+            acc = access[end]
+            use = (acc >= 0) & local
+            if use.any():
+                parts.append(csr_matrix((share[use], (group[use], acc[use])),
+                                        shape=(groups, f.links)))
+                flow_lat = flow_lat + np.where(use, f.latency[np.maximum(acc, 0)], 0.0)
+        out = parts[0] if len(parts) == 1 else sum(parts[1:], parts[0])
+        out = out.tocsr()
+        out.sum_duplicates()
+        out.eliminate_zeros()
+        out.sort_indices()
+        lat = np.zeros(groups)
+        np.maximum.at(lat, group, np.where(local, flow_lat, 0.0))
+        return FlowRoutes(out.indptr.astype(np.int64), out.indices.astype(np.int64),
+                          out.data.astype(float)), lat
 
     # -- the graph ------------------------------------------------------------------
     def graph(self, strategy: Strategy) -> FastGraph:
@@ -366,66 +467,61 @@ class FastEstimator:
         add_mp(f_keys, f_bytes, f_pred, fwd_base)
         add_mp(b_keys, b_bytes, b_pred, bwd_base)
 
-        barrier_count = [0]
-        barrier_ids: list[int] = []
-
-        def barrier() -> int:
-            barrier_count[0] += 1
-            barrier_ids.append(barrier_count[0] - 1)
-            return -barrier_count[0]  # placeholder id, fixed once the flows are counted
-
-        ar_segs = set()
-        # (before, after) pairs whose ids may be barrier placeholders (< 0)
-        late_b: list[np.ndarray] = []
-        late_a: list[np.ndarray] = []
-        global_barrier = barrier() if not self.overlap else None
-        if global_barrier is not None:
+        # AllReduce: per segment, its config's template instantiated at the segment's
+        # node ids (backward and update tasks, rings, barriers).
+        nf_mp = nflow[0]
+        ar = [(g, self._allreduce(s.config)) for g, s in enumerate(segs)
+              if s.params > 0 and s.config.dp >= 2]
+        nbar = 0 if self.overlap else 1   # barrier 0: the global one (overlap=False)
+        if ar:
+            ar_g = np.fromiter((g for g, _ in ar), np.int64, len(ar))
+            plans = [p for _, p in ar]
+            nring = np.fromiter((p.ring_class.size for p in plans), np.int64, len(ar))
+            nbars = np.fromiter((p.barriers for p in plans), np.int64, len(ar))
+            shard_bytes = np.array([segs[g].params / segs[g].config.mp * self.dtype_bytes
+                                    for g, _ in ar])
+            ring_seg = np.repeat(np.arange(len(ar)), nring)
+            frac = np.concatenate([p.ring_factor for p in plans])
+            nr = np.concatenate([p.ring_count for p in plans])
+            ids = add_flows(np.concatenate([p.ring_class for p in plans]),
+                            frac * shard_bytes[ring_seg] / nr,
+                            np.concatenate([p.ring_latency for p in plans]), FLOW_ALLREDUCE,
+                            np.concatenate([p.ring_length for p in plans]))
+            tlen = np.fromiter((p.before_type.size for p in plans), np.int64, len(ar))
+            dep_seg = np.repeat(np.arange(len(ar)), tlen)
+            ring_off = ids[0] + np.cumsum(nring) - nring
+            bar_off = nbar + np.cumsum(nbars) - nbars   # barrier numbers, ids set below
+            nbar += int(nbars.sum())
+            bases = np.stack([bwd_base[ar_g], upd_base[ar_g], ring_off,
+                              -1 - bar_off, np.full(len(ar), -1)], axis=1)
+            bt = np.concatenate([p.before_type for p in plans])
+            at = np.concatenate([p.after_type for p in plans])
+            # barriers get placeholders -1 - number (fixed once the flows are counted)
+            sign_b = np.where((bt == _BAR) | (bt == _GLOBAL), -1, 1)
+            sign_a = np.where((at == _BAR) | (at == _GLOBAL), -1, 1)
+            tb = bases[dep_seg, bt] + sign_b * np.concatenate([p.before_index for p in plans])
+            ta = bases[dep_seg, at] + sign_a * np.concatenate([p.after_index for p in plans])
+            no_upd = ~has_update[ar_g]
+            if no_upd.any():
+                keep = ~(no_upd[dep_seg] & (at == _UPD))
+                tb, ta = tb[keep], ta[keep]
+            late_b, late_a = [tb], [ta]
+        else:
+            ar_g = np.empty(0, np.int64)
+            late_b, late_a = [], []
+        if not self.overlap:
             late_b.append(bwd_all)
-            late_a.append(np.full(bwd_all.size, global_barrier))
-        for g, s in enumerate(segs):
-            cfg = s.config
-            if s.params == 0 or cfg.dp < 2:
-                continue
-            ar_segs.add(g)
-            shard_bytes = s.params / cfg.mp * self.dtype_bytes
-            pos = info[g][2]
-            for members, ring_list in self._allreduce(cfg):
-                k = members.size
-                r = len(ring_list)
-                per_ring = 2.0 * (k - 1) / k * shard_bytes / r
-                cls = np.fromiter((x[0] for x in ring_list), np.int64, r)
-                lat = np.fromiter((x[1] for x in ring_list), float, r)
-                glen = np.fromiter((x[2] for x in ring_list), np.int64, r)
-                ids = add_flows(cls, np.full(r, per_ring), lat, FLOW_ALLREDUCE, glen)
-                member_bwd = bwd_base[g] + pos[members]
-                if global_barrier is not None:
-                    late_b.append(np.full(r, global_barrier))
-                    late_a.append(ids)
-                elif r == 1:
-                    before.append(member_bwd)
-                    after.append(np.full(k, ids[0]))
-                else:
-                    b1 = barrier()
-                    late_b += [member_bwd, np.full(r, b1)]
-                    late_a += [np.full(k, b1), ids]
-                if has_update[g]:
-                    member_upd = upd_base[g] + pos[members]
-                    if r == 1:
-                        before.append(np.full(k, ids[0]))
-                        after.append(member_upd)
-                    else:
-                        b2 = barrier()
-                        late_b += [ids, np.full(k, b2)]
-                        late_a += [np.full(r, b2), member_upd]
-        for g in np.flatnonzero(has_update).tolist():
-            if g not in ar_segs:
-                k = int(sizes[g])
-                before.append(bwd_base[g] + np.arange(k))
-                after.append(upd_base[g] + np.arange(k))
+            late_a.append(np.full(bwd_all.size, -1))
+        # Updates of segments without AllReduce follow their own backward.
+        plain = has_update.copy()
+        plain[ar_g] = False
+        for g in np.flatnonzero(plain).tolist():
+            k = int(sizes[g])
+            before.append(bwd_base[g] + np.arange(k))
+            after.append(upd_base[g] + np.arange(k))
 
         nf = nflow[0]
-        nb = barrier_count[0]
-        nodes = ntask + nf + nb
+        nodes = ntask + nf + nbar
         if late_b:
             lb = np.concatenate(late_b)
             la = np.concatenate(late_a)
@@ -450,7 +546,9 @@ class FastEstimator:
         node_res[:ntask] = res
         node_dur = np.zeros(nodes)
         node_dur[:ntask] = dur
-        order = np.argsort(dep_b, kind="stable")
+        # stable sort of the dependency sources (radix sort when ids fit 16 bits)
+        order = np.argsort(dep_b.astype(np.uint16) if nodes <= 1 << 16 else dep_b,
+                           kind="stable")
         succ_ptr = np.zeros(nodes + 1, np.int64)
         np.cumsum(np.bincount(dep_b, minlength=nodes), out=succ_ptr[1:])
         dag = DagArrays(nodes, is_flow, local, ntask + np.arange(nf), 8.0 * flow_bytes,

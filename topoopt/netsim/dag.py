@@ -298,6 +298,7 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
         memoryview(qcount)
     start_v, finish_v, tx_end_v = memoryview(start), memoryview(finish), memoryview(tx_end)
     heap: list = []
+    heappush = heapq.heappush
     seq = itertools.count()
     # Mutable scalars of the loop (closures write them through this dict).
     st = {"done": 0, "new": []}
@@ -402,7 +403,9 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
                 if c == 0:
                     newly.append(u)
         st["done"] += len(nodes)
-        dirty = set(freed)
+        # A new task on a free resource with an empty queue starts at once (the first
+        # in dispatch order if several arrive); the others join their queue.
+        claim: dict[int, int] = {}
         new_flows = []
         for v in newly:
             if isf_l[v]:
@@ -410,21 +413,32 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
                 fi = local_l[v]
                 if inst_l[fi]:
                     tx_end_v[v] = t
-                    push_one(t + lat_l[fi], v)
+                    heappush(heap, (t + lat_l[fi], next(seq), v))
                 else:
                     new_flows.append(fi)
-            else:
-                r = res_l[v]
-                if r < 0:
-                    start_v[v] = t
-                    push_one(t + dur_l[v], v)
-                else:
-                    qflag[r, slot_l[v]] = True
-                    qcount_v[r] += 1
-                    dirty.add(r)
+                continue
+            r = res_l[v]
+            if r < 0:
+                start_v[v] = t
+                heappush(heap, (t + dur_l[v], next(seq), v))
+                continue
+            if not busy_v[r]:
+                old = claim.get(r)
+                if old is not None:      # (its queue was empty: only losers are in it)
+                    if slot_l[v] < slot_l[old]:
+                        claim[r], v = v, old
+                elif not qcount_v[r]:
+                    claim[r] = v
+                    continue
+            qflag[r, slot_l[v]] = True
+            qcount_v[r] += 1
         if new_flows:
             st["new"].append(np.asarray(new_flows, np.int64))
-        for r in dirty:
+        for r, v in claim.items():
+            busy_v[r] = 1
+            start_v[v] = t
+            heappush(heap, (t + dur_l[v], next(seq), v))
+        for r in freed:
             if not busy_v[r] and qcount_v[r]:
                 row = qflag[r]
                 h = int(row.argmax())
@@ -433,7 +447,7 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
                 qcount_v[r] -= 1
                 busy_v[r] = 1
                 start_v[v] = t
-                push_one(t + dur_l[v], v)
+                heappush(heap, (t + dur_l[v], next(seq), v))
 
     def fire(t: float, eps: float) -> None:
         lim = t + eps
