@@ -108,12 +108,22 @@ class IterationCost:
                                   seed=self.seed, reference=True)
 
     def __call__(self, strategy: Strategy) -> float:
+        """Iteration seconds of ``strategy``; ``inf`` (never accepted) when its task graph
+        has a dependency cycle -- coflow grouping can close one when a consumer takes
+        inputs from two producer segments on one server (both estimators raise
+        :class:`~topoopt.netsim.SimulationError` there)."""
+        from topoopt.netsim import SimulationError
+
         key = strategy.configs
         hit = self.memo.get(key)
         if hit is None:
             self.evaluations += 1
-            hit = self.memo[key] = (self.estimate(strategy).total if self.reference
-                                    else self.fast.total(strategy))
+            try:
+                hit = (self.estimate(strategy).total if self.reference
+                       else self.fast.total(strategy))
+            except SimulationError:
+                hit = math.inf
+            self.memo[key] = hit
             if len(self.memo) > 20_000:  # bound memory on long searches
                 self.memo.clear()
         return hit

@@ -145,6 +145,22 @@ def test_iteration_cost_fast_and_reference_agree_and_memoize():
     assert fast.evaluations == len({s.configs for s in strategies})
 
 
+def test_iteration_cost_rejects_cyclic_candidates():
+    # BERT at n = 8 on a fat-tree: coflow grouping closes a cycle for this walk's 10th
+    # strategy (a consumer fed by two producer segments on one server); the reference
+    # raises, and the search's cost returns inf so the chain never accepts it
+    n = 8
+    job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth / 2)
+    s = random_strategies(model, cluster, job, 12, seed=n)[9]
+    with pytest.raises(SimulationError):
+        estimate_iteration(model, s, cluster, job, fabric, reference=True)
+    assert IterationCost(model, cluster, job, fabric)(s) == float("inf")
+    assert IterationCost(model, cluster, job, fabric, reference=True)(s) == float("inf")
+
+
 def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
     n = 16
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
