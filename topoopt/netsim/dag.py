@@ -18,8 +18,8 @@ from topoopt.netsim.engine import SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
-__all__ = ["DagArrays", "RateMemo", "class_rates", "max_min_dense", "dag_arrays", "route_classes",
-           "run_dag", "simulate_dag"]
+__all__ = ["DagArrays", "RateMemo", "class_rates", "dag_arrays", "route_classes", "run_dag",
+           "simulate_dag"]
 
 #: Batches with at most this much work (nodes plus successors) are handled one node at a
 #: time in plain Python; larger ones with whole-array numpy operations (a numpy call costs microseconds
@@ -89,46 +89,6 @@ class RateMemo:
         self.limit = limit
         self.hits = 0
         self.misses = 0
-        # dense rows of the classes seen, for max_min_dense (built once per class)
-        self._links = -1
-        self._slot = np.zeros(0, np.int64)
-        self._dense = np.zeros((0, 0))
-        self._used = 0
-
-    #: Bytes of dense class rows kept before they are dropped and rebuilt on demand.
-    dense_limit = 64 << 20
-
-    def dense_rows(self, routes: FlowRoutes, links: int, classes: np.ndarray) -> np.ndarray:
-        """``(classes, links)`` array of the classes' route weights (rows cached)."""
-        if self._links != links:
-            self._slot = np.zeros(0, np.int64)
-            self._dense = np.zeros((0, links))
-            self._used = 0
-            self._links = links
-        if self._slot.size < len(routes):
-            self._slot = np.concatenate([self._slot,
-                                         np.full(len(routes) - self._slot.size, -1, np.int64)])
-        slots = self._slot[classes]
-        miss = slots < 0
-        if miss.any():
-            new = classes[miss]
-            if (self._used + new.size) * links * 8 > self.dense_limit:
-                self._slot[:] = -1
-                self._used = 0
-                new = classes
-            need = self._used + new.size
-            if need > self._dense.shape[0]:
-                grown = np.zeros((max(need, 2 * self._dense.shape[0], 64), links))
-                grown[:self._used] = self._dense[:self._used]
-                self._dense = grown
-            idx, counts = gather_rows(routes.ptr, new)
-            rows = self._used + np.repeat(np.arange(new.size), counts)
-            self._dense[self._used:need] = 0.0
-            self._dense[rows, routes.link[idx]] = routes.weight[idx]
-            self._slot[new] = np.arange(self._used, need)
-            self._used = need
-            slots = self._slot[classes]
-        return self._dense[slots]
 
     def rates(self, cap: np.ndarray, routes: FlowRoutes, classes: np.ndarray,
               mult: np.ndarray) -> np.ndarray:
@@ -142,67 +102,22 @@ class RateMemo:
         self.misses += 1
         if len(self.table) >= self.limit:
             self.table.clear()
-        r = class_rates(cap, routes, classes, mult, self)
+        r = class_rates(cap, routes, classes, mult)
         self.table[key] = r
         return r
 
 
 def class_rates(cap: np.ndarray, routes: FlowRoutes, classes: np.ndarray,
-                mult: np.ndarray, memo: RateMemo | None = None) -> np.ndarray:
+                mult: np.ndarray) -> np.ndarray:
     """Max-min rate per flow when ``mult[i]`` flows follow route ``classes[i]``.
 
     Flows with the same links and weights freeze at the same level of progressive
     filling, so one row per class with its weights times the count gives every
-    flow's rate (:func:`max_min_rates`). With a ``memo`` (which keeps every class's
-    row as a dense array) and rows that are dense enough, the filling runs on a dense
-    (classes x links) array instead (:func:`max_min_dense`): a few matrix-vector
-    products per level instead of passes over every entry.
+    flow's rate (:func:`max_min_rates`).
     """
-    if memo is not None:
-        entries = int((routes.ptr[classes + 1] - routes.ptr[classes]).sum())
-        if classes.size * cap.size <= 4 * entries + 16384:
-            dense = memo.dense_rows(routes, cap.size, classes)
-            dense *= mult[:, None]
-            return max_min_dense(cap, dense)
     idx, counts = gather_rows(routes.ptr, classes)
     ef = np.repeat(np.arange(classes.size), counts)
     return max_min_rates(cap, ef, routes.link[idx], routes.weight[idx] * mult[ef], classes.size)
-
-
-def max_min_dense(capacity: np.ndarray, load_of: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
-    """:func:`max_min_rates` on a dense incidence: ``load_of[f, l]`` is flow ``f``'s
-    weight on link ``l`` (0 = not crossed).
-
-    Same progressive filling and tolerances; each level is two matrix-vector
-    products (the load of the unfrozen flows; the flows crossing saturated links).
-    Sums are taken in another order than :func:`max_min_rates` (~1e-16 relative).
-
-    Examples
-    --------
-    >>> max_min_dense(np.array([1.0, 1.0]), np.array([[1.0, 1.0], [1.0, 0], [0, 1.0]])
-    ...               ).tolist()
-    [0.5, 0.5, 0.5]
-    """
-    flows, links = load_of.shape
-    rate = np.full(flows, np.inf)
-    live = (load_of > 0).any(axis=1).astype(float)  # flows with no link: infinite rate
-    residual = np.array(capacity, dtype=float)
-    share = np.empty(links)
-    level = 0.0
-    while live.any():
-        load = live @ load_of
-        used = load > 0
-        share.fill(np.inf)
-        np.divide(residual, load, out=share, where=used)
-        step = max(float(share.min()), 0.0)
-        level += step
-        residual -= step * load
-        hit = share <= step * (1.0 + rtol) + 1e-300
-        residual[hit] = 0.0
-        frozen = (load_of @ hit.astype(float) > 0) & (live > 0)
-        rate[frozen] = level
-        live[frozen] = 0.0
-    return rate
 
 
 def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
@@ -657,11 +572,16 @@ def _rates(cap, croutes: FlowRoutes, klass: np.ndarray, memo: RateMemo, nclass: 
     """Max-min rate of each active flow (by class, memoized)."""
     if not klass.size:
         return np.empty(0)
-    mult = np.bincount(klass, minlength=nclass)
-    cls = np.flatnonzero(mult)
-    per_class = np.empty(nclass)
-    per_class[cls] = memo.rates(cap, croutes, cls, mult[cls])
-    return per_class[klass]
+    order = np.argsort(klass, kind="stable")
+    k = klass[order]
+    first = np.empty(k.size + 1, bool)
+    first[0] = first[-1] = True
+    np.not_equal(k[1:], k[:-1], out=first[1:-1])
+    edges = np.flatnonzero(first)
+    mult = np.diff(edges)
+    out = np.empty(k.size)
+    out[order] = np.repeat(memo.rates(cap, croutes, k[edges[:-1]], mult), mult)
+    return out
 
 
 def _stuck(act, rate, croutes, klass, cap, flow_node, pending, finish) -> None:
