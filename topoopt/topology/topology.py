@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import ItemsView, KeysView, ValuesView
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import networkx as nx
+import numpy as np
 
 from topoopt.errors import PlanCheckError
 from topoopt._frozen import FrozenDict
 
-__all__ = ["Link", "Topology", "Routes", "check_topology", "check_routes", "check_ring"]
+__all__ = ["Link", "Topology", "Routes", "RouteArrays", "check_topology", "check_routes",
+           "check_ring"]
 
 #: ``(server_a, port_a, server_b, port_b)``: one fibre strand from the transmitter of
 #: ``server_a``'s port ``port_a`` to the receiver of ``server_b``'s port ``port_b``.
@@ -82,6 +85,266 @@ class Topology:
         return sum(b == server for _, _, b, _ in self.links)
 
 
+def _segments(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``idx`` of a CSR pointer array: their new pointer and the flat gather index."""
+    starts = ptr[idx]
+    lens = ptr[idx + 1] - starts
+    new_ptr = np.zeros(idx.size + 1, np.int64)
+    np.cumsum(lens, out=new_ptr[1:])
+    flat = np.repeat(starts - new_ptr[:-1], lens) + np.arange(new_ptr[-1], dtype=np.int64)
+    return new_ptr, flat
+
+
+@dataclass(frozen=True, eq=False)
+class RouteArrays:
+    """Routes in compressed sparse row form: ordered pairs -> paths -> nodes.
+
+    Attributes
+    ----------
+    src, dst : ndarray of int64, shape (m,)
+        The routed pairs, distinct and sorted by ``(src, dst)``.
+    path_ptr : ndarray of int64, shape (m + 1,)
+        The paths of pair ``i`` are ``path_ptr[i]:path_ptr[i + 1]``.
+    node_ptr : ndarray of int64, shape (P + 1,)
+        The nodes of path ``j`` are ``nodes[node_ptr[j]:node_ptr[j + 1]]``.
+    nodes : ndarray of int64
+    fraction : ndarray of float64, shape (P,)
+        Share of its pair's bytes per path.
+
+    Notes
+    -----
+    The form the route builders produce (a million pairs at n = 1024 would take seconds
+    as Python tuples) and that :func:`check_routes` and the metrics read;
+    :class:`Routes` shows it as the usual mapping of tuples, built on access.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    path_ptr: np.ndarray
+    node_ptr: np.ndarray
+    nodes: np.ndarray
+    fraction: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name, dt in (("src", np.int64), ("dst", np.int64), ("path_ptr", np.int64),
+                         ("node_ptr", np.int64), ("nodes", np.int64),
+                         ("fraction", np.float64)):
+            arr = np.ascontiguousarray(getattr(self, name), dtype=dt).reshape(-1)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+        m, paths = self.src.size, self.fraction.size
+        if (self.dst.size != m or self.path_ptr.size != m + 1
+                or self.node_ptr.size != paths + 1 or self.path_ptr[0] != 0
+                or self.path_ptr[-1] != paths or self.node_ptr[0] != 0
+                or self.node_ptr[-1] != self.nodes.size
+                or np.any(np.diff(self.path_ptr) < 0) or np.any(np.diff(self.node_ptr) < 0)):
+            raise ValueError("inconsistent route arrays: need len(dst) = len(src) = m, "
+                             "path_ptr of m + 1 and node_ptr of len(fraction) + 1 "
+                             "non-decreasing offsets from 0 to the data lengths")
+        if m > 1 and np.any(np.diff(self.keys) <= 0):
+            raise ValueError("route pairs must be distinct and sorted by (src, dst)")
+
+    @property
+    def pairs(self) -> int:
+        return int(self.src.size)
+
+    @property
+    def keys(self) -> np.ndarray:
+        """``src * 2**32 + dst``: ascending, one per pair."""
+        if "_keys" not in self.__dict__:
+            object.__setattr__(self, "_keys", (self.src << 32) + self.dst)
+        return self.__dict__["_keys"]
+
+    @property
+    def path_pair(self) -> np.ndarray:
+        """Index of the pair of every path."""
+        return np.repeat(np.arange(self.pairs), np.diff(self.path_ptr))
+
+    def find(self, src, dst) -> np.ndarray:
+        """Index of each pair ``(src[i], dst[i])``, ``-1`` where not routed (vectorized)."""
+        key = (np.asarray(src, np.int64) << 32) + np.asarray(dst, np.int64)
+        keys = self.keys
+        pos = np.searchsorted(keys, key)
+        pos = np.minimum(pos, max(keys.size - 1, 0))
+        hit = keys[pos] == key if keys.size else np.zeros(key.shape, bool)
+        return np.where(hit, pos, -1)
+
+    def entry(self, i: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+        """Pair ``i``'s ``((node_path, fraction), ...)`` as Python tuples."""
+        nodes, nptr = self.nodes, self.node_ptr
+        return tuple((tuple(nodes[nptr[j]:nptr[j + 1]].tolist()), float(self.fraction[j]))
+                     for j in range(int(self.path_ptr[i]), int(self.path_ptr[i + 1])))
+
+    def iter_items(self) -> Iterator[tuple[tuple[int, int], tuple]]:
+        """Every ``((src, dst), ((node_path, fraction), ...))`` in pair order."""
+        nodes, nptr = self.nodes.tolist(), self.node_ptr.tolist()
+        options = list(zip([tuple(nodes[a:b]) for a, b in zip(nptr, nptr[1:])],
+                           self.fraction.tolist()))
+        pptr = self.path_ptr.tolist()
+        for s, t, a, b in zip(self.src.tolist(), self.dst.tolist(), pptr, pptr[1:]):
+            yield (s, t), tuple(options[a:b])
+
+    def take(self, idx) -> RouteArrays:
+        """The pairs ``idx`` (ascending pair indices)."""
+        idx = np.asarray(idx, np.int64)
+        path_ptr, paths = _segments(self.path_ptr, idx)
+        node_ptr, flat = _segments(self.node_ptr, paths)
+        return RouteArrays(self.src[idx], self.dst[idx], path_ptr, node_ptr, self.nodes[flat],
+                           self.fraction[paths])
+
+    def merge(self, other: RouteArrays) -> RouteArrays:
+        """These routes with ``other``'s pairs added, replacing the pairs both have."""
+        if not other.pairs:
+            return self
+        if not self.pairs:
+            return other
+        hit = self.find(other.src, other.dst)
+        mine = np.ones(self.pairs, bool)
+        mine[hit[hit >= 0]] = False
+        both = RouteArrays._concat(self, other)
+        rows = np.r_[np.flatnonzero(mine), self.pairs + np.arange(other.pairs)]
+        order = rows[np.argsort((both.src[rows] << 32) + both.dst[rows], kind="stable")]
+        return both._reorder(order)
+
+    def reweighted(self, fraction) -> RouteArrays:
+        """The same paths with new fractions; paths whose fraction is 0 are dropped."""
+        fraction = np.asarray(fraction, np.float64)
+        keep = np.flatnonzero(fraction != 0)
+        if keep.size == fraction.size:
+            return RouteArrays(self.src, self.dst, self.path_ptr, self.node_ptr, self.nodes,
+                               fraction)
+        counts = np.bincount(self.path_pair[keep], minlength=self.pairs)
+        node_ptr, flat = _segments(self.node_ptr, keep)
+        return RouteArrays(self.src, self.dst, np.r_[0, np.cumsum(counts)], node_ptr,
+                           self.nodes[flat], fraction[keep])
+
+    @staticmethod
+    def _concat(a: RouteArrays, b: RouteArrays) -> RouteArrays:
+        """Pairs of ``a`` then of ``b`` (not sorted: internal, before ``_reorder``)."""
+        out = object.__new__(RouteArrays)
+        for name, val in (
+                ("src", np.concatenate([a.src, b.src])),
+                ("dst", np.concatenate([a.dst, b.dst])),
+                ("path_ptr", np.concatenate([a.path_ptr, a.path_ptr[-1] + b.path_ptr[1:]])),
+                ("node_ptr", np.concatenate([a.node_ptr, a.node_ptr[-1] + b.node_ptr[1:]])),
+                ("nodes", np.concatenate([a.nodes, b.nodes])),
+                ("fraction", np.concatenate([a.fraction, b.fraction]))):
+            object.__setattr__(out, name, val)
+        return out
+
+    def _reorder(self, order: np.ndarray) -> RouteArrays:
+        path_ptr, paths = _segments(self.path_ptr, order)
+        node_ptr, flat = _segments(self.node_ptr, paths)
+        return RouteArrays(self.src[order], self.dst[order], path_ptr, node_ptr,
+                           self.nodes[flat], self.fraction[paths])
+
+    @classmethod
+    def from_mapping(cls, paths: Mapping) -> RouteArrays:
+        """The arrays of a ``(src, dst) -> ((node_path, fraction), ...)`` mapping."""
+        if isinstance(paths, _PathTable):
+            return paths.arrays
+        items = sorted(paths.items())
+        m = len(items)
+        src = np.fromiter((int(s) for (s, _), _ in items), np.int64, m)
+        dst = np.fromiter((int(t) for (_, t), _ in items), np.int64, m)
+        counts = np.fromiter((len(opts) for _, opts in items), np.int64, m)
+        opts = [o for _, options in items for o in options]
+        lens = np.fromiter((len(p) for p, _ in opts), np.int64, len(opts))
+        nodes = np.fromiter((int(v) for p, _ in opts for v in p), np.int64, int(lens.sum()))
+        frac = np.fromiter((float(f) for _, f in opts), np.float64, len(opts))
+        return cls(src, dst, np.r_[0, np.cumsum(counts)], np.r_[0, np.cumsum(lens)], nodes, frac)
+
+    def to_dict(self) -> dict:
+        return dict(self.iter_items())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RouteArrays):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, f), getattr(other, f))
+                   for f in ("src", "dst", "path_ptr", "node_ptr", "nodes", "fraction"))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (RouteArrays, (self.src, self.dst, self.path_ptr, self.node_ptr, self.nodes,
+                              self.fraction))
+
+
+class _ItemsView(ItemsView):
+    def __iter__(self):
+        return self._mapping.arrays.iter_items()
+
+
+class _ValuesView(ValuesView):
+    def __iter__(self):
+        return (opts for _, opts in self._mapping.arrays.iter_items())
+
+
+class _PathTable(Mapping):
+    """Read-only mapping view of :class:`RouteArrays`: tuples are built when asked for."""
+
+    __slots__ = ("arrays",)
+
+    def __init__(self, arrays: RouteArrays) -> None:
+        self.arrays = arrays
+
+    def _index(self, pair) -> int:
+        try:
+            s, t = pair
+            si, ti = int(s), int(t)
+            if si != s or ti != t:
+                return -1
+        except (TypeError, ValueError, OverflowError):
+            return -1
+        s, t = si, ti
+        if not (0 <= s < 2**31 and 0 <= t < 2**31):
+            return -1
+        return int(self.arrays.find([s], [t])[0])
+
+    def __getitem__(self, pair):
+        i = self._index(pair)
+        if i < 0:
+            raise KeyError(pair)
+        return self.arrays.entry(i)
+
+    def __contains__(self, pair: object) -> bool:
+        return self._index(pair) >= 0
+
+    def __iter__(self):
+        return zip(self.arrays.src.tolist(), self.arrays.dst.tolist())
+
+    def __len__(self) -> int:
+        return self.arrays.pairs
+
+    def keys(self):
+        return KeysView(self)
+
+    def items(self):
+        return _ItemsView(self)
+
+    def values(self):
+        return _ValuesView(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _PathTable):
+            return self.arrays == other.arrays
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:  # as FrozenDict's, so equal mappings hash equal
+        try:
+            return hash(frozenset(self.items()))
+        except TypeError:
+            return hash(repr(sorted(self.items(), key=repr)))
+
+    def __reduce__(self):
+        return (_PathTable, (self.arrays,))
+
+    def __repr__(self) -> str:
+        return f"<routes of {len(self)} pairs as arrays>"
+
+
 @dataclass(frozen=True)
 class Routes:
     """Routes over a topology: per ordered server pair, paths with traffic fractions.
@@ -91,13 +354,47 @@ class Routes:
     paths : Mapping
         ``(src, dst) -> ((node_path, fraction), ...)``; each node path starts at
         ``src``, ends at ``dst``, and the fractions sum to 1.
+
+    Notes
+    -----
+    Built from a mapping (kept as given) or from :class:`RouteArrays`
+    (:meth:`from_arrays`; ``paths`` is then a read-only view that builds a pair's
+    tuples when it is looked up or iterated). Either way :meth:`arrays` gives the
+    compressed form and ``paths`` the tuples; the two compare equal when their
+    mappings do.
     """
 
     paths: Mapping[tuple[int, int], tuple[tuple[tuple[int, ...], float], ...]] = \
         field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "paths", FrozenDict(self.paths))
+        if isinstance(self.paths, RouteArrays):
+            object.__setattr__(self, "paths", _PathTable(self.paths))
+        elif not isinstance(self.paths, _PathTable):
+            object.__setattr__(self, "paths", FrozenDict(self.paths))
+
+    @classmethod
+    def from_arrays(cls, arrays: RouteArrays) -> Routes:
+        """Routes backed by ``arrays`` (no tuples built until asked for)."""
+        return cls(arrays)
+
+    def arrays(self) -> RouteArrays:
+        """The routes as :class:`RouteArrays` (computed once for mapping-built routes)."""
+        if isinstance(self.paths, _PathTable):
+            return self.paths.arrays
+        cached = self.__dict__.get("_arrays")
+        if cached is None:
+            cached = RouteArrays.from_mapping(self.paths)
+            object.__setattr__(self, "_arrays", cached)
+        return cached
+
+    def merge(self, other: Routes) -> Routes:
+        """These routes with ``other``'s added; ``other`` wins for pairs both route."""
+        if not len(other):
+            return self
+        if not len(self):
+            return other
+        return Routes(self.arrays().merge(other.arrays()))
 
     def __getitem__(self, pair: tuple[int, int]):
         return self.paths[pair]
@@ -107,6 +404,11 @@ class Routes:
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_arrays", None)  # derived; rebuilt on demand
+        return state
 
 
 def check_topology(topology: Topology, max_ports: int | None = None) -> None:
@@ -137,13 +439,57 @@ def check_topology(topology: Topology, max_ports: int | None = None) -> None:
         raise PlanCheckError(f"{len(topology.labels)} labels for {len(topology.links)} links")
 
 
+def _routes_valid(topology: Topology, arr: RouteArrays, tol: float) -> bool:
+    """Vectorized: whether every check of :func:`check_routes` passes."""
+    n = topology.servers
+    counts = np.diff(arr.path_ptr)
+    lens = np.diff(arr.node_ptr)
+    if np.any(counts < 1) or np.any(lens < 1) or np.any(~(arr.fraction > 0)):
+        return False
+    if arr.nodes.size and (arr.nodes.min() < 0 or arr.nodes.max() >= n):
+        return False
+    pair = arr.path_pair
+    # the fractions of a pair summed in order, as the loop does
+    total = np.bincount(pair, weights=arr.fraction, minlength=arr.pairs)
+    if np.any(~(np.abs(total - 1.0) <= tol)):
+        return False
+    first, last = arr.nodes[arr.node_ptr[:-1]], arr.nodes[arr.node_ptr[1:] - 1]
+    if np.any(first != arr.src[pair]) or np.any(last != arr.dst[pair]):
+        return False
+    path_of_node = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
+    visit = np.sort(path_of_node * n + arr.nodes)
+    if np.any(visit[1:] == visit[:-1]):
+        return False
+    hop = np.ones(arr.nodes.size, bool)
+    hop[arr.node_ptr[1:] - 1] = False  # a path's last node starts no hop
+    at = np.flatnonzero(hop)
+    u, v = arr.nodes[at], arr.nodes[at + 1]
+    linked = np.zeros(n * n, bool)
+    if topology.links:
+        ends = np.array([(a, b) for a, _, b, _ in topology.links], np.int64)
+        ok = (ends >= 0).all(axis=1) & (ends < n).all(axis=1)
+        linked[ends[ok, 0] * n + ends[ok, 1]] = True
+    return bool(linked[u * n + v].all()) if u.size else True
+
+
 def check_routes(topology: Topology, routes: Routes, tol: float = 1e-9) -> None:
     """Raise :class:`PlanCheckError` unless every route is a valid path of links.
 
     Each path must start at its pair's source, end at its destination, visit no
     server twice and only take hops ``u -> v`` that are links; fractions must be positive
     and sum to 1 per pair.
+
+    Notes
+    -----
+    The checks run vectorized on :meth:`Routes.arrays`; only when one fails does the
+    per-pair loop run, to name the first violation.
     """
+    try:
+        valid = _routes_valid(topology, routes.arrays(), tol)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        valid = False  # not even well-formed: the loop says where
+    if valid:
+        return
     g = topology.simple_graph()
     for (src, dst), options in routes.paths.items():
         if not options:
