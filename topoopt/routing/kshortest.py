@@ -10,10 +10,11 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from topoopt.topology.topology import Topology
+from topoopt.topology.topology import RouteArrays, Topology
 
 __all__ = ["UNREACHABLE", "hop_distances", "neighbour_table", "k_shortest_paths",
-           "equal_cost_paths", "k_shortest_routes"]
+           "equal_cost_paths", "equal_cost_path_arrays", "k_shortest_routes",
+           "k_shortest_route_arrays", "paths_to_arrays"]
 
 #: Hop distance stored for unreachable pairs.
 UNREACHABLE = np.iinfo(np.int32).max // 2
@@ -173,6 +174,132 @@ def equal_cost_paths(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarr
     return out
 
 
+def equal_cost_path_arrays(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarray,
+                           targets: np.ndarray, k: int, chunk: int = 65536
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`equal_cost_paths` in compressed form: the same paths, in the same order.
+
+    Parameters
+    ----------
+    neighbours, dist, sources, targets, k, chunk
+        As for :func:`equal_cost_paths`.
+
+    Returns
+    -------
+    path_ptr : ndarray of int64, shape (m + 1,)
+        Paths of input pair ``i``: ``path_ptr[i]:path_ptr[i + 1]``.
+    node_ptr : ndarray of int64, shape (P + 1,)
+    nodes : ndarray of int64
+
+    Notes
+    -----
+    The same level-by-level walk of the shortest-path DAG, so pair ``i`` gets its
+    first ``min(k, #shortest paths)`` shortest paths in lexicographic order, but the
+    finished paths stay in arrays (one block per walk length) and are put in pair
+    order by one gather, instead of becoming a dict of tuples.
+
+    Examples
+    --------
+    >>> from topoopt.topology.topology import Topology
+    >>> t = Topology(4, 2, ((0, 0, 1, 0), (1, 0, 3, 0), (0, 1, 2, 0), (2, 0, 3, 1)), 1e9)
+    >>> pp, np_, nodes = equal_cost_path_arrays(neighbour_table(t), hop_distances(t),
+    ...                                         np.array([0]), np.array([3]), 4)
+    >>> pp.tolist(), nodes.tolist()
+    ([0, 2], [0, 1, 3, 0, 2, 3])
+    """
+    sources = np.asarray(sources, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    n, m = dist.shape[0], sources.size
+    # on[u * n + t], bit j: neighbour slot j of u is one hop closer to t (a DAG step)
+    w = neighbours.shape[1]
+    dist32 = np.asarray(dist, np.int32)
+    bits = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                if np.iinfo(t).bits >= w) if w <= 64 else None
+    if bits is None:
+        raise ValueError(f"at most 64 neighbours per server, got {w}")
+    on = np.zeros((n, n), bits)
+    for j in range(w):
+        nb = neighbours[:, j]
+        has = nb >= 0
+        step = np.zeros((n, n), bool)
+        step[has] = dist32[nb[has]] == dist32[has] - 1
+        on |= step.astype(bits) << bits(j)
+    on = on.ravel()
+    shifts = np.arange(w, dtype=bits)
+    itype = np.int32 if n * n < 2**31 else np.int64
+    succ = np.where(neighbours >= 0, neighbours, 0).astype(itype)
+    ids, blocks = [], []  # per finished block: pair ids (ascending), paths (rows)
+    for lo in range(0, m, chunk):
+        src, dst = sources[lo:lo + chunk], targets[lo:lo + chunk]
+        left = dist32[src, dst]
+        if np.any(left >= UNREACHABLE) or np.any(src == dst):
+            raise ValueError("every pair must be distinct and reachable")
+        pair = np.arange(src.size)
+        cur, tt = src.astype(itype), dst.astype(itype)
+        # rows of each level: their node and their parent row in the level before
+        level_node, level_parent = [cur], [None]
+        while pair.size:
+            ok = ((on[cur * itype(n) + tt][:, None] >> shifts) & bits(1)).astype(bool)
+            at = np.flatnonzero(ok.ravel())  # one output array: faster than 2-d nonzero
+            r, c = at // w, at % w
+            newpair = pair[r]
+            starts = np.flatnonzero(np.r_[True, newpair[1:] != newpair[:-1]])
+            rank = np.arange(newpair.size) - np.repeat(starts, np.diff(np.r_[starts,
+                                                                             newpair.size]))
+            keep = np.flatnonzero(rank < k)
+            r, pair = r[keep], newpair[keep]
+            cur = succ[cur[r], c[keep]]
+            left, tt = left[r] - 1, tt[r]
+            level_node.append(cur)
+            level_parent.append(r)
+            done = left == 0
+            if done.any():
+                rows = np.flatnonzero(done)
+                depth = len(level_node) - 1
+                path = np.empty((rows.size, depth + 1), np.int64)
+                for lev in range(depth, 0, -1):  # walk back up the parents
+                    path[:, lev] = level_node[lev][rows]
+                    rows = level_parent[lev][rows]
+                path[:, 0] = level_node[0][rows]
+                ids.append(pair[done] + lo)
+                blocks.append(path)
+                more = np.flatnonzero(~done)
+                pair, cur, left, tt = pair[more], cur[more], left[more], tt[more]
+                level_node[-1], level_parent[-1] = cur, level_parent[-1][more]
+    if not blocks:
+        return np.zeros(m + 1, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
+    # lay the pairs out in input order, then copy each block's rows into place
+    pid = np.concatenate(ids)
+    counts = np.bincount(pid, minlength=m)
+    length = np.zeros(m, np.int64)
+    for p, b in zip(ids, blocks):
+        length[p] = b.shape[1]
+    path_ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(counts, out=path_ptr[1:])
+    node_ptr = np.zeros(path_ptr[-1] + 1, np.int64)
+    np.cumsum(np.repeat(length, counts), out=node_ptr[1:])
+    nodes = np.empty(node_ptr[-1], np.int64)
+    for p, b in zip(ids, blocks):
+        first = np.r_[True, p[1:] != p[:-1]]
+        starts = np.flatnonzero(first)
+        rank = np.arange(p.size) - np.repeat(starts, np.diff(np.r_[starts, p.size]))
+        at = node_ptr[path_ptr[p] + rank]
+        for j in range(b.shape[1]):
+            nodes[at + j] = b[:, j]
+    return path_ptr, node_ptr, nodes
+
+
+def paths_to_arrays(paths_per_pair: Iterable[list[tuple[int, ...]]]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(path_ptr, node_ptr, nodes)`` of per-pair lists of node paths."""
+    per = list(paths_per_pair)
+    counts = np.fromiter((len(ps) for ps in per), np.int64, len(per))
+    flat = [p for ps in per for p in ps]
+    lens = np.fromiter((len(p) for p in flat), np.int64, len(flat))
+    nodes = np.fromiter((v for p in flat for v in p), np.int64, int(lens.sum()))
+    return np.r_[0, np.cumsum(counts)], np.r_[0, np.cumsum(lens)], nodes
+
+
 def k_shortest_routes(topology: Topology, pairs: Iterable[tuple[int, int]], k: int = 4,
                       max_extra_hops: int | None = 0, method: str = "fast",
                       dist: np.ndarray | None = None
@@ -231,3 +358,50 @@ def k_shortest_routes(topology: Topology, pairs: Iterable[tuple[int, int]], k: i
     else:
         raise ValueError(f"method must be 'fast' or 'networkx', got {method!r}")
     return {pair: tuple((p, 1.0 / len(ps)) for p in ps) for pair, ps in found.items()}
+
+
+def k_shortest_route_arrays(topology: Topology, sources, targets, k: int = 4,
+                            max_extra_hops: int | None = 0, dist: np.ndarray | None = None
+                            ) -> RouteArrays:
+    """:func:`k_shortest_routes` (method "fast") as :class:`RouteArrays`: equal routes.
+
+    Parameters
+    ----------
+    topology : Topology
+    sources, targets : array_like of int
+        The pairs (distinct, reachable; repeats are routed once).
+    k, max_extra_hops, dist
+        As for :func:`k_shortest_routes`.
+
+    Returns
+    -------
+    RouteArrays
+        Pairs sorted; each pair's bytes split evenly over its paths (fraction
+        ``1.0 / count``, the same floats as the tuple form).
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k}")
+    src = np.asarray(sources, dtype=np.int64).reshape(-1)
+    dst = np.asarray(targets, dtype=np.int64).reshape(-1)
+    key = (src << 32) + dst
+    if key.size > 1 and not np.all(key[1:] > key[:-1]):  # np.nonzero's pairs already are
+        key = np.unique(key)
+    src, dst = key >> 32, key & 0xFFFFFFFF
+    if not key.size:
+        return RouteArrays(src, dst, np.zeros(1), np.zeros(1), np.zeros(0), np.zeros(0))
+    dist = hop_distances(topology) if dist is None else dist
+    far = dist[src, dst] >= UNREACHABLE
+    if np.any(far):
+        i = int(np.argmax(far))
+        raise ValueError(f"server {dst[i]} is unreachable from server {src[i]}")
+    nbr = neighbour_table(topology)
+    if max_extra_hops == 0:
+        path_ptr, node_ptr, nodes = equal_cost_path_arrays(nbr, dist, src, dst, k)
+    else:
+        succ = [[int(v) for v in row if v >= 0] for row in nbr]
+        path_ptr, node_ptr, nodes = paths_to_arrays(
+            k_shortest_paths(succ, dist, s, t, k, max_extra_hops)
+            for s, t in zip(src.tolist(), dst.tolist()))
+    counts = np.diff(path_ptr)
+    fraction = 1.0 / np.repeat(counts, counts)
+    return RouteArrays(src, dst, path_ptr, node_ptr, nodes, fraction)
