@@ -12,11 +12,13 @@ from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError
 from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
 from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_paths,
-                                       k_shortest_routes, neighbour_table, _adjacency)
+                                       k_shortest_route_arrays, k_shortest_routes,
+                                       neighbour_table, _adjacency)
 from topoopt.topology.degree import allocate_group_degrees, split_degree
 from topoopt.topology.matching import max_weight_matching
 from topoopt.topology.perms import (PermutationSelection, ring_order, select_permutations)
-from topoopt.topology.topology import Routes, Topology, check_ring, check_routes, check_topology
+from topoopt.topology.topology import (RouteArrays, Routes, Topology, check_ring, check_routes,
+                                       check_topology)
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
@@ -274,12 +276,72 @@ def _merge(contribs: list[tuple[tuple[int, ...], float]]):
     return tuple((p, v / total) for p, v in sorted(agg.items()) if v > 0)
 
 
+def _mp_routes_reference(traffic, topo, dist, direct, contribs, routing, k_paths,
+                         max_extra_hops) -> tuple[Routes, float | None]:
+    """Step 4b with a tuple per path (kept as the reference for :func:`_mp_routes`)."""
+    src, dst = np.nonzero(traffic.mp)
+    mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
+    mp_max_load = None
+    if routing == "lp" and mp_pairs:
+        from topoopt.routing.lp import min_max_load_routes  # ortools loads slowly
+
+        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
+        cands = {pair: k_shortest_paths(nbr, dist, pair[0], pair[1], k_paths, 2)
+                 for pair in mp_pairs}
+        mp_routes, mp_max_load = min_max_load_routes(topo, mp_pairs, cands,
+                                                     method="reference")
+    else:
+        mp_routes = k_shortest_routes(topo, mp_pairs, k_paths, max_extra_hops, dist=dist)
+    # a pair with both ring and MP bytes splits its total by bytes; MP-only pairs as routed
+    merged = dict(mp_routes)
+    for pair, parts in contribs.items():
+        if pair in mp_routes:
+            parts = parts + [(p, mp_pairs[pair] * f) for p, f in mp_routes[pair]]
+        elif pair in direct:
+            continue
+        merged[pair] = _merge(parts)
+    return Routes(merged), mp_max_load
+
+
+def _mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
+               max_extra_hops) -> tuple[Routes, float | None]:
+    """Step 4b on arrays: MP routes stay :class:`RouteArrays`; only the few pairs that
+    also carry ring bytes are merged as tuples. Equal to :func:`_mp_routes_reference`
+    (for the LP: the same optimum)."""
+    mp = traffic.mp
+    src, dst = np.nonzero(mp)
+    mp_max_load = None
+    if routing == "lp" and src.size:
+        from topoopt.routing.kshortest import paths_to_arrays
+        from topoopt.routing.lp import min_max_load_route_arrays  # ortools loads slowly
+
+        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
+        path_ptr, node_ptr, nodes = paths_to_arrays(
+            k_shortest_paths(nbr, dist, s, t, k_paths, 2)
+            for s, t in zip(src.tolist(), dst.tolist()))
+        cands = RouteArrays(src, dst, path_ptr, node_ptr, nodes, np.ones(node_ptr.size - 1))
+        mp_arr, mp_max_load = min_max_load_route_arrays(topo, cands, mp[src, dst])
+    else:
+        mp_arr = k_shortest_route_arrays(topo, src, dst, k_paths, max_extra_hops, dist=dist)
+    merged = {}
+    for pair, parts in contribs.items():
+        if mp[pair] > 0:
+            i = int(mp_arr.find([pair[0]], [pair[1]])[0])
+            nbytes = float(mp[pair])
+            parts = parts + [(p, nbytes * f) for p, f in mp_arr.entry(i)]
+        elif pair in direct:
+            continue
+        merged[pair] = _merge(parts)
+    return Routes(mp_arr).merge(Routes(merged)), mp_max_load
+
+
 def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
                     link_latency: float = 1e-6, *, primes_only: bool = False,
                     mp_decay: float | Callable[[float, int], float] = 0.5, k_paths: int = 4,
                     routing: str = "kshortest", max_extra_hops: int | None = 0,
                     seed: int = 0, matching: str = "rustworkx",
-                    allreduce_degree: int | None = None) -> TopologyPlan:
+                    allreduce_degree: int | None = None,
+                    implementation: str = "fast") -> TopologyPlan:
     """Build the topology, AllReduce rings and routes for one job's traffic (Algorithm 1).
 
     Parameters
@@ -314,6 +376,14 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
         Override Step 1's split: ports per server given to AllReduce (1..d). The
         planner uses it to try neighbouring splits and keep the one the simulator
         prefers; by default :func:`~topoopt.topology.degree.split_degree` decides.
+    implementation : {"fast", "reference"}
+        How routes are built. "fast": MP routes as
+        :class:`~topoopt.topology.topology.RouteArrays` (``plan.routes`` builds a
+        pair's tuples only when asked) and the LP assembled as sparse arrays;
+        "reference": a Python tuple per path and the LP built variable by variable, as
+        before. The plans are equal (with ``routing="lp"``: the same optimal maximum
+        load, the split may differ where several are optimal); the benchmark and tests
+        compare the two.
 
     Returns
     -------
@@ -367,6 +437,9 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
         raise ValueError(f"link_bandwidth must be > 0, got {link_bandwidth}")
     if routing not in ("kshortest", "lp"):
         raise ValueError(f"routing must be 'kshortest' or 'lp', got {routing!r}")
+    if implementation not in ("fast", "reference"):
+        raise ValueError(f"implementation must be 'fast' or 'reference', got "
+                         f"{implementation!r}")
     if int(k_paths) != k_paths or k_paths < 1:
         raise ValueError(f"k_paths must be a positive integer, got {k_paths}")
     if allreduce_degree is not None and not (
@@ -435,27 +508,12 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
             for p, f in opts:
                 contribs.setdefault(pair, []).append((p, needs_paths[pair] * f))
     # Step 4b: MP routes
-    src, dst = np.nonzero(traffic.mp)
-    mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
-    mp_max_load = None
-    if routing == "lp" and mp_pairs:
-        from topoopt.routing.lp import min_max_load_routes  # ortools loads slowly
-
-        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
-        cands = {pair: k_shortest_paths(nbr, dist, pair[0], pair[1], k_paths, 2)
-                 for pair in mp_pairs}
-        mp_routes, mp_max_load = min_max_load_routes(topo, mp_pairs, cands)
+    if implementation == "reference":
+        routes, mp_max_load = _mp_routes_reference(traffic, topo, dist, direct, contribs,
+                                                   routing, k_paths, max_extra_hops)
     else:
-        mp_routes = k_shortest_routes(topo, mp_pairs, k_paths, max_extra_hops, dist=dist)
-    # a pair with both ring and MP bytes splits its total by bytes; MP-only pairs as routed
-    merged = dict(mp_routes)
-    for pair, parts in contribs.items():
-        if pair in mp_routes:
-            parts = parts + [(p, mp_pairs[pair] * f) for p, f in mp_routes[pair]]
-        elif pair in direct:
-            continue
-        merged[pair] = _merge(parts)
-    routes = Routes(merged)
+        routes, mp_max_load = _mp_routes(traffic, topo, dist, direct, contribs, routing,
+                                         k_paths, max_extra_hops)
     return TopologyPlan(topology=topo, rings=rings, routes=routes,
                         degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
                         groups=tuple(group_plans), backbone=built["backbone"],
