@@ -1,5 +1,6 @@
-"""The fast estimator path against the reference (build_iteration + simulate) on random strategies."""
+"""The fast estimator path against the reference (build_iteration + simulate), random strategies."""
 
+import functools
 from dataclasses import asdict
 
 import numpy as np
@@ -23,16 +24,17 @@ SMALL_BERT = {"layers": 2, "hidden": 256, "heads": 4, "seq": 32}
 REL = 1e-9
 
 
-def both(ref_call, fast_call):
-    """Run both; when the reference finds a dependency cycle the fast path must too
-    (coflow grouping can close one, see the note in the report), else compare."""
+def both(ref_call, fast_call, *args, **kw):
+    """Run both on the same arguments; when the reference finds a dependency cycle
+    (coflow grouping can close one, see planners.mcmc.IterationCost) the fast path
+    must raise too, else every field must agree."""
     try:
-        ref = ref_call()
+        ref = ref_call(*args, **kw)
     except SimulationError:
         with pytest.raises(SimulationError):
-            fast_call()
+            fast_call(*args, **kw)
         return None
-    assert_same(ref, fast_call())
+    assert_same(ref, fast_call(*args, **kw))
     return ref
 
 
@@ -91,13 +93,16 @@ def test_fast_estimates_equal_the_reference_on_random_strategies(n, model_name, 
     model = job.build_model()
     cluster = cluster_of(n)
     strategies = random_strategies(model, cluster, job, 12, seed=n)
-    for name, (fabric, rings) in fabrics_of(n, model, cluster, job).items():
+    for fabric, rings in fabrics_of(n, model, cluster, job).values():
         fast = FastEstimator(model, cluster, job, fabric, rings)  # one per fabric: warm caches
         ref_cache = EstimateCache(model, cluster, job)
+
+        def reference(s, fabric=fabric, rings=rings, ref_cache=ref_cache):
+            return estimate_iteration(model, s, cluster, job, fabric, rings, cache=ref_cache,
+                                      reference=True)
+
         for s in strategies:
-            ref = both(lambda: estimate_iteration(model, s, cluster, job, fabric, rings,
-                                                  cache=ref_cache, reference=True),
-                       lambda: fast.estimate(s))
+            ref = both(reference, fast.estimate, s)
             if ref is not None:
                 assert fast.total(s) == pytest.approx(ref.total, rel=REL)
 
@@ -111,10 +116,9 @@ def test_fast_estimates_equal_the_reference_without_overlap_and_per_flow_mode(ov
     fabrics = fabrics_of(n, model, cluster, job)
     for s in random_strategies(model, cluster, job, 6, seed=3):
         for fabric, rings in (fabrics["fattree"], fabrics["topoopt"], fabrics["ideal"]):
-            kw = dict(overlap=overlap, mp_flows=mp_flows)
-            both(lambda: estimate_iteration(model, s, cluster, job, fabric, rings,
-                                            reference=True, **kw),
-                 lambda: estimate_iteration(model, s, cluster, job, fabric, rings, **kw))
+            kw = {"overlap": overlap, "mp_flows": mp_flows}
+            both(functools.partial(estimate_iteration, reference=True), estimate_iteration,
+                 model, s, cluster, job, fabric, rings, **kw)
 
 
 def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
@@ -124,9 +128,8 @@ def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth)
     for s in random_strategies(model, cluster, job, 4, seed=5):
-        kw = dict(random_paths=True, seed=7)
-        both(lambda: estimate_iteration(model, s, cluster, job, fabric, reference=True, **kw),
-             lambda: estimate_iteration(model, s, cluster, job, fabric, **kw))
+        both(functools.partial(estimate_iteration, reference=True), estimate_iteration,
+             model, s, cluster, job, fabric, random_paths=True, seed=7)
 
 
 def test_iteration_cost_fast_and_reference_agree_and_memoize():

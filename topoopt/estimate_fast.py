@@ -13,8 +13,8 @@ solve max-min per class and memoize it (:class:`~topoopt.netsim.dag.RateMemo`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -206,8 +206,8 @@ class FastEstimator:
         key = (id(cu), id(cv))
         hit = self._common.get(key)
         if hit is None or hit[0] is not cu or hit[1] is not cv:
-            _, su, pu = self._config(cu)
-            _, sv, pv = self._config(cv)
+            pu = self._config(cu)[2]
+            pv = self._config(cv)[2]
             common = np.flatnonzero((pu >= 0) & (pv >= 0))
             hit = self._common[key] = (cu, cv, pu[common], pv[common])
         return hit[2], hit[3]
@@ -219,7 +219,7 @@ class FastEstimator:
             hit = self._rings[order] = (int(self.routes.add(routes)[0]), float(lat[0]))
         return hit
 
-    def _allreduce(self, cfg) -> "_ARPlan":
+    def _allreduce(self, cfg) -> _ARPlan:
         """The AllReduce of a config's parameter shards, as a template (cached)."""
         hit = self._ar.get(id(cfg))
         if hit is not None and hit[0] is cfg:
@@ -469,7 +469,6 @@ class FastEstimator:
 
         # AllReduce: per segment, its config's template instantiated at the segment's
         # node ids (backward and update tasks, rings, barriers).
-        nf_mp = nflow[0]
         ar = [(g, self._allreduce(s.config)) for g, s in enumerate(segs)
               if s.params > 0 and s.config.dp >= 2]
         nbar = 0 if self.overlap else 1   # barrier 0: the global one (overlap=False)

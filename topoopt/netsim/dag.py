@@ -1,5 +1,5 @@
-"""A leaner event loop for closed dependency graphs of flows and tasks (no background, no
-capacity changes, no release times): the iteration estimator's hot path.
+"""A leaner event loop for closed dependency graphs of flows and tasks (no background,
+no capacity changes, no release times): the iteration estimator's hot path.
 
 Same model and event grouping as :func:`topoopt.netsim.simulate` (the reference); the
 differences are in how the work is done, see :func:`run_dag`.
