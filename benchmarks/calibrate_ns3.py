@@ -16,12 +16,13 @@ the TopoOpt shard and the cost-equivalent Fat-tree, replayed on ns-3
 (:func:`topoopt.netsim.ns3.iteration.replay_iteration`), MLPs narrowed so that one
 iteration is ~0.4 GB instead of ~36 GB; the estimator's own prediction is shown too.
 
-Part 3 (``--react``): REACT on ns-3 in the 8-node Fat-tree tree-AllReduce 20 MB p = 2
-case, without and with REACT, next to the flow-level run of the same scenario.
+Part 3 (``react``): REACT on ns-3 in the 8-node Fat-tree tree-AllReduce 20 MB p = 2
+case, without and with REACT, next to the flow-level run of the same scenario
+(MTU 9000; ~10 s of wall time per epoch, so 36 epochs by default).
 
 Usage::
 
-    python benchmarks/calibrate_ns3.py [--quick] [--skip-dlrm] [--react]
+    python benchmarks/calibrate_ns3.py [--parts collectives,dlrm,react] [--quick]
                                        [--react-epochs 36] [--seed 1] [--json OUT]
 """
 
@@ -154,35 +155,38 @@ def _row_line(r: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="4 collective scenarios, no DLRM")
-    ap.add_argument("--skip-dlrm", action="store_true")
-    ap.add_argument("--react", action="store_true",
-                    help="also REACT on ns-3 (tree, Fat-tree, 20 MB, p = 2): ~10-20 min")
+    ap.add_argument("--parts", default="collectives,dlrm",
+                    help="comma list of collectives, dlrm, react (REACT on ns-3: ~10-20 min)")
+    ap.add_argument("--quick", action="store_true", help="4 collective scenarios only")
     ap.add_argument("--react-epochs", type=int, default=36)
     ap.add_argument("--seed", type=int, default=1, help="REACT scenario seed")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    if parts - {"collectives", "dlrm", "react"}:
+        ap.error(f"--parts: unknown {sorted(parts - {'collectives', 'dlrm', 'react'})}")
     require_ns3()
     out: dict = {}
     with Ns3Worker() as worker:
-        print("collective completion time, flow-level vs ns-3 (error = flow / ns-3 - 1)")
-        rows = []
-        for spec in (QUICK if args.quick else SCENARIOS):
-            rows.append(collective_row(spec, worker))
-            print(_row_line(rows[-1]), flush=True)
-        out["collectives"] = rows
-        errs = np.array([abs(r["wire_err"]) for r in rows])
-        ferrs = np.array([abs(r["fluid_err"]) for r in rows])
-        speed = np.array([r["speedup"] for r in rows])
-        print(f"|error| with the wire model: mean {100 * errs.mean():.1f}%, max "
-              f"{100 * errs.max():.1f}%, within 10%: {int((errs <= 0.10).sum())}/{errs.size}; "
-              f"pure fluid: mean {100 * ferrs.mean():.1f}%, max {100 * ferrs.max():.1f}%; "
-              f"flow-level is {speed.min():,.0f}-{speed.max():,.0f}x faster (goal: "
-              f"within 10%, >= 100x)")
-        if not (args.quick or args.skip_dlrm):
+        if "collectives" in parts:
+            print("collective completion time, flow-level vs ns-3 (error = flow / ns-3 - 1)")
+            rows = []
+            for spec in (QUICK if args.quick else SCENARIOS):
+                rows.append(collective_row(spec, worker))
+                print(_row_line(rows[-1]), flush=True)
+            out["collectives"] = rows
+            errs = np.array([abs(r["wire_err"]) for r in rows])
+            ferrs = np.array([abs(r["fluid_err"]) for r in rows])
+            speed = np.array([r["speedup"] for r in rows])
+            print(f"|error| with the wire model: mean {100 * errs.mean():.1f}%, max "
+                  f"{100 * errs.max():.1f}%, within 10%: {int((errs <= 0.10).sum())}/"
+                  f"{errs.size}; pure fluid: mean {100 * ferrs.mean():.1f}%, max "
+                  f"{100 * ferrs.max():.1f}%; flow-level is {speed.min():,.0f}-"
+                  f"{speed.max():,.0f}x faster (goal: within 10%, >= 100x)")
+        if "dlrm" in parts:
             print("\nDLRM-16 iteration (hybrid strategy, MLPs narrowed), flow-level vs ns-3")
             out["dlrm16"] = dlrm_rows(worker)
-        if args.react:
+        if "react" in parts:
             print(f"\nREACT on ns-3: tree AllReduce, 8 nodes, 20 MB, Fat-tree k=8, p=2, "
                   f"seed {args.seed}, {args.react_epochs} epochs (means after epoch "
                   f"{args.react_epochs // 3})")

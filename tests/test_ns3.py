@@ -196,3 +196,61 @@ def test_a_replaced_network_refuses_to_run(worker):
     _flows(new, [new.connection(0, 1, f.paths(0, 1)[0][0])], [1e5])
     with pytest.raises(Ns3Error, match="replaced"):
         _flows(old, [c], [1e5])
+
+
+def _tiny_plan(directory):
+    from topoopt.cluster import Cluster, Job
+    from topoopt.plan import plan, write_plan
+
+    cluster = Cluster(servers=4, nics=2, link_bandwidth=B)
+    job = Job("dlrm", batch_per_gpu=8, size={"tables": 4, "rows": 100000, "dim": 16, "bag": 4,
+                                             "top_width": 128, "bottom_width": 64,
+                                             "top_layers": 2, "bottom_layers": 2})
+    p = plan(cluster, job, budget=10, rounds=1, seed=0, baselines=("ideal", "fattree"))
+    write_plan(p, directory, exports=False, plots=False)
+    return p
+
+
+def test_validate_replays_a_plan_close_to_its_prediction(worker, tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from topoopt.netsim.ns3 import session
+
+    p = _tiny_plan(tmp_path / "plan")
+    monkeypatch.setattr(session, "default_worker", lambda: worker)
+    out = tmp_path / "val.json"
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / "plan"), "--fabric", "topoopt",
+                                  "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    row = json.loads(out.read_text())["fabrics"][0]
+    assert row["fabric"] == "topoopt" and row["flows"] > 0
+    predicted = p.fabric("topoopt").estimate.total
+    assert row["predicted_s"] == pytest.approx(predicted)
+    assert row["ns3_s"] == pytest.approx(predicted, rel=0.1)       # rings, MP, compute
+    assert abs(row["error"]) < 0.05                                 # with wire overheads
+    assert "topoopt" in r.output and "ns-3" in r.output
+
+
+def test_replay_runs_rings_step_by_step(worker):
+    from topoopt.cluster import Cluster, Job
+    from topoopt.netsim.ns3.iteration import replay_iteration
+    from topoopt.strategy import data_parallel
+
+    cluster = Cluster(servers=4, nics=1, link_bandwidth=B)
+    job = Job("dlrm", batch_per_gpu=16,       # ~5 MB of AllReduce, no MP
+              size={"tables": 4, "rows": 1000, "dim": 16, "bag": 4, "top_width": 256,
+                    "bottom_width": 128, "top_layers": 2, "bottom_layers": 2})
+    model = job.build_model()
+    f = star(4, B)
+    dp = data_parallel(model, 4)
+    hops = replay_iteration(model, dp, cluster, job, f, config=Ns3Config(mtu=9000),
+                            worker=worker, wire=WireModel(mtu=9000))
+    steps = replay_iteration(model, dp, cluster, job, f, config=Ns3Config(mtu=9000),
+                             worker=worker, ring_mode="steps")
+    assert hops.packet.allreduce_bytes == steps.packet.allreduce_bytes > 0
+    assert hops.packet.total == pytest.approx(hops.flow.total, rel=0.1)
+    assert steps.flows > hops.flows               # 2(g-1) steps of g flows vs g hops
+    assert steps.packet.total >= hops.packet.total * 0.95
