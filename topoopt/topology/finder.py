@@ -554,14 +554,23 @@ def check_topology_plan(plan: TopologyPlan, traffic) -> None:
                         raise PlanCheckError(f"ring hop {u}->{v} of group with its own "
                                              f"rings is not a link")
     check_routes(topo, plan.routes)
+    n = topo.servers
+    routed = np.zeros((n, n), bool)
+    if len(plan.routes):
+        arr = plan.routes.arrays()
+        routed[arr.src, arr.dst] = True  # in range: check_routes passed
+    linked = np.zeros((n, n), bool)
+    for a, b in direct:
+        linked[a, b] = True
     total = traffic.matrix(plan.rings)
-    for u, v in zip(*np.nonzero(total)):
-        pair = (int(u), int(v))
-        if pair not in plan.routes and pair not in direct:
-            raise PlanCheckError(f"{u}->{v} carries bytes but is neither a link nor routed")
-    for u, v in zip(*np.nonzero(traffic.mp)):
-        if (int(u), int(v)) not in plan.routes:
-            raise PlanCheckError(f"MP pair {u}->{v} has no route")
+    stray = np.argwhere((total != 0) & ~routed & ~linked)
+    if stray.size:
+        u, v = stray[0]
+        raise PlanCheckError(f"{u}->{v} carries bytes but is neither a link nor routed")
+    lost = np.argwhere((traffic.mp != 0) & ~routed)
+    if lost.size:
+        u, v = lost[0]
+        raise PlanCheckError(f"MP pair {u}->{v} has no route")
     if not is_strongly_connected(topo):
         raise PlanCheckError("the topology is not strongly connected")
 
@@ -586,8 +595,8 @@ def extend_plan(plan: TopologyPlan, traffic) -> TopologyPlan:
     dist = hop_distances(plan.topology)
     rings = {g.members: plan.rings.get(g.members)
              or (_nearest_neighbour_ring(g.members, dist),) for g in traffic.allreduce}
-    extra = route_traffic(plan.topology, traffic, rings, plan.k_paths, skip=plan.routes.paths)
-    routes = Routes({**extra.paths, **plan.routes.paths})
+    extra = route_traffic(plan.topology, traffic, rings, plan.k_paths, skip=plan.routes)
+    routes = extra.merge(plan.routes)
     known = {g.members for g in plan.groups}
     groups = tuple(g for g in plan.groups if g.members in rings) + tuple(
         GroupPlan(g.members, g.network_bytes, 0)

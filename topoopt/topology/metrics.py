@@ -7,8 +7,8 @@ from typing import Container, Mapping
 
 import numpy as np
 
-from topoopt.routing.kshortest import UNREACHABLE, hop_distances, k_shortest_routes
-from topoopt.topology.topology import Routes, Topology
+from topoopt.routing.kshortest import UNREACHABLE, hop_distances, k_shortest_route_arrays
+from topoopt.topology.topology import RouteArrays, Routes, Topology
 
 __all__ = ["TopologyMetrics", "topology_metrics", "link_loads", "route_traffic",
            "path_length_stats"]
@@ -61,6 +61,44 @@ def path_length_stats(topology: Topology) -> tuple[float, float]:
     return float(off.max()), float(off.mean())
 
 
+#: Hops handed to one accumulation call in :func:`link_loads` (bounds the memory).
+_HOP_CHUNK = 1 << 22
+
+
+def _demand_hops(arr: RouteArrays, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every hop the demand ``nbytes[i]`` of ``src[i] -> dst[i]`` takes, in demand order.
+
+    Returns ``(u, v, weight, demand index)``: a routed pair's hops path by path with
+    ``nbytes * fraction``, an unrouted pair's one hop ``src -> dst`` with ``nbytes``.
+    """
+    idx = arr.find(src, dst) if arr.pairs else np.full(src.size, -1)
+    routed = np.flatnonzero(idx >= 0)
+    sub = arr.take(idx[routed])
+    path_w = nbytes[routed][sub.path_pair] * sub.fraction
+    starts_hop = np.ones(sub.nodes.size, bool)
+    starts_hop[sub.node_ptr[1:] - 1] = False
+    at = np.flatnonzero(starts_hop)
+    path_of_hop = np.repeat(np.arange(sub.fraction.size), np.diff(sub.node_ptr))[at]
+    hop_demand = routed[sub.path_pair[path_of_hop]]
+    # one slot per hop, demand after demand: a routed pair's hops, else its own hop
+    count = np.ones(src.size, np.int64)
+    count[routed] = np.bincount(hop_demand, minlength=src.size)[routed]
+    offset = np.r_[0, np.cumsum(count)[:-1]]
+    rank = np.arange(at.size) - np.r_[0, np.cumsum(count[routed])[:-1]].repeat(
+        count[routed]) if at.size else np.zeros(0, np.int64)
+    total = int(count.sum())
+    u, v = np.empty(total, np.int64), np.empty(total, np.int64)
+    w, dem = np.empty(total), np.empty(total, np.int64)
+    slot = offset[hop_demand] + rank
+    u[slot], v[slot], w[slot], dem[slot] = sub.nodes[at], sub.nodes[at + 1], \
+        path_w[path_of_hop], hop_demand
+    direct = np.flatnonzero(idx < 0)
+    slot = offset[direct]
+    u[slot], v[slot], w[slot], dem[slot] = src[direct], dst[direct], nbytes[direct], direct
+    return u, v, w, dem
+
+
 def link_loads(topology: Topology, matrix: np.ndarray, routes: Routes) -> np.ndarray:
     """Bytes per link when ``matrix[u, v]`` bytes go over ``routes[u, v]`` (else the link ``u->v``).
 
@@ -68,18 +106,24 @@ def link_loads(topology: Topology, matrix: np.ndarray, routes: Routes) -> np.nda
     ------
     ValueError
         If a pair carries bytes, has no route and is not a link.
+
+    Notes
+    -----
+    Vectorized over :meth:`~topoopt.topology.topology.Routes.arrays`; the bytes of
+    each server pair are summed in the order of the pairs (row-major), their paths
+    and hops, as a loop over the pairs would, so the loads are the same floats.
     """
     n = topology.servers
-    pair_load = np.zeros((n, n))
     src, dst = np.nonzero(matrix)
-    for u, v in zip(src.tolist(), dst.tolist()):
-        nbytes = float(matrix[u, v])
-        if (u, v) in routes:
-            for path, frac in routes[u, v]:
-                p = np.asarray(path)
-                np.add.at(pair_load, (p[:-1], p[1:]), nbytes * frac)
-        else:
-            pair_load[u, v] += nbytes
+    nbytes = np.asarray(matrix, np.float64)[src, dst]
+    arr = routes.arrays()
+    pair_load = np.zeros(n * n)
+    step = max(1, _HOP_CHUNK // max(1, arr.nodes.size // max(arr.pairs, 1)))
+    for lo in range(0, src.size, step):
+        u, v, w, _ = _demand_hops(arr, src[lo:lo + step], dst[lo:lo + step],
+                                  nbytes[lo:lo + step])
+        np.add.at(pair_load, u * n + v, w)  # in order: the same sums as one by one
+    pair_load = pair_load.reshape(n, n)
     links = np.array([(a, b) for a, _, b, _ in topology.links], dtype=np.int64).reshape(-1, 2)
     mult = np.zeros((n, n))
     np.add.at(mult, (links[:, 0], links[:, 1]), 1.0)
@@ -92,6 +136,23 @@ def link_loads(topology: Topology, matrix: np.ndarray, routes: Routes) -> np.nda
     return pair_load[links[:, 0], links[:, 1]] / mult[links[:, 0], links[:, 1]]
 
 
+def _in(pairs, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Whether each ``(src[i], dst[i])`` is in ``pairs`` (Routes, a mapping or a container)."""
+    arr = pairs.arrays() if isinstance(pairs, Routes) else getattr(pairs, "arrays", None)
+    if not isinstance(arr, RouteArrays) and isinstance(pairs, Mapping):
+        try:
+            keys = np.array(list(pairs.keys()), np.int64).reshape(-1, 2)
+            keys = np.unique(keys, axis=0)
+            arr = RouteArrays(keys[:, 0], keys[:, 1], np.zeros(keys.shape[0] + 1),
+                              np.zeros(1), np.zeros(0), np.zeros(0))
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+    if isinstance(arr, RouteArrays):
+        return arr.find(src, dst) >= 0 if arr.pairs else np.zeros(src.size, bool)
+    return np.fromiter(((s, t) in pairs for s, t in zip(src.tolist(), dst.tolist())), bool,
+                       src.size)
+
+
 def route_traffic(topology: Topology, traffic, rings: Mapping | None = None,
                   k_paths: int = 4, max_extra_hops: int | None = 0,
                   skip: Container[tuple[int, int]] = ()) -> Routes:
@@ -100,26 +161,31 @@ def route_traffic(topology: Topology, traffic, rings: Mapping | None = None,
     Each AllReduce group runs one ring in member order unless ``rings`` says
     otherwise; every MP pair and every ring hop that is not a link takes the k
     shortest paths (see :func:`~topoopt.routing.kshortest.k_shortest_routes`),
-    except the pairs in ``skip`` (already routed).
+    except the pairs in ``skip`` (already routed; a :class:`Routes` is looked up
+    vectorized).
     """
+    n = topology.servers
     matrix = traffic.matrix(rings)
-    direct = {(a, b) for a, _, b, _ in topology.links}
-    need = {(int(u), int(v)) for u, v in zip(*np.nonzero(traffic.mp))}
-    need |= {(int(u), int(v)) for u, v in zip(*np.nonzero(matrix)) if (u, v) not in direct}
-    need = {pair for pair in need if pair not in skip}
-    found = k_shortest_routes(topology, need, k_paths, max_extra_hops)
+    direct = np.zeros((n, n), bool)
+    for a, _, b, _ in topology.links:
+        direct[a, b] = True
+    src, dst = np.nonzero((traffic.mp != 0) | ((matrix != 0) & ~direct))
+    if src.size and (isinstance(skip, (Routes, Mapping)) or skip):
+        keep = ~_in(skip, src, dst)
+        src, dst = src[keep], dst[keep]
+    found = k_shortest_route_arrays(topology, src, dst, k_paths, max_extra_hops)
     # a pair that is a link but also carries MP bytes: ring bytes stay on the link
-    out = {}
-    for pair, opts in found.items():
+    ring = matrix[src, dst] - traffic.mp[src, dst]
+    extra = {}
+    for i in np.flatnonzero(direct[src, dst] & (ring > 0)).tolist():
+        pair = (int(src[i]), int(dst[i]))
         ring_bytes = matrix[pair] - traffic.mp[pair]
-        if pair in direct and ring_bytes > 0:
-            agg = {p: f * traffic.mp[pair] for p, f in opts}
-            agg[pair] = agg.get(pair, 0.0) + ring_bytes
-            total = sum(agg.values())
-            out[pair] = tuple((p, b / total) for p, b in sorted(agg.items()))
-        else:
-            out[pair] = opts
-    return Routes(out)
+        opts = found.entry(int(found.find([pair[0]], [pair[1]])[0]))
+        agg = {p: f * traffic.mp[pair] for p, f in opts}
+        agg[pair] = agg.get(pair, 0.0) + ring_bytes
+        total = sum(agg.values())
+        extra[pair] = tuple((p, b / total) for p, b in sorted(agg.items()))
+    return Routes(found).merge(Routes(extra))
 
 
 def topology_metrics(topology: Topology, traffic, rings: Mapping | None = None,
@@ -150,11 +216,17 @@ def topology_metrics(topology: Topology, traffic, rings: Mapping | None = None,
     load = link_loads(topology, matrix, routes)
     demand = float(matrix.sum())
     tax = float(load.sum() / demand) if demand > 0 else 1.0
-    mp_carried = 0.0
-    for u, v in zip(*np.nonzero(traffic.mp)):
-        hops = sum(f * (len(p) - 1) for p, f in routes[int(u), int(v)]) \
-            if (int(u), int(v)) in routes else 1.0
-        mp_carried += traffic.mp[u, v] * hops
+    src, dst = np.nonzero(traffic.mp)
+    arr = routes.arrays()
+    idx = arr.find(src, dst) if arr.pairs else np.full(src.size, -1)
+    hops = np.ones(src.size)
+    routed = np.flatnonzero(idx >= 0)
+    sub = arr.take(idx[routed])
+    # per pair, fraction x hops summed path by path; then over the pairs in order
+    hops[routed] = np.bincount(sub.path_pair, weights=sub.fraction * (np.diff(sub.node_ptr) - 1),
+                               minlength=routed.size)
+    carried = np.cumsum(traffic.mp[src, dst] * hops)
+    mp_carried = float(carried[-1]) if carried.size else 0.0
     mp_hops = mp_carried / traffic.mp_bytes if traffic.mp_bytes > 0 else 0.0
     diameter, apl = path_length_stats(topology)
     return TopologyMetrics(diameter, apl, tax, float(mp_hops), load)
