@@ -254,3 +254,23 @@ def test_replay_runs_rings_step_by_step(worker):
     assert hops.packet.total == pytest.approx(hops.flow.total, rel=0.1)
     assert steps.flows > hops.flows               # 2(g-1) steps of g flows vs g hops
     assert steps.packet.total >= hops.packet.total * 0.95
+
+
+def test_react_simulate_cli_on_ns3(worker, tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+    from topoopt.netsim.ns3 import session
+
+    monkeypatch.setattr(session, "default_worker", lambda: worker)
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(main, ["react", "simulate", "--backend", "ns3", "--fabric", "star",
+                                  "--collective", "tree", "--nodes", "4", "--size", "1MB",
+                                  "--congested", "1", "--p", "2", "--epochs", "12",
+                                  "--warmup", "6", "--mtu", "9000", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert len(doc["epoch_time_baseline_s"]) == len(doc["epoch_time_react_s"]) == 12
+    assert doc["baseline"]["mean_s"] > 0 and "with REACT" in r.output

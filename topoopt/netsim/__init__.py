@@ -17,15 +17,21 @@ API (stable; the iteration estimator and the REACT executors build on it):
   and degraded links for REACT.
 - :func:`max_min_rates` -- progressive filling on an incidence matrix, on its own.
 
+- :class:`WireModel` (:mod:`topoopt.netsim.wire`): packet overheads -- header bytes on
+  the wire and ACKs on reverse paths -- as an optional correction of the fluid model,
+  calibrated against ns-3.
+
 Units: bytes, seconds, bits/s. Flow model and its limits: see :func:`simulate`.
-The packet-level backend will live in ``topoopt.netsim.ns3``.
+The packet-level backend is ``topoopt.netsim.ns3`` (optional extra ``packet``).
 """
 
 from topoopt.netsim.engine import Network, SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
 from topoopt.netsim.workload import (NO_RESOURCE, Background, CapacityChange, CompiledWorkload,
                                      FlowRoutes, Workload, check_workload, degrade)
+from topoopt.netsim.wire import PACKET_WIRE, WireModel, wire_backgrounds, wire_workload
 
 __all__ = ["Network", "SimResult", "SimulationError", "simulate", "max_min_rates", "gather_rows",
            "Workload", "CompiledWorkload", "FlowRoutes", "Background", "CapacityChange",
-           "degrade", "check_workload", "NO_RESOURCE"]
+           "degrade", "check_workload", "NO_RESOURCE", "WireModel", "PACKET_WIRE",
+           "wire_workload", "wire_backgrounds"]
