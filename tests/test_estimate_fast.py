@@ -15,7 +15,8 @@ from topoopt.estimate_fast import FastEstimator
 from topoopt.fabrics import expander, fat_tree, ideal_switch
 from topoopt.netsim import (NO_RESOURCE, FlowRoutes, Network, SimulationError, Workload,
                             max_min_rates, simulate)
-from topoopt.netsim.dag import RateMemo, class_rates, route_classes, simulate_dag
+from topoopt.netsim.dag import (RateMemo, class_rates, refill_after_removal, route_classes,
+                                simulate_dag)
 
 G = 1e9
 SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
@@ -296,6 +297,31 @@ def test_class_rates_equal_max_min_on_the_expanded_flows():
     memo = RateMemo()
     assert memo.rates(cap, routes, classes, mult) is memo.rates(cap, routes, classes, mult)
     assert (memo.hits, memo.misses) == (1, 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_warm_started_refill_equals_a_fresh_filling(seed):
+    # remove random flows from a solved problem: resuming the filling below the
+    # first level that lost a flow gives the fresh solution
+    rng = np.random.default_rng(seed)
+    L, C = 10, 12
+    cap = rng.choice([1.0, 2.0, 3.0, 5.0], size=L)
+    rows = [rng.choice(L, size=int(rng.integers(1, 5)), replace=False) for _ in range(C)]
+    routes = FlowRoutes.from_lists(rows, [rng.choice([0.5, 1.0, 2.0], size=r.size)
+                                          for r in rows])
+    classes = np.arange(C)
+    mult = rng.integers(1, 4, size=C)
+    rates = class_rates(cap, routes, classes, mult)
+    for _ in range(5):
+        new_mult = mult - rng.integers(0, 2, size=C) * rng.integers(0, 2, size=C)
+        keep = new_mult > 0
+        got = refill_after_removal(cap, routes, classes[keep], new_mult[keep], classes, mult,
+                                   rates)
+        fresh = class_rates(cap, routes, classes[keep], new_mult[keep])
+        if got is not None:
+            np.testing.assert_allclose(got, fresh, rtol=1e-12)
+    # not a removal: no warm start
+    assert refill_after_removal(cap, routes, classes, mult + 1, classes, mult, rates) is None
 
 
 def test_route_classes_merge_identical_rows_only():
