@@ -152,18 +152,16 @@ def refill_after_removal(cap: np.ndarray, routes: FlowRoutes, classes: np.ndarra
     if not fixed.any():
         return None            # nothing to reuse
     level0 = float(prev[fixed].max())
-    idx, counts = gather_rows(routes.ptr, classes)
-    ef = np.repeat(np.arange(classes.size), counts)
-    link, weight = routes.link[idx], routes.weight[idx] * mult[ef]
-    base = np.where(fixed, prev, level0)
-    residual = np.maximum(cap - np.bincount(link, weights=weight * base[ef],
-                                            minlength=cap.size), 0.0)
-    rest = np.flatnonzero(~fixed)
-    keep = ~fixed[ef]
-    renum = np.cumsum(~fixed) - 1
+    fx, rest = np.flatnonzero(fixed), np.flatnonzero(~fixed)
+    idx, counts = gather_rows(routes.ptr, classes[fx])
+    frozen_load = np.bincount(routes.link[idx], minlength=cap.size, weights=routes.weight[idx]
+                              * np.repeat(prev[fx] * mult[fx], counts))
+    idx, counts = gather_rows(routes.ptr, classes[rest])
+    ef = np.repeat(np.arange(rest.size), counts)
+    link, weight = routes.link[idx], routes.weight[idx] * np.repeat(mult[rest], counts)
+    residual = cap - frozen_load - level0 * np.bincount(link, weights=weight, minlength=cap.size)
     out = prev.copy()
-    out[rest] = level0 + max_min_rates(residual, renum[ef[keep]], link[keep], weight[keep],
-                                       rest.size)
+    out[rest] = level0 + max_min_rates(np.maximum(residual, 0.0), ef, link, weight, rest.size)
     return out
 
 
