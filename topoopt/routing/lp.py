@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Mapping
 
 import numpy as np
@@ -21,7 +22,8 @@ _DROP = 1e-9
 def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], float],
                         candidates: Mapping[tuple[int, int], list[tuple[int, ...]]],
                         background: Mapping[tuple[int, int], float] | None = None,
-                        tiebreak: bool = True, method: str = "fast"
+                        tiebreak: bool = True, method: str = "fast",
+                        stats: dict | None = None
                         ) -> tuple[dict[tuple[int, int], tuple], float]:
     """Split each pair's demand over its candidate paths to minimize the maximum link load.
 
@@ -43,6 +45,9 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
         started from the first (several times slower on all-to-all MP). Both solve the
         same LPs with GLOP: the same optimum, though not always the same split when
         several splits are optimal.
+    stats : dict, optional
+        Filled with the LP's size and the seconds spent building it and in each
+        solve (``paths``, ``rows``, ``build_s``, ``solve1_s``, ``solve2_s``).
 
     Returns
     -------
@@ -62,7 +67,7 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
     names this optimal routing as future work; this is it over the k-path set.
     """
     if method == "reference":
-        return _reference(topology, demand, candidates, background, tiebreak)
+        return _reference(topology, demand, candidates, background, tiebreak, stats)
     if method != "fast":
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
     from topoopt.routing.kshortest import paths_to_arrays
@@ -75,13 +80,14 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
     dst = np.array([p[1] for p in pairs], np.int64)
     cands = RouteArrays(src, dst, path_ptr, node_ptr, nodes, np.ones(node_ptr.size - 1))
     routes, best = min_max_load_route_arrays(topology, cands, [demand[p] for p in pairs],
-                                             background, tiebreak)
+                                             background, tiebreak, stats)
     return routes.to_dict(), best
 
 
 def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, demand,
                               background: Mapping[tuple[int, int], float] | None = None,
-                              tiebreak: bool = True) -> tuple[RouteArrays, float]:
+                              tiebreak: bool = True, stats: dict | None = None
+                              ) -> tuple[RouteArrays, float]:
     """:func:`min_max_load_routes` on arrays: candidates in, routes out, no tuples.
 
     Parameters
@@ -91,7 +97,7 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
         Candidate paths per pair (their fractions are ignored).
     demand : array_like of float, shape (candidates.pairs,)
         Bytes per pair; pairs without demand are left out of the result.
-    background, tiebreak
+    background, tiebreak, stats
         As for :func:`min_max_load_routes`.
 
     Returns
@@ -111,6 +117,8 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
     from ortools.linear_solver.python import model_builder as mb
     from ortools.linear_solver.python import model_builder_helper as mbh
 
+    t0 = time.perf_counter()
+    stats = {} if stats is None else stats
     demand = np.asarray(demand, np.float64).reshape(-1)
     if demand.size != candidates.pairs:
         raise ValueError(f"{demand.size} demands for {candidates.pairs} pairs")
@@ -175,13 +183,17 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
             raise RuntimeError(f"GLOP did not find the optimal split ({solver.status()})")
         return np.asarray(solver.variable_values())
 
+    stats.update(paths=npaths, rows=nrows + npairs, build_s=time.perf_counter() - t0)
+    t0 = time.perf_counter()
     values = solve(np.r_[np.zeros(npaths), 1.0], upper)
     best = float(values[-1])
+    stats["solve1_s"], t0 = time.perf_counter() - t0, time.perf_counter()
     if tiebreak:
         upper = upper.copy()
         upper[-1] = best * (1 + _SLACK) + 1e-12
         hops = np.diff(node_ptr) - 1
         values = solve(np.r_[w * hops, 0.0], upper)
+    stats["solve2_s"] = time.perf_counter() - t0
     x = np.maximum(values[:npaths], 0.0)
     x[x < _DROP] = 0.0
     x /= np.bincount(path_pair, weights=x, minlength=npairs)[path_pair]
@@ -191,10 +203,13 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
 def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
                candidates: Mapping[tuple[int, int], list[tuple[int, ...]]],
                background: Mapping[tuple[int, int], float] | None = None,
-               tiebreak: bool = True) -> tuple[dict[tuple[int, int], tuple], float]:
+               tiebreak: bool = True, stats: dict | None = None
+               ) -> tuple[dict[tuple[int, int], tuple], float]:
     """The model built through ``pywraplp`` one variable at a time (kept as reference)."""
     from ortools.linear_solver import pywraplp
 
+    t0 = time.perf_counter()
+    stats = {} if stats is None else stats
     pairs = [p for p in sorted(demand) if demand[p] > 0]
     if not pairs:
         return {}, 0.0
@@ -229,9 +244,13 @@ def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
         c.SetCoefficient(u_max, -float(mult[hop]))
         caps[hop] = c
     solver.Minimize(u_max)
+    stats.update(paths=solver.NumVariables() - 1, rows=solver.NumConstraints(),
+                 build_s=time.perf_counter() - t0)
+    t0 = time.perf_counter()
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("GLOP did not find the optimal split")
     best = u_max.solution_value()
+    stats["solve1_s"], t0 = time.perf_counter() - t0, time.perf_counter()
     if tiebreak:
         u_max.SetUb(best * (1 + 1e-6) + 1e-12)
         objective = solver.Objective()
@@ -243,6 +262,7 @@ def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
         objective.SetMinimization()
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             raise RuntimeError("GLOP did not find the least-tax optimal split")
+    stats["solve2_s"] = time.perf_counter() - t0
     routes = {}
     for pair in pairs:
         vals = np.array([max(0.0, x.solution_value()) for x in frac[pair]])
