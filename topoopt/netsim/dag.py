@@ -21,9 +21,9 @@ from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, chec
 __all__ = ["DagArrays", "RateMemo", "class_rates", "refill_after_removal", "dag_arrays",
            "route_classes", "run_dag", "simulate_dag"]
 
-#: Batches with at most this much work (nodes plus successors) are handled one node at a
-#: time in plain Python; larger ones with whole-array numpy operations (a numpy call costs microseconds
-#: whatever its size, a Python step on one node a fraction of one).
+#: Batches with at most this much work (nodes plus successors) are handled one node at
+#: a time in plain Python; larger ones with whole-array numpy operations (a numpy call
+#: costs microseconds whatever its size, a Python step on one node a fraction of one).
 SMALL_BATCH = 48
 
 
@@ -301,12 +301,20 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
     - flows with one route (a class) are one row of the max-min problem with their
       count as weight -- they freeze at the same level -- and the rates are memoized
       by the multiset of active classes (``memo``), which recurs within and across
-      iterations;
+      iterations; when flows only left since the last solve, the solve resumes from
+      the last level they did not touch (:func:`refill_after_removal`);
     - timers are a heap of batches (nodes that start together with one duration end
       together); a resource's queue is a row of flags over its tasks in dispatch
-      order (first flag = next task);
-    - batches of at most :data:`SMALL_BATCH` nodes are handled in plain Python,
-      larger ones with whole-array numpy operations.
+      order (first flag = next task); a task that finds its resource free and its
+      queue empty starts without touching the queue;
+    - batches with little work (:data:`SMALL_BATCH`: nodes plus successors) are
+      handled node by node in plain Python, larger ones with whole-array numpy
+      operations.
+
+    Sums are taken in another order than the reference (class loads, remaining bits
+    once per rate change, warm-started fillings): times agree to ~1e-12 relative on
+    the estimator's graphs (tests: ``tests/test_estimate_fast.py``), and the event
+    count is the same.
 
     Returns
     -------
