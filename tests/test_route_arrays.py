@@ -400,3 +400,24 @@ def test_route_traffic_and_extend_plan(case, k):
     check_topology_plan(ext, traffic)
     for pair, opts in plan.routes.paths.items():
         assert ext.routes[pair] == opts
+
+
+def test_direct_connect_loads_array_routes_like_tuple_routes():
+    from topoopt.fabrics import direct_connect
+
+    traffic = dlrm_traffic(24)
+    plan = topology_finder(traffic, 24, 4, 100e9)
+    tuples = Routes(dict(reversed(list(plan.routes.paths.items()))))  # another order
+    for routes in (plan.routes, tuples):
+        fabric = direct_connect(plan.topology, routes)
+        assert list(fabric.explicit) == list(routes.paths)
+        links = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fabric.src, fabric.dst))}
+        for pair, opts in routes.paths.items():
+            got = fabric.explicit[pair]
+            assert [f for _, f in got] == [f for _, f in opts]
+            for (ids, _), (path, _) in zip(got, opts):
+                assert ids.dtype == np.int64
+                assert ids.tolist() == [links[h] for h in zip(path, path[1:])]
+        a, b = 0, 5
+        assert sorted(fabric.paths(a, b), key=lambda x: x[1]) == \
+            sorted(direct_connect(plan.topology, tuples).paths(a, b), key=lambda x: x[1])
