@@ -5,9 +5,13 @@ For DLRM and BERT at n = 16 and 128 servers (``configs/dlrm-16.toml``,
 with 16 servers) on the TopoOpt shard (TopologyFinder on the start strategy's
 traffic), the Ideal Switch and the cost-equivalent Fat-tree:
 
-1. an MCMC chain of ``--moves`` moves (seed 0) with the fast cost
-   (:class:`planners.mcmc.IterationCost`), recording every strategy it evaluates, and
-   the same chain with the reference cost (``reference=True``): moves per minute;
+1. an MCMC chain of ``--moves`` moves (seed 0) three times: with the reference cost
+   (``IterationCost(reference=True)``), with the fast cost computing every candidate's
+   time ("fast moves/min"; it records the strategies it evaluates), and with the fast
+   cost stopping a candidate's simulation once the next acceptance draw is sure to
+   reject it ("+early stop"; the same chain, checked): moves per minute, and the
+   ratio of the last to the reference; "best diff" compares the best times the fast
+   and reference chains found;
 2. the recorded strategies replayed through both estimators in order (a fresh
    :class:`~topoopt.estimate_fast.FastEstimator`, caches warming up as in a search,
    and :func:`~topoopt.estimate.estimate_iteration` with ``reference=True``): ms per
@@ -16,8 +20,8 @@ traffic), the Ideal Switch and the cost-equivalent Fat-tree:
 
 Times are CPU seconds of this process (``time.process_time``): the machine is shared,
 so wall time would charge other people's jobs to ours. Candidates on which the
-reference finds a dependency cycle (coflow grouping, see ``topoopt.estimate``) are
-skipped by both.
+reference finds a dependency cycle (coflow grouping, see
+``planners.mcmc.IterationCost``) are skipped by both in the replay.
 
 Run: ``python benchmarks/mcmc_bench.py [--moves 60] [--quick]`` (quick: n = 16 and
 DLRM-128 only, 30 moves).
@@ -26,6 +30,7 @@ DLRM-128 only, 30 moves).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import replace
@@ -61,27 +66,26 @@ def table(headers, rows):
 
 
 class Recorder:
-    """A cost that records the strategies it is asked about (first time only)."""
+    """A cost that records the strategies it is asked about (first time only) and
+    passes the search's rejection bound on when ``bounded``."""
 
-    def __init__(self, cost):
-        self.cost, self.seen = cost, []
+    def __init__(self, cost, bounded: bool):
+        self.cost, self.seen, self.known = cost, [], set()
+        self.supports_bound = bounded and getattr(cost, "supports_bound", False)
 
-    def __call__(self, strategy):
-        if strategy.configs not in self.cost.memo:
+    def __call__(self, strategy, bound=math.inf):
+        if strategy.configs not in self.known:
+            self.known.add(strategy.configs)
             self.seen.append(strategy)
-        try:
-            return self.cost(strategy)
-        except SimulationError:     # a cyclic candidate: rejected
-            self.cost.memo[strategy.configs] = float("inf")
-            return float("inf")
+        return self.cost(strategy, bound) if self.supports_bound else self.cost(strategy)
 
 
-def chain(space, cost, start, moves):
-    """Run one chain; return (CPU seconds, recorder)."""
-    rec = Recorder(cost)
+def chain(space, cost, start, moves, bounded=True):
+    """Run one chain; return (CPU seconds, recorder, result)."""
+    rec = Recorder(cost, bounded)
     t0 = time.process_time()
-    mcmc_search(space, rec, start, moves, seed=0)
-    return time.process_time() - t0, rec
+    result = mcmc_search(space, rec, start, moves, seed=0)
+    return time.process_time() - t0, rec, result
 
 
 def replay(model, cluster, job, fabric, rings, strategies):
@@ -136,20 +140,26 @@ def main(argv=None):
                 fabric = build_fabric(fname, cluster, job=job, model=model, strategy=start)
                 rings = None
             fabric._core()  # routing tables: built once per fabric, not timed
-            t_fast, rec = chain(space, IterationCost(model, cluster, job, fabric, rings),
-                                start, moves)
-            t_ref, _ = chain(space, IterationCost(model, cluster, job, fabric, rings,
-                                                  reference=True), start, moves)
+            t_stop, _, r_stop = chain(space, IterationCost(model, cluster, job, fabric, rings),
+                                      start, moves)
+            t_fast, rec, r_fast = chain(space, IterationCost(model, cluster, job, fabric,
+                                                             rings), start, moves, False)
+            t_ref, _, r_ref = chain(space, IterationCost(model, cluster, job, fabric, rings,
+                                                         reference=True), start, moves)
+            if r_stop.trace != r_fast.trace or r_stop.accepted != r_fast.accepted:
+                raise AssertionError("early stopping changed the chain")
             ms_ref, ms_fast, worst, count = replay(model, cluster, job, fabric, rings,
                                                    rec.seen)
+            per_min = [moves / t * 60 for t in (t_ref, t_fast, t_stop)]
             rows.append([name, n, fname, moves, count, f"{ms_ref:.1f}", f"{ms_fast:.1f}",
-                         f"{ms_ref / ms_fast:.1f}x", f"{moves / t_ref * 60:.0f}",
-                         f"{moves / t_fast * 60:.0f}", f"{moves / t_fast * 60 / (moves / t_ref * 60):.1f}x",
-                         f"{worst:.0e}"])
+                         f"{ms_ref / ms_fast:.1f}x", *(f"{x:.0f}" for x in per_min),
+                         f"{per_min[2] / per_min[0]:.1f}x", f"{worst:.0e}",
+                         f"{abs(r_fast.best_time - r_ref.best_time) / r_ref.best_time:.0e}"])
             print(" ".join(str(c) for c in rows[-1]), flush=True)
     print()
     table(["model", "n", "fabric", "moves", "estimates", "ref ms/est", "fast ms/est",
-           "speed-up", "ref moves/min", "fast moves/min", "ratio", "max rel diff"], rows)
+           "speed-up", "ref moves/min", "fast moves/min", "+early stop", "ratio",
+           "max rel diff", "best diff"], rows)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,13 @@ class IterationCost:
         self.cache = EstimateCache(model, cluster, job)
         self.fast = FastEstimator(model, cluster, job, fabric, rings, overlap, cache=self.cache)
         self.memo: dict[tuple, float] = {}
+        self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
         self.evaluations = 0
+
+    @property
+    def supports_bound(self) -> bool:
+        """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
+        return not self.reference
 
     def estimate(self, strategy: Strategy):
         """The full :class:`~topoopt.estimate.IterationEstimate` of ``strategy``."""
@@ -107,25 +113,41 @@ class IterationCost:
                                   rings=self.rings, overlap=self.overlap, cache=self.cache,
                                   seed=self.seed, reference=True)
 
-    def __call__(self, strategy: Strategy) -> float:
+    def __call__(self, strategy: Strategy, bound: float = math.inf) -> float:
         """Iteration seconds of ``strategy``; ``inf`` (never accepted) when its task graph
         has a dependency cycle -- coflow grouping can close one when a consumer takes
         inputs from two producer segments on one server (both estimators raise
-        :class:`~topoopt.netsim.SimulationError` there)."""
+        :class:`~topoopt.netsim.SimulationError` there).
+
+        With a finite ``bound`` the fast path may stop the simulation once the time is
+        sure to exceed it and return a lower bound above ``bound`` instead (the MCMC
+        asks for the acceptance threshold of its next draw, see :func:`mcmc_search`).
+        """
         from topoopt.netsim import SimulationError
 
         key = strategy.configs
         hit = self.memo.get(key)
-        if hit is None:
-            self.evaluations += 1
-            try:
-                hit = (self.estimate(strategy).total if self.reference
-                       else self.fast.total(strategy))
-            except SimulationError:
-                hit = math.inf
+        if hit is not None:
+            return hit
+        low = self.lower.get(key)
+        if low is not None and low > bound:
+            return low
+        self.evaluations += 1
+        exact = True
+        try:
+            if self.reference:
+                hit = self.estimate(strategy).total
+            else:
+                hit, exact = self.fast.bounded_total(strategy, bound)
+        except SimulationError:
+            hit = math.inf
+        if len(self.memo) + len(self.lower) > 20_000:  # bound memory on long searches
+            self.memo.clear()
+            self.lower.clear()
+        if exact:
             self.memo[key] = hit
-            if len(self.memo) > 20_000:  # bound memory on long searches
-                self.memo.clear()
+        else:
+            self.lower[key] = hit
         return hit
 
 
@@ -171,7 +193,12 @@ def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budge
     space : planners.space.StrategySpace
         Valid configs per operator and the memory check.
     cost : callable
-        Strategy -> iteration seconds (:class:`IterationCost`).
+        Strategy -> iteration seconds (:class:`IterationCost`). If it has a true
+        ``supports_bound`` attribute it is called as ``cost(strategy, bound)`` with
+        the time above which the next acceptance draw rejects the candidate, and may
+        return any value above ``bound`` for such a candidate instead of its time: the
+        draw is read ahead without being consumed, so the chain (moves, acceptances,
+        best strategy and times) is the same as with exact times.
     start : Strategy
         Must be in ``space`` (data parallel, or DLRM's hybrid when DP does not fit).
     budget : int
@@ -218,6 +245,7 @@ def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budge
     accepted = 0
     interrupted = False
     neighbours = _neighbours(space.model)
+    bounded = bool(getattr(cost, "supports_bound", False))
     move = None
     moves = 0
     for moves in range(1, budget + 1):
@@ -236,7 +264,15 @@ def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budge
                 move = (current.with_config(i, config, name="mcmc"), moved_memory)
         if move is not None:
             candidate, moved_memory = move
-            t = cost(candidate)
+            if bounded:
+                # The acceptance draw comes next (when t > current_t): read it without
+                # consuming it, so the cost can stop once t is sure to be rejected.
+                state = rng.bit_generator.state
+                draw = rng.random()
+                rng.bit_generator.state = state
+                t = cost(candidate, _threshold(current_t, draw, alpha))
+            else:
+                t = cost(candidate)
             if t <= current_t or rng.random() < math.exp(-alpha * (t - current_t) / current_t):
                 current, current_t, memory = candidate, t, moved_memory
                 accepted += 1
@@ -248,6 +284,18 @@ def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budge
                 progress(moves, best_t)
             current, current_t, memory = best, best_t, space.memory(best)
     return SearchResult(best, best_t, start_t, moves, accepted, tuple(trace), seed, interrupted)
+
+
+def _threshold(current_t: float, draw: float, alpha: float) -> float:
+    """A time above which a candidate is surely rejected by the draw ``draw``.
+
+    Metropolis accepts ``t > current_t`` iff ``draw < exp(-alpha (t - current_t) /
+    current_t)``, i.e. ``t < current_t (1 - ln(draw) / alpha)``; the margin of 1e-9
+    keeps floating-point rounding of exp/log on the safe side.
+    """
+    if not (alpha > 0 and draw > 0 and math.isfinite(current_t) and current_t > 0):
+        return math.inf
+    return current_t * (1.0 - math.log(draw) / alpha) * (1.0 + 1e-9)
 
 
 def _neighbours(model) -> list[list[int]]:

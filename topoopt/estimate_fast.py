@@ -13,6 +13,7 @@ solve max-min per class and memoize it (:class:`~topoopt.netsim.dag.RateMemo`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from topoopt._validation import require_choice
 from topoopt.errors import ConfigError
 from topoopt.estimate import (FLOW_ALLREDUCE, FLOW_MP, EstimateCache, IterationEstimate,
                               _busy, _group, fuse_operators, ring_flow_routes)
-from topoopt.netsim.dag import DagArrays, RateMemo, run_dag
+from topoopt.netsim.dag import DagArrays, HorizonExceeded, RateMemo, run_dag
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import FlowRoutes
 from topoopt.strategy import Strategy
@@ -571,9 +572,19 @@ class FastEstimator:
 
     def total(self, strategy: Strategy) -> float:
         """Simulated iteration seconds of ``strategy``."""
+        return self.bounded_total(strategy)[0]
+
+    def bounded_total(self, strategy: Strategy, bound: float = math.inf
+                      ) -> tuple[float, bool]:
+        """``(seconds, exact)``: the iteration time of ``strategy``, or -- when it is
+        sure to exceed ``bound`` -- a lower bound above ``bound`` found by stopping the
+        simulation there (``exact`` False)."""
         graph = self.graph(strategy)
-        _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, self.memo)
-        return _makespan(finish)
+        try:
+            _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, self.memo, bound)
+        except HorizonExceeded as past:
+            return past.time, False
+        return _makespan(finish), True
 
     def summarize(self, graph: FastGraph, start: np.ndarray, finish: np.ndarray,
                   events: int) -> IterationEstimate:

@@ -18,8 +18,8 @@ from topoopt.netsim.engine import SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
-__all__ = ["DagArrays", "RateMemo", "class_rates", "refill_after_removal", "dag_arrays",
-           "route_classes", "run_dag", "simulate_dag"]
+__all__ = ["DagArrays", "RateMemo", "HorizonExceeded", "class_rates", "refill_after_removal",
+           "dag_arrays", "route_classes", "run_dag", "simulate_dag"]
 
 #: Batches with at most this much work (nodes plus successors) are handled one node at
 #: a time in plain Python; larger ones with whole-array numpy operations (a numpy call
@@ -73,6 +73,14 @@ class DagArrays:
     succ: np.ndarray
     pending: np.ndarray
     queue_order: np.ndarray | None = None
+
+
+class HorizonExceeded(Exception):
+    """:func:`run_dag` stopped: the makespan is at least ``time``, past the horizon."""
+
+    def __init__(self, time: float) -> None:
+        super().__init__(f"makespan >= {time!r}")
+        self.time = time
 
 
 class RateMemo:
@@ -283,8 +291,8 @@ def simulate_dag(network, workload: Workload | CompiledWorkload, *, check: bool 
                      float(done.max()) if done.size else 0.0, events, link_bytes, np.zeros(0))
 
 
-def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None,
+            horizon: float = math.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Event loop of :func:`simulate_dag` on :class:`DagArrays`.
 
     Same model as :func:`topoopt.netsim.simulate`: max-min rates re-solved whenever
@@ -315,6 +323,19 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
     once per rate change, warm-started fillings): times agree to ~1e-12 relative on
     the estimator's graphs (tests: ``tests/test_estimate_fast.py``), and the event
     count is the same.
+
+    Parameters
+    ----------
+    cap : ndarray
+        Link capacities, bits/s.
+    dag : DagArrays
+    memo : RateMemo, optional
+        Shared by runs on the same network and route classes.
+    horizon : float
+        Stop as soon as the next event lies past it (every unfinished node then ends
+        later, so the makespan does too): :class:`HorizonExceeded` is raised with that
+        event's time. A search that only needs to know whether a candidate beats a
+        bound stops there.
 
     Returns
     -------
@@ -588,6 +609,8 @@ def run_dag(cap: np.ndarray, dag: DagArrays, memo: RateMemo | None = None
             t_next = heap[0][0]
         if not math.isfinite(t_next):
             _stuck(act, arate, croutes, flow_class, cap, flow_node, pending, finish)
+        if t_next > horizon:
+            raise HorizonExceeded(t_next)
         t = t_next
         eps = 1e-9 * max(abs(t), 1e-6)
         events += 1
