@@ -363,3 +363,18 @@ def test_bounded_costs_leave_the_chain_unchanged(model_name, size):
         assert bounded.lower  # some candidates were cut short
         for key, low in bounded.lower.items():
             assert exact.memo[key] >= low
+
+
+def test_cache_resets_keep_the_estimates():
+    # memory bounds: dropping every route-derived and per-config cache between
+    # strategies changes nothing
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = job.build_model()
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth)
+    tiny = FastEstimator(model, cluster, job, fabric)
+    tiny.route_limit, tiny.coflow_limit, tiny.config_limit = 1, 1, 1
+    fast = FastEstimator(model, cluster, job, fabric)
+    for s in random_strategies(model, cluster, job, 6, seed=11):
+        assert_same(fast.estimate(s), tiny.estimate(s))

@@ -157,8 +157,11 @@ class FastEstimator:
     True
     """
 
-    #: Route entries kept before every route-derived cache is dropped (memory bound).
-    route_limit = 20_000_000
+    #: Route entries and coflow routes kept before every route-derived cache is dropped,
+    #: and config entries before the per-config caches are (memory bounds on long runs).
+    route_limit = 5_000_000
+    coflow_limit = 50_000
+    config_limit = 100_000
 
     def __init__(self, model, cluster, job, fabric,
                  rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
@@ -375,8 +378,11 @@ class FastEstimator:
         if len(strategy.configs) != len(model.operators):
             raise ConfigError("strategy", len(strategy.configs),
                               f"needs one config per operator ({len(model.operators)})")
-        if self.routes.entries > self.route_limit:
+        if self.routes.entries > self.route_limit or len(self._coflows) > self.coflow_limit:
             self._reset_routes()
+        if len(self._cfg) + len(self._common) > self.config_limit:
+            self._cfg.clear()
+            self._common.clear()
         segs, seg_of = fuse_operators(model, strategy, self.cluster, self.job, self.cache)
         nseg = len(segs)
         info = [self._config(s.config) for s in segs]
