@@ -352,11 +352,12 @@ def test_bounded_costs_leave_the_chain_unchanged(model_name, size):
     cluster = cluster_of(n)
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
-    for fabric, rings in list(fabrics_of(n, model, cluster, job).values())[1:]:
+    fabrics = fabrics_of(n, model, cluster, job)
+    for fabric, rings in (fabrics["fattree"], fabrics["topoopt"]):
         bounded = IterationCost(model, cluster, job, fabric, rings)
         exact = IterationCost(model, cluster, job, fabric, rings)
-        a = mcmc_search(space, bounded, start, 150, seed=4)
-        b = mcmc_search(space, _Exact(exact), start, 150, seed=4)
+        a = mcmc_search(space, bounded, start, 100, seed=4)
+        b = mcmc_search(space, _Exact(exact), start, 100, seed=4)
         assert a.best.configs == b.best.configs
         assert (a.best_time, a.start_time, a.accepted, a.trace) == \
             (b.best_time, b.start_time, b.accepted, b.trace)
