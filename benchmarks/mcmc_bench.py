@@ -122,9 +122,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--moves", type=int, default=60, help="MCMC moves per chain")
     ap.add_argument("--quick", action="store_true", help="n = 16 and DLRM-128 only, 30 moves")
+    ap.add_argument("--only", default=None,
+                    help="cases to run, e.g. 'dlrm-128,bert-16' (default: all)")
     args = ap.parse_args(argv)
     moves = 30 if args.quick else args.moves
     cases = CASES[:3] if args.quick else CASES
+    if args.only:
+        wanted = set(args.only.split(","))
+        cases = [c for c in cases if f"{c[0]}-{c[1]}" in wanted]
     rows = []
     for name, n, path in cases:
         cfg = load_config(ROOT / path)
