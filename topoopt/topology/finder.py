@@ -558,7 +558,8 @@ def check_topology_plan(plan: TopologyPlan, traffic) -> None:
     routed = np.zeros((n, n), bool)
     if len(plan.routes):
         arr = plan.routes.arrays()
-        routed[arr.src, arr.dst] = True  # in range: check_routes passed
+        inside = (arr.src < n) & (arr.dst < n)
+        routed[arr.src[inside], arr.dst[inside]] = True
     linked = np.zeros((n, n), bool)
     for a, b in direct:
         linked[a, b] = True

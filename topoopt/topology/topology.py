@@ -141,6 +141,9 @@ class RouteArrays:
             raise ValueError("inconsistent route arrays: need len(dst) = len(src) = m, "
                              "path_ptr of m + 1 and node_ptr of len(fraction) + 1 "
                              "non-decreasing offsets from 0 to the data lengths")
+        if m and (min(self.src.min(), self.dst.min()) < 0
+                  or max(self.src.max(), self.dst.max()) >= 2**31):
+            raise ValueError("route pairs must be servers in 0..2**31 - 1")
         if m > 1 and np.any(np.diff(self.keys) <= 0):
             raise ValueError("route pairs must be distinct and sorted by (src, dst)")
 
