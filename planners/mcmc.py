@@ -58,6 +58,7 @@ class graceful_interrupt:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+        _STOP.clear()  # a later search in this process starts afresh
         return False
 
 

@@ -414,10 +414,8 @@ def build_iteration(model, strategy: Strategy, cluster, job, fabric,
         preds = np.concatenate(preds)
         succs = succ_base[g] + pos[g, dst]
         if mp_flows == "coflow":
-            # One coupled flow per group of transfers released by the same task.
-            first = np.full(uk.size, np.iinfo(np.int64).max)
-            np.minimum.at(first, inv, preds)
-            co, member = _group(first)
+            # One coupled flow per group of transfers released by the same tasks.
+            co, member = _coflow_groups(inv, preds, uk.size)
             total = np.bincount(member, weights=sizes_, minlength=co.size)
             share = sizes_ / np.where(total[member] > 0, total[member], 1.0)
             if random_paths:
@@ -499,6 +497,34 @@ def build_iteration(model, strategy: Strategy, cluster, job, fabric,
     return IterationGraph(w, cat(flow_nodes, np.int64), cat(flow_kind, np.int8),
                           cat(flow_bytes, float), cat(hop_count, np.int64), task_nodes,
                           res, dur, segs)
+
+
+def _coflow_groups(inv: np.ndarray, preds: np.ndarray, keys: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Group merged MP flows into coflows: flows with exactly the same predecessor tasks.
+
+    ``inv[i]`` is the merged flow of transfer ``i`` and ``preds[i]`` the task that
+    releases it. Returns ``(group labels, member)`` with ``member[k]`` the coflow of
+    merged flow ``k``. Grouping by the exact predecessor set keeps the coflow graph
+    acyclic whenever the per-pair graph is (a coflow then waits for nothing its
+    members did not already wait for); grouping by the first predecessor alone made
+    cycles when a consumer read two producer segments on one server.
+    """
+    pairs = np.unique(inv * (int(preds.max()) + 1) + preds) if preds.size else preds
+    width = int(preds.max()) + 1 if preds.size else 1
+    k_of, p_of = pairs // width, pairs % width
+    count = np.bincount(k_of, minlength=keys)
+    sig = np.empty(keys, np.int64)
+    single = count == 1
+    sig[k_of[single[k_of]]] = p_of[single[k_of]]
+    if not single.all():
+        # several predecessors: one id per distinct set, numbered after every task id
+        multi: dict[tuple[int, ...], int] = {}
+        starts = np.concatenate(([0], np.cumsum(count)))
+        for k in np.flatnonzero(~single).tolist():
+            key = tuple(p_of[starts[k]:starts[k + 1]].tolist())
+            sig[k] = width + multi.setdefault(key, len(multi))
+    return _group(sig)
 
 
 def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

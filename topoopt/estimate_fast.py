@@ -23,7 +23,7 @@ from scipy.sparse import csr_matrix
 from topoopt._validation import require_choice
 from topoopt.errors import ConfigError
 from topoopt.estimate import (FLOW_ALLREDUCE, FLOW_MP, EstimateCache, IterationEstimate,
-                              _busy, _group, fuse_operators, ring_flow_routes)
+                              _busy, _coflow_groups, _group, fuse_operators, ring_flow_routes)
 from topoopt.netsim.dag import DagArrays, HorizonExceeded, RateMemo, run_dag
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import FlowRoutes
@@ -462,9 +462,7 @@ class FastEstimator:
             preds = np.concatenate(preds)
             succs = succ_base[g] + pos_mat[g, dst]
             if self.mp_flows == "coflow":
-                first = np.full(uk.size, np.iinfo(np.int64).max)
-                np.minimum.at(first, inv, preds)
-                co, member = _group(first)
+                co, member = _coflow_groups(inv, preds, uk.size)
                 tot = np.bincount(member, weights=sizes_, minlength=co.size)
                 share = sizes_ / np.where(tot[member] > 0, tot[member], 1.0)
                 cls, lat = self._coflow_classes(src, dst, member, share, co.size)
