@@ -19,7 +19,9 @@ Fabrics: ``star`` (one switch; the job and 8 more servers), ``fattree`` (3-layer
 Fat-tree of 128 servers, job placed at random, 4-port ECMP) and ``plan:DIR`` (the
 direct-connect topology of ``DIR/plan.json``: ``topology`` with ``servers``, ``ports``,
 ``links`` ``[[server_a, port_a, server_b, port_b], ...]``, ``link_bandwidth``,
-``link_latency``; and ``rings``, a list of server orders or of ``{"order": [...]}``).
+``link_latency``; and ``rings``, a list of server orders or of ``{"order": [...],
+"members": [...]}``; only the rings of the largest group are used, since a plan also
+lists rings of AllReduce groups that span part of the shard).
 """
 
 from __future__ import annotations
@@ -156,6 +158,12 @@ def load_plan(directory: str | Path) -> tuple[Topology, list[list[int]]]:
                         tuple(tuple(int(x) for x in link) for link in t["links"]),
                         float(t["link_bandwidth"]), float(t.get("link_latency", 1e-6)))
         rings = [list(r["order"]) if isinstance(r, dict) else list(r) for r in doc["rings"]]
+        # A plan lists the rings of every AllReduce group; the runtime's collective is
+        # the group over the most servers (the rings of one group share its members).
+        if rings:
+            widest = max(len(set(r)) for r in rings)
+            rings = [r for r in rings if len(set(r)) == widest]
+            rings = [r for r in rings if set(r) == set(rings[0])]
     except FileNotFoundError:
         raise ConfigError("fabric", f"plan:{directory}", f"{path} does not exist") from None
     except (KeyError, TypeError, ValueError) as exc:
