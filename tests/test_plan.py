@@ -2,9 +2,7 @@
 
 import itertools
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 

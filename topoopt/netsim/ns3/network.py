@@ -161,7 +161,7 @@ def network_spec(fabric) -> NetworkSpec:
 def check_network_spec(spec: NetworkSpec) -> None:
     """Raise :class:`PlanCheckError` unless every link maps to the end of a cable that
     joins the link's endpoints, with positive rates and non-negative delays."""
-    C, L = spec.cables, spec.links
+    C = spec.cables
     if spec.servers > MAX_SERVERS:
         raise PlanCheckError(f"ns-3 addressing holds at most {MAX_SERVERS} servers")
     for name in ("b", "rate_ab", "rate_ba", "delay"):
