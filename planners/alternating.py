@@ -10,7 +10,7 @@ depend on where they ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from planners.executor import SerialExecutor
 from planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mcmc_search
@@ -162,7 +162,11 @@ class RoundRecord:
 
 @dataclass(frozen=True)
 class AlternatingResult:
-    """The best (strategy, topology) pair and how the search got there."""
+    """The best (strategy, topology) pair and how the search got there.
+
+    ``origin`` names the strategy the first round started from: ``"start"`` or the
+    key of one of the ``seeds`` given to :func:`alternating_optimization`.
+    """
 
     strategy: Strategy
     topology_plan: Any
@@ -172,6 +176,7 @@ class AlternatingResult:
     history: tuple[RoundRecord, ...]
     interrupted: bool = False
     moves: int = 0
+    origin: str = "start"
 
 
 def _best_topology(model, strategy, cluster, job, seed, finder_kwargs):
@@ -199,6 +204,7 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
                              budget: int = 1000, chains: int = 1, seed: int = 0,
                              executor=None, tolerance: float = 1e-3,
                              finder_kwargs: dict | None = None,
+                             seeds: Mapping[str, Strategy] | None = None,
                              progress: Callable[[str, int, float], None] | None = None
                              ) -> AlternatingResult:
     """Co-optimize strategy and topology by alternating MCMC and TopologyFinder.
@@ -222,6 +228,11 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
         A round must improve the best time by this fraction to continue.
     finder_kwargs : dict, optional
         Extra TopologyFinder options (routing, k_paths, primes_only, mp_decay).
+    seeds : mapping of str to Strategy, optional
+        Other strategies the first round may start from, e.g. the best strategy found
+        on the Ideal Switch (a relaxation of any fabric with the same per-server
+        bandwidth). Each gets its TopologyFinder topology; the search starts from the
+        fastest of them and ``start``.
     progress : callable, optional
         ``progress(stage, moves_done, best_time)``.
 
@@ -236,12 +247,25 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
     the strategy it found (Comm x Topo); the pair is kept only if the iteration time
     improved. The topology can never make the result worse than the start: the start
     strategy on the first topology is the baseline every round must beat.
+
+    MCMC on a fixed topology is myopic: on a topology built for data-parallel
+    traffic, every model-parallel move adds multi-hop transfers and is rejected,
+    even where a hybrid strategy on *its* topology is much faster (CANDLE, NCF at
+    n = 128). ``seeds`` lets the first round start from such a strategy instead.
     """
     from planners.mcmc import stop_requested
 
     finder_kwargs = dict(finder_kwargs or {})
     plan, start_t = _best_topology(model, start, cluster, job, seed, finder_kwargs)
-    best_strategy, best_plan, best_t = start, plan, start_t
+    best_strategy, best_plan, best_t, origin = start, plan, start_t, "start"
+    tried = {start.configs}
+    for name, strategy in (seeds or {}).items():
+        if strategy.configs in tried:
+            continue
+        tried.add(strategy.configs)
+        seed_plan, seed_t = _best_topology(model, strategy, cluster, job, seed, finder_kwargs)
+        if seed_t < best_t:
+            best_strategy, best_plan, best_t, origin = strategy, seed_plan, seed_t, name
     history: list[RoundRecord] = []
     moves = 0
     interrupted = False
@@ -268,4 +292,4 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
         if not improved or interrupted:
             break
     return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, tuple(history),
-                             interrupted, moves)
+                             interrupted, moves, origin)

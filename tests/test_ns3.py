@@ -206,7 +206,9 @@ def _tiny_plan(directory):
     job = Job("dlrm", batch_per_gpu=8, size={"tables": 4, "rows": 100000, "dim": 16, "bag": 4,
                                              "top_width": 128, "bottom_width": 64,
                                              "top_layers": 2, "bottom_layers": 2})
-    p = plan(cluster, job, budget=10, rounds=1, seed=0, baselines=("ideal", "fattree"))
+    # no baselines to seed the search: at this size their best strategy may put the
+    # whole model on one server, leaving nothing for ns-3 to carry
+    p = plan(cluster, job, budget=10, rounds=1, seed=0, baselines=())
     write_plan(p, directory, exports=False, plots=False)
     return p
 

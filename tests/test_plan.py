@@ -48,6 +48,37 @@ def test_mcmc_finds_the_brute_force_optimum(servers):
     assert found.best_time <= found.start_time
 
 
+def test_alternation_starts_from_the_best_seed():
+    # MCMC on a fixed topology is myopic; a seed strategy on its own topology that
+    # beats the start must be where the first round begins, and the result can
+    # be no worse than any seed on its TopologyFinder topology
+    from planners.alternating import _best_topology, alternating_optimization
+
+    cluster = Cluster(servers=8, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = job.build_model()
+    space = StrategySpace.build(model, cluster, job)
+    start = start_strategy(model, cluster, job, space)
+    fixed, emb, fc = start.configs
+    candidates = [Strategy((fixed, emb, b)) for b in space.configs[2]] + \
+                 [Strategy((fixed, a, fc)) for a in space.configs[1]]
+    timed = sorted((_best_topology(model, c, cluster, job, 0, {})[1], i)
+                   for i, c in enumerate(candidates))
+    best_t, best = timed[0][0], candidates[timed[0][1]]
+    worst = candidates[timed[-1][1]]
+    start_t = _best_topology(model, start, cluster, job, 0, {})[1]
+    assert best_t < start_t  # else the test proves nothing
+    for budget in (0, 20):
+        found = alternating_optimization(model, cluster, job, start, rounds=1, budget=budget,
+                                         seeds={"worst": worst, "best": best})
+        assert found.origin == "best"
+        assert found.time <= best_t * (1 + 1e-12)
+        assert found.start is start and found.start_time == pytest.approx(start_t)
+    plain = alternating_optimization(model, cluster, job, start, rounds=1, budget=0,
+                                     seeds={"same": start})
+    assert plain.origin == "start" and plain.time == pytest.approx(start_t)
+
+
 def test_space_configs_are_valid():
     from workloads.layers import dense
     for cfg in op_configs(dense("fc", 64, 64, ()), 12, 96):

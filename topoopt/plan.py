@@ -162,17 +162,8 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
 
-    search = alternating_optimization(model, cluster, job, start, rounds=rounds, budget=budget,
-                                      chains=chains, seed=seed, executor=executor,
-                                      finder_kwargs=finder_kwargs, progress=progress)
-    results = []
-    fabric = topoopt_fabric(search.topology_plan)
-    est = IterationCost(model, cluster, job, fabric, search.topology_plan.rings).estimate(
-        search.strategy)
-    results.append(FabricResult("topoopt", FABRICS["topoopt"].title, search.strategy, est,
-                                fabric_cost(fabric, prices), search.start_time, search.moves))
-
     # Baselines: each its own search with the same per-chain budget, all through the executor.
+    results = []
     tasks = [ChainTask(cluster, job, start, budget * rounds, seed * 1000 + 900 + c,
                        fabric=name, prices=prices, fabric_seed=seed)
              for name in baselines for c in range(chains)]
@@ -198,6 +189,18 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
         results.append(FabricResult(name, FABRICS[name].title, best.best, est,
                                     fabric_cost(fab, prices), best.start_time,
                                     sum(r.moves for r in mine)))
+
+    # TopoOpt last: the baselines' best strategies may seed its first round.
+    search = alternating_optimization(model, cluster, job, start, rounds=rounds, budget=budget,
+                                      chains=chains, seed=seed, executor=executor,
+                                      finder_kwargs=finder_kwargs,
+                                      seeds={r.name: r.strategy for r in results},
+                                      progress=progress)
+    fabric = topoopt_fabric(search.topology_plan)
+    est = IterationCost(model, cluster, job, fabric, search.topology_plan.rings).estimate(
+        search.strategy)
+    results.insert(0, FabricResult("topoopt", FABRICS["topoopt"].title, search.strategy, est,
+                                   fabric_cost(fabric, prices), search.start_time, search.moves))
     return Plan(cluster, job, model, search.topology_plan, tuple(results), search, seed,
                 budget, rounds, chains, source)
 
@@ -272,7 +275,8 @@ def plan_to_json(p: Plan) -> dict:
                     for f in p.fabrics if f.name != "topoopt"},
         "search": {"seed": p.seed, "budget": p.budget, "rounds": p.rounds,
                    "chains": p.chains, "start_strategy": p.search.start.name,
-                   "start_time_s": p.search.start_time, "best_time_s": p.search.time,
+                   "start_time_s": p.search.start_time, "first_round_from": p.search.origin,
+                   "best_time_s": p.search.time,
                    "moves": p.search.moves, "interrupted": p.search.interrupted,
                    "history": [r.to_json() for r in p.search.history]},
     }

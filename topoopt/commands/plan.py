@@ -189,7 +189,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                + (" (interrupted: best so far)" if result.search.interrupted else ""))
     s = result.search
     click.echo(f"search    {s.start.name} start {format_time(s.start_time)} -> "
-               f"{format_time(s.time)} on TopoOpt in {len(s.history)} round(s), "
+               f"{format_time(s.time)} on TopoOpt in {len(s.history)} round(s)"
+               + (f" (first round from the {s.origin} strategy)" if s.origin != "start" else "")
+               + ", "
                f"{s.moves} moves; AllReduce/MP degree {result.topology_plan.degree_allreduce}/"
                f"{result.topology_plan.degree_mp}")
     base = result.fabric("topoopt")
