@@ -188,10 +188,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                f"seed {settings['seed']}, {time.monotonic() - started:.1f} s"
                + (" (interrupted: best so far)" if result.search.interrupted else ""))
     s = result.search
+    origin = "" if s.origin == "start" else f" (first round from the {s.origin} strategy)"
     click.echo(f"search    {s.start.name} start {format_time(s.start_time)} -> "
-               f"{format_time(s.time)} on TopoOpt in {len(s.history)} round(s)"
-               + (f" (first round from the {s.origin} strategy)" if s.origin != "start" else "")
-               + ", "
+               f"{format_time(s.time)} on TopoOpt in {len(s.history)} round(s){origin}, "
                f"{s.moves} moves; AllReduce/MP degree {result.topology_plan.degree_allreduce}/"
                f"{result.topology_plan.degree_mp}")
     base = result.fabric("topoopt")
