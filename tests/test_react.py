@@ -271,6 +271,25 @@ def test_fake_executor_drives_the_loop():
     check_pattern(run.final)
 
 
+def test_too_large_patterns_skip_position_classes(monkeypatch):
+    from topoopt.react import transforms
+
+    p = double_binary_tree_allreduce(8, size=20e6)
+    assert transforms.position_work(p) < transforms.POSITION_WORK_LIMIT
+    assert not PositionSpace.of(p).skipped and PositionSpace.of(p).classes
+    monkeypatch.setattr(transforms, "POSITION_WORK_LIMIT", transforms.position_work(p) - 1)
+    space = PositionSpace.of(p)
+    assert space.skipped and space.classes == {}
+    assert not PositionSpace.of(p, with_positions=False).skipped
+    # the loop still tunes, with chunk and global swaps only, and says so
+    done = []
+    run = run_react(StarFluidExecutor(ext_in={3: 2}, noise=0.02), p, 30, progress=done.append)
+    assert run.positions_skipped and done == [6, 12, 18, 24, 30]
+    assert run.changes and all("t" not in s.split("@")[-1]      # no "@c{chunk}t{step}"
+                               for _, swaps, _ in run.changes for s in swaps)
+    check_pattern(run.final)
+
+
 def test_params_from_config_table():
     assert ReactParams.from_mapping({"batch": 4, "epsilon": 0.1}).batch == 4
     with pytest.raises(ConfigError):

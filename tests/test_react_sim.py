@@ -123,6 +123,17 @@ def test_cli_simulate_prints_and_writes(tmp_path):
     assert len(doc["epoch_time_react_s"]) == 30 and "improvement" in doc
 
 
+def test_cli_simulate_says_when_position_swaps_are_off(monkeypatch):
+    from topoopt.react import transforms
+
+    monkeypatch.setattr(transforms, "POSITION_WORK_LIMIT", 0)
+    r = CliRunner().invoke(main, ["react", "simulate", "--fabric", "star", "--epochs", "12",
+                                  "--warmup", "0"])
+    assert r.exit_code == 0, r.output
+    assert "position swaps off" in r.output
+    assert "with REACT: 12/12 epochs" in r.output      # the progress line (stderr)
+
+
 def test_cli_sweep_small_grid():
     r = CliRunner().invoke(main, ["react", "sweep", "--collective", "tree", "--p", "2",
                                   "--pairs", "1", "--seeds", "1", "--epochs", "12",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 import click
 
 from topoopt.config import Config, load_config
 from topoopt.export.plots import require_matplotlib
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
-           "strategy_option", "build_strategy"]
+           "strategy_option", "build_strategy", "ProgressLine"]
 
 config_argument = click.argument("config", type=click.Path(dir_okay=False))
 
@@ -43,3 +46,33 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
     click.echo("  ".join("-" * w for w in widths))
     for row in cells:
         click.echo(fmt(row))
+
+
+class ProgressLine:
+    """Progress of long work on stderr: one line rewritten in place on a terminal,
+    else one line per finished stage; nothing with ``enabled=False``."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.line = None
+        self.stage = None
+        self.last = 0.0
+        self.t0 = time.monotonic()
+
+    def update(self, stage: str, text: str) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not self.tty and stage != self.stage and self.line:
+            click.echo(self.line, err=True)
+        self.line = f"{stage}: {text} ({now - self.t0:.0f} s)"
+        if self.tty and (now - self.last > 0.2 or stage != self.stage):
+            click.echo("\r" + self.line.ljust(78), err=True, nl=False)
+            self.last = now
+        self.stage = stage
+
+    def done(self) -> None:
+        if self.enabled and self.line:
+            click.echo(("\r" + " " * 78 + "\r") if self.tty else self.line, err=True,
+                       nl=not self.tty)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from topoopt.commands._common import print_table, read_config
+from topoopt.commands._common import ProgressLine, print_table, read_config
 from topoopt.errors import ConfigError, TopoOptError
 from topoopt.units import format_time
 
@@ -52,34 +52,11 @@ def plan_settings(table, **cli) -> dict:
     return out
 
 
-class _Progress:
-    """Search progress on stderr: one line rewritten in place on a terminal, else one
-    line per finished stage; nothing with ``enabled=False``."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self.line = None
-        self.stage = None
-        self.last = 0.0
-        self.t0 = time.monotonic()
+class _Progress(ProgressLine):
+    """The search's progress: moves and best time per stage."""
 
     def __call__(self, stage: str, moves: int, best: float) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not self.tty and stage != self.stage and self.line:
-            click.echo(self.line, err=True)
-        self.line = (f"{stage}: {moves} moves, best {format_time(best)} "
-                     f"({now - self.t0:.0f} s)")
-        if self.tty and (now - self.last > 0.2 or stage != self.stage):
-            click.echo("\r" + self.line.ljust(78), err=True, nl=False)
-            self.last = now
-        self.stage = stage
-
-    def done(self) -> None:
-        if self.enabled and self.line:
-            click.echo(("\r" + " " * 78 + "\r") if self.tty else self.line, err=True, nl=not self.tty)
+        self.update(stage, f"{moves} moves, best {format_time(best)}")
 
 
 def _strategy_summary(model, strategy, servers: int) -> str:

@@ -11,7 +11,7 @@ and draws its randomness from ``(seed, batch index)``, so any transport can carr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -357,11 +357,15 @@ class ReactRun:
         Epoch at which a new pattern took effect, the swaps applied (empty for a plain
         revert) and whether it was a revert.
     final : Pattern
+    positions_skipped : bool
+        Position swaps were not offered: the pattern is too large for their class
+        search (:data:`~topoopt.react.transforms.POSITION_WORK_LIMIT`).
     """
 
     epoch_time: np.ndarray
     changes: tuple
     final: Pattern
+    positions_skipped: bool = False
 
     @property
     def converged_epoch(self) -> int:
@@ -370,11 +374,13 @@ class ReactRun:
 
 
 def run_react(executor: PatternExecutor, pattern: Pattern, epochs: int,
-              params: ReactParams = ReactParams(), enabled: bool = True) -> ReactRun:
+              params: ReactParams = ReactParams(), enabled: bool = True,
+              progress: Callable[[int], None] | None = None) -> ReactRun:
     """Run ``epochs`` epochs on ``executor``, with the REACT loop (or without: baseline).
 
     Batches of B epochs run with the current pattern; after each batch the leader
-    (:func:`leader_step`) picks the pattern for the next one.
+    (:func:`leader_step`) picks the pattern for the next one. ``progress(epochs_done)``
+    is called after every batch.
     """
     require_int("epochs", epochs, minimum=1)
     state = leader_init(pattern, params) if enabled else None
@@ -387,9 +393,12 @@ def run_react(executor: PatternExecutor, pattern: Pattern, epochs: int,
         res = executor.run(current, b)
         times.append(np.asarray(res.epoch_time, float))
         done += b
+        if progress is not None:
+            progress(done)
         if state is not None and b == params.batch and done < epochs:
             state, dec = leader_step(state, res.fct, res.epoch_time)
             if dec.pattern.signature() != current.signature():
                 changes.append((done, tuple(str(s) for s in dec.swaps), dec.reverted))
             current = dec.pattern
-    return ReactRun(np.concatenate(times), tuple(changes), current)
+    return ReactRun(np.concatenate(times), tuple(changes), current,
+                    state is not None and state.space.skipped)

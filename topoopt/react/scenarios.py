@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from topoopt.react.simexec import BackgroundFlows, JobsExecutor, SimulatedExecut
 from topoopt.topology.topology import Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
-           "scenario_setup", "load_plan", "plan_fabric", "build_fabric", "run_two_jobs",
+           "compare_runs", "scenario_setup", "load_plan", "plan_fabric", "build_fabric", "run_two_jobs",
            "summarize"]
 
 KINDS = ("external", "spine", "failures", "none")
@@ -120,6 +120,7 @@ class ScenarioResult:
     react: np.ndarray
     changes: tuple
     converged_epoch: int
+    positions_skipped: bool = False
 
     def mean(self, which: str) -> float:
         return float(getattr(self, which)[self.scenario.warmup:].mean())
@@ -141,6 +142,7 @@ class ScenarioResult:
                 "react": {"mean_s": self.mean("react"), "p95_s": self.p95("react"),
                           "algbw_Bps": algbw(self.mean("react"))},
                 "improvement": self.improvement, "converged_epoch": self.converged_epoch,
+                "positions_skipped": self.positions_skipped,
                 "changes": [{"epoch": e, "swaps": list(sw), "revert": r}
                             for e, sw, r in self.changes],
                 "epoch_time_baseline_s": self.baseline.tolist(),
@@ -249,15 +251,31 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
 
 
 def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),
-                 rings: Sequence[Sequence[int]] | None = None, fabric=None) -> ScenarioResult:
-    """Run a scenario without and with REACT (identical executors) and compare."""
+                 rings: Sequence[Sequence[int]] | None = None, fabric=None,
+                 progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
+    """Run a scenario without and with REACT (identical executors) and compare.
+
+    ``progress(stage, epochs_done)`` is called after every batch of epochs, with
+    stage ``"without REACT"`` or ``"with REACT"``.
+    """
     fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
-    make = lambda: SimulatedExecutor(fabric, placement, background, sc.ports,  # noqa: E731
-                                     sc.seed)
-    base = run_react(make(), pattern, sc.epochs, params, enabled=False)
-    tuned = run_react(make(), pattern, sc.epochs, params, enabled=True)
+    return compare_runs(sc, pattern, lambda: SimulatedExecutor(fabric, placement, background,
+                                                               sc.ports, sc.seed),
+                        params, progress)
+
+
+def compare_runs(sc: Scenario, pattern, make_executor: Callable[[], object],
+                 params: ReactParams = ReactParams(),
+                 progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
+    """``sc.epochs`` epochs of ``pattern`` without, then with REACT, each on a fresh
+    executor from ``make_executor`` (same seeds, so the same draws)."""
+    runs = []
+    for stage, enabled in (("without REACT", False), ("with REACT", True)):
+        report = (lambda done, s=stage: progress(s, done)) if progress else None
+        runs.append(run_react(make_executor(), pattern, sc.epochs, params, enabled, report))
+    base, tuned = runs
     return ScenarioResult(sc, base.epoch_time, tuned.epoch_time, tuned.changes,
-                          tuned.converged_epoch)
+                          tuned.converged_epoch, tuned.positions_skipped)
 
 
 def run_two_jobs(overlap: int, seed: int = 0, nodes: int = 8, size: float = 20e6,

@@ -33,8 +33,8 @@ import numpy as np
 from topoopt.collectives.check import semantic_ok_batch
 from topoopt.collectives.ten import Pattern, degrees
 
-__all__ = ["Swap", "apply_swap", "apply_swaps", "position_classes", "PositionSpace",
-           "candidate_swaps", "is_viable", "lowers_degree", "peak_degrees", "KINDS"]
+__all__ = ["Swap", "apply_swap", "apply_swaps", "position_classes", "position_work",
+           "POSITION_WORK_LIMIT", "PositionSpace", "candidate_swaps", "is_viable", "lowers_degree", "peak_degrees", "KINDS"]
 
 #: Swap kinds, finest first (the priority order of §5.3.1).
 KINDS = ("position", "chunk", "global")
@@ -116,6 +116,23 @@ def apply_swaps(p: Pattern, swaps) -> Pattern:
     return p
 
 
+#: Work (:func:`position_work`) above which the position classes are not computed:
+#: about 30 s of brute force here. A 24-rank ring AllReduce needs ~4e8; the 4-ring
+#: AllReduce of a 128-server plan ~3e13.
+POSITION_WORK_LIMIT = 3e9
+
+
+def position_work(p: Pattern) -> float:
+    """Upper bound of :func:`position_classes`' work: candidate swaps x state bits.
+
+    Per chunk, at most ``(steps + 1) n^2`` candidate swaps, each checked on a state of
+    ``n x segments x n`` bits.
+    """
+    n = p.ranks
+    return float(sum((p.steps + 1) * n * n * n * len(p.chunk_segments(c)) * n
+                     for c in range(p.chunks)))
+
+
 def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, int]]]:
     """Safe position swaps of ``p`` by brute force (REACT App. A.3).
 
@@ -187,17 +204,22 @@ class PositionSpace:
 
     ``sigma[c, t, r]`` is the rank now at the position rank ``r`` held at vertex ``(t, r)``
     of chunk ``c`` in the initial pattern; transforms update it, so classes computed
-    once (at the start of the job, §5.3.1) keep naming the right ranks.
+    once (at the start of the job, §5.3.1) keep naming the right ranks. ``skipped``
+    says the classes were wanted but the pattern is too large for their brute force
+    (:data:`POSITION_WORK_LIMIT`): only chunk and global swaps are offered then.
     """
 
     classes: dict
     sigma: np.ndarray
+    skipped: bool = False
 
     @classmethod
     def of(cls, p: Pattern, with_positions: bool = True) -> "PositionSpace":
         sigma = np.broadcast_to(np.arange(p.ranks), (p.chunks, p.steps + 1, p.ranks)).copy()
         sigma.setflags(write=False)
-        return cls(position_classes(p) if with_positions else {}, sigma)
+        skipped = with_positions and position_work(p) > POSITION_WORK_LIMIT
+        classes = position_classes(p) if with_positions and not skipped else {}
+        return cls(classes, sigma, skipped)
 
     def after(self, swap: Swap) -> "PositionSpace":
         """The space after ``swap`` was applied to the current pattern."""
@@ -212,7 +234,7 @@ class PositionSpace:
         ia, ib = view == a, view == b
         view[ia], view[ib] = b, a
         s.setflags(write=False)
-        return PositionSpace(self.classes, s)
+        return PositionSpace(self.classes, s, self.skipped)
 
     def position_swaps(self, node: int) -> list[Swap]:
         """Position swaps of the current pattern that move ``node``, from the classes."""
