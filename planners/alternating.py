@@ -261,6 +261,8 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
     best_strategy, best_plan, best_t, origin = start, plan, start_t, "start"
     tried = {start.configs}
     for name, strategy in (seeds or {}).items():
+        if stop_requested():
+            break               # Ctrl-C: no more TopologyFinder runs
         if strategy.configs in tried:
             continue
         tried.add(strategy.configs)
