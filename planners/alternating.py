@@ -55,9 +55,9 @@ def plan_topology(model, strategy: Strategy, cluster, job, seed: int = 0,
     """TopologyFinder (Algorithm 1) on the traffic of ``strategy``."""
     from topoopt.topology.finder import topology_finder
 
-    return topology_finder(_traffic(model, strategy, cluster, job), cluster.servers, cluster.nics, cluster.link_bandwidth,
-                           cluster.link_latency, seed=seed, allreduce_degree=allreduce_degree,
-                           **finder_kwargs)
+    return topology_finder(_traffic(model, strategy, cluster, job), cluster.servers,
+                           cluster.nics, cluster.link_bandwidth, cluster.link_latency,
+                           seed=seed, allreduce_degree=allreduce_degree, **finder_kwargs)
 
 
 def topoopt_fabric(topology_plan):

@@ -31,7 +31,7 @@ from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
 from topoopt.react.executor import BatchResult
 
-__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths"]
+__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,16 @@ def _base_workload(pattern: Pattern, cache: dict):
     return cache[key]
 
 
+def check_placements(fabric, placements: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Each job's ranks as server ids, refused unless distinct servers of ``fabric``."""
+    out = [np.asarray(p, np.int64) for p in placements]
+    for j, p in enumerate(out):
+        if len(set(p.tolist())) != len(p) or p.min() < 0 or p.max() >= fabric.servers:
+            raise ConfigError(f"placement[{j}]", p.tolist(),
+                              f"distinct servers in 0..{fabric.servers - 1}")
+    return out
+
+
 class JobsExecutor:
     """Several jobs' patterns run together, epoch by epoch, on one fabric.
 
@@ -135,11 +145,7 @@ class JobsExecutor:
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
                  seed: int = 0, wire=None) -> None:
         self.fabric = fabric
-        self.placements = [np.asarray(p, np.int64) for p in placements]
-        for j, p in enumerate(self.placements):
-            if len(set(p.tolist())) != len(p) or p.min() < 0 or p.max() >= fabric.servers:
-                raise ConfigError(f"placement[{j}]", p.tolist(),
-                                  f"distinct servers in 0..{fabric.servers - 1}")
+        self.placements = check_placements(fabric, placements)
         self.background = tuple(background)
         self.router = _Router(fabric, ports, seed)
         self.wire = wire

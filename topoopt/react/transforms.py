@@ -34,7 +34,8 @@ from topoopt.collectives.check import semantic_ok_batch
 from topoopt.collectives.ten import Pattern, degrees
 
 __all__ = ["Swap", "apply_swap", "apply_swaps", "position_classes", "position_work",
-           "POSITION_WORK_LIMIT", "PositionSpace", "candidate_swaps", "is_viable", "lowers_degree", "peak_degrees", "KINDS"]
+           "POSITION_WORK_LIMIT", "PositionSpace", "candidate_swaps", "is_viable",
+           "lowers_degree", "peak_degrees", "KINDS"]
 
 #: Swap kinds, finest first (the priority order of §5.3.1).
 KINDS = ("position", "chunk", "global")

@@ -491,8 +491,12 @@ def check_routes(topology: Topology, routes: Routes, tol: float = 1e-9) -> None:
         valid = _routes_valid(topology, routes.arrays(), tol)
     except (TypeError, ValueError, IndexError, OverflowError):
         valid = False  # not even well-formed: the loop says where
-    if valid:
-        return
+    if not valid:
+        _check_routes_by_pair(topology, routes, tol)
+
+
+def _check_routes_by_pair(topology: Topology, routes: Routes, tol: float) -> None:
+    """:func:`check_routes` one pair at a time: slow, but names the first violation."""
     g = topology.simple_graph()
     for (src, dst), options in routes.paths.items():
         if not options:

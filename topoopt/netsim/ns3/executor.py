@@ -23,7 +23,7 @@ from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker
 from topoopt.react.executor import BatchResult
-from topoopt.react.simexec import BackgroundFlows, _Router
+from topoopt.react.simexec import BackgroundFlows, _Router, check_placements
 
 __all__ = ["Ns3JobsExecutor", "Ns3Executor", "epoch_port_choices"]
 
@@ -63,11 +63,7 @@ class Ns3JobsExecutor:
                  config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
                  limit: float = 5.0) -> None:
         self.fabric = fabric
-        self.placements = [np.asarray(p, np.int64) for p in placements]
-        for j, p in enumerate(self.placements):
-            if len(set(p.tolist())) != len(p) or p.min() < 0 or p.max() >= fabric.servers:
-                raise ConfigError(f"placement[{j}]", p.tolist(),
-                                  f"distinct servers in 0..{fabric.servers - 1}")
+        self.placements = check_placements(fabric, placements)
         self.background = tuple(background)
         self.router = _Router(fabric, ports, seed)
         self.network = Ns3Network(fabric, config, worker)
