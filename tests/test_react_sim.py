@@ -105,6 +105,20 @@ def test_plan_fabric_runs_the_plans_rings(tmp_path):
         [list(range(n)), [0, 5, 4, 3, 2, 1]], 12e6).signature()
 
 
+def test_plan_whose_rings_miss_servers_is_refused(tmp_path):
+    n = 6
+    links = [(i, 0, (i + 1) % n, 0) for i in range(n)]
+    plan = {"topology": {"servers": n, "ports": 1, "links": links,
+                         "link_bandwidth": 100e9},
+            "rings": [{"order": [0, 2, 4], "members": [0, 2, 4]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    r = CliRunner().invoke(main, ["react", "simulate", "--collective", "plan", "--fabric",
+                                  f"plan:{tmp_path}", "--nodes", str(n), "--epochs", "6",
+                                  "--warmup", "0"])
+    assert r.exit_code == 2 and "servers [0, 2, 4], not all 6" in r.output
+    assert "Traceback" not in r.output
+
+
 def test_star_fluid_and_simulated_loops_agree_on_direction():
     p = build_pattern("tree", 8, 20e6)
     fluid = run_react(StarFluidExecutor(ext_in={3: 3}, alpha=2e-6), p, 36)

@@ -244,6 +244,11 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
     if sc.collective == "plan":
         if rings is None:
             raise ConfigError("collective", "plan", "needs --fabric plan:DIR (a plan's rings)")
+        if sorted(set(rings[0])) != list(range(n)):
+            raise ConfigError("collective", "plan",
+                              f"the plan's widest AllReduce group is servers "
+                              f"{sorted(set(rings[0]))}, not all {n}; use --collective tree "
+                              "or ring on the plan's topology")
         pattern = multi_ring_allreduce(rings, sc.size)
     else:
         pattern = build_pattern(sc.collective, n, sc.size)
