@@ -25,7 +25,7 @@ from topoopt.errors import ConfigError
 from topoopt.estimate import (FLOW_ALLREDUCE, FLOW_MP, EstimateCache, IterationEstimate,
                               _busy, _coflow_groups, _group, fuse_operators, ring_flow_routes)
 from topoopt.netsim.dag import DagArrays, HorizonExceeded, RateMemo, run_dag
-from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.maxmin import gather_rows, sum_by_key
 from topoopt.netsim.workload import FlowRoutes
 from topoopt.strategy import Strategy
 from topoopt.topology.topology import check_ring
@@ -356,15 +356,7 @@ class FastEstimator:
                 keys.append(group[use] * L + acc[use])
                 vals.append(share[use])
                 flow_lat = flow_lat + np.where(use, f.latency[np.maximum(acc, 0)], 0.0)
-        keys, vals = np.concatenate(keys), np.concatenate(vals)
-        if groups * L <= 1 << 23:   # dense (group, link) table: no sort
-            dense = np.bincount(keys, weights=vals, minlength=groups * L)
-            ukey = np.flatnonzero(dense)
-            weight = dense[ukey]
-        else:
-            ukey, inv = np.unique(keys, return_inverse=True)
-            weight = np.bincount(inv, weights=vals)
-            ukey, weight = ukey[weight != 0], weight[weight != 0]
+        ukey, weight = sum_by_key(np.concatenate(keys), np.concatenate(vals), groups * L)
         ptr = np.zeros(groups + 1, np.int64)
         np.cumsum(np.bincount(ukey // L, minlength=groups), out=ptr[1:])
         lat = np.zeros(groups)

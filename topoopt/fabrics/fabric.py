@@ -11,7 +11,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError, TopoOptError
-from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.maxmin import gather_rows, sum_by_key
 from topoopt.netsim.workload import FlowRoutes
 
 __all__ = ["Fabric", "check_fabric", "KINDS", "OPTICS"]
@@ -200,15 +200,8 @@ class Fabric:
             parts_key.append(group[mask] * L + access[mask])
             parts_w.append(share[mask])
             flow_lat = flow_lat + np.where(mask, self.latency[np.maximum(access, 0)], 0.0)
-        allk = np.concatenate(parts_key)
-        allw = np.concatenate(parts_w)
-        if groups * L <= 1 << 23:
-            dense = np.bincount(allk, weights=allw, minlength=groups * L)
-            ukey = np.flatnonzero(dense)
-            weight = dense[ukey]
-        else:
-            ukey, ginv = np.unique(allk, return_inverse=True)
-            weight = np.bincount(ginv, weights=allw)
+        ukey, weight = sum_by_key(np.concatenate(parts_key), np.concatenate(parts_w),
+                                  groups * L)
         ptr = np.concatenate([[0], np.cumsum(np.bincount(ukey // L, minlength=groups))])
         lat = np.zeros(groups)
         np.maximum.at(lat, group, np.where(local, flow_lat, 0.0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["max_min_rates", "gather_rows"]
+__all__ = ["max_min_rates", "gather_rows", "sum_by_key"]
 
 
 def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -37,6 +37,28 @@ def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return np.empty(0, np.int64), counts
     offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
     return np.arange(total, dtype=np.int64) + offsets, counts
+
+
+def sum_by_key(keys: np.ndarray, weights: np.ndarray, size: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct keys in ``0..size-1`` and the sum of their weights (zero sums dropped).
+
+    A dense ``bincount`` when ``size`` is small enough (no sort), else ``unique``.
+
+    Examples
+    --------
+    >>> k, w = sum_by_key(np.array([3, 1, 3]), np.array([1.0, 2.0, 0.5]), 4)
+    >>> k.tolist(), w.tolist()
+    ([1, 3], [2.0, 1.5])
+    """
+    if size <= 1 << 23:
+        dense = np.bincount(keys, weights=weights, minlength=size)
+        ukey = np.flatnonzero(dense)
+        return ukey, dense[ukey]
+    ukey, inv = np.unique(keys, return_inverse=True)
+    total = np.bincount(inv, weights=weights)
+    keep = total != 0
+    return ukey[keep], total[keep]
 
 
 def max_min_rates(capacity: np.ndarray, entry_flow: np.ndarray, entry_link: np.ndarray,
