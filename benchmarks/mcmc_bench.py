@@ -39,9 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planners.alternating import plan_topology, start_strategy, topoopt_fabric  # noqa: E402
-from planners.mcmc import IterationCost, mcmc_search  # noqa: E402
-from planners.space import StrategySpace  # noqa: E402
+from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric  # noqa: E402
+from topoopt.planners.mcmc import IterationCost, mcmc_search  # noqa: E402
+from topoopt.planners.space import StrategySpace  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
 from topoopt.estimate import EstimateCache, estimate_iteration  # noqa: E402
 from topoopt.estimate_fast import FastEstimator  # noqa: E402

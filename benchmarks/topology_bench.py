@@ -19,7 +19,7 @@ from topoopt.strategy import hybrid
 from topoopt.topology.finder import check_topology_plan, topology_finder
 from topoopt.topology.metrics import topology_metrics
 from topoopt.traffic import derive_traffic
-from workloads import build_model
+from topoopt.workloads import build_model
 
 #: TopoOpt §5.5, Figure 14: DLRM, 128 tables on 128 servers, batch 64.
 PAPER = {4: (5.7, 1.11), 8: (3.0, 1.05)}

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from planners.executor import SerialExecutor
-from planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mcmc_search
-from planners.space import StrategySpace
+from topoopt.planners.executor import SerialExecutor
+from topoopt.planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mcmc_search
+from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.topology.finder import extend_plan
 
@@ -103,7 +103,7 @@ def _fabric_of(task: ChainTask, model):
 def run_chain(task: ChainTask, progress: Callable[[int, float], None] | None = None
               ) -> SearchResult:
     """Run one chain (module-level so pool and Ray workers can import it)."""
-    from planners.mcmc import stop_requested
+    from topoopt.planners.mcmc import stop_requested
 
     model = task.job.build_model()
     space = StrategySpace.build(model, task.cluster, task.job)
@@ -254,7 +254,7 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
     193 ms from the data-parallel start, 47 ms from the Ideal Switch's strategy).
     ``seeds`` lets the first round start from such a strategy instead.
     """
-    from planners.mcmc import stop_requested
+    from topoopt.planners.mcmc import stop_requested
 
     finder_kwargs = dict(finder_kwargs or {})
     plan, start_t = _best_topology(model, start, cluster, job, seed, finder_kwargs)

@@ -43,7 +43,7 @@ def op_configs(op, servers: int, global_batch: int, max_mp: int | None = None
 
     Examples
     --------
-    >>> from workloads.layers import dense
+    >>> from topoopt.workloads.layers import dense
     >>> len(op_configs(dense("fc", 8, 8, ()), 4, 16))  # k=1: 4, k=2: 2x2, k=4: 1x3
     11
     """

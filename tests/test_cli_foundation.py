@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import main
+from topoopt.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from topoopt.netsim import Workload, simulate
 from topoopt.strategy import data_parallel, hybrid
 from topoopt.topology import Topology
 from topoopt.traffic import derive_traffic
-from workloads.graph import Model, Operator
+from topoopt.workloads.graph import Model, Operator
 
 G = 1e9
 
@@ -191,7 +191,7 @@ rows = 10000
 def _cli(*args):
     from click.testing import CliRunner
 
-    from cli import main
+    from topoopt.cli import main
 
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 

@@ -6,9 +6,9 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from planners.alternating import plan_topology, start_strategy, topoopt_fabric
-from planners.mcmc import IterationCost, _neighbour_move, _neighbours, _segment_move, mcmc_search
-from planners.space import StrategySpace
+from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
+from topoopt.planners.mcmc import IterationCost, _neighbour_move, _neighbours, _segment_move, mcmc_search
+from topoopt.planners.space import StrategySpace
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, build_iteration, estimate_iteration
 from topoopt.estimate_fast import FastEstimator

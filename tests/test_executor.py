@@ -2,7 +2,7 @@
 
 import pytest
 
-from planners.executor import chunked, make_executor
+from topoopt.planners.executor import chunked, make_executor
 from topoopt.errors import TopoOptError
 
 

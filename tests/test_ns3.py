@@ -218,7 +218,7 @@ def test_validate_replays_a_plan_close_to_its_prediction(worker, tmp_path, monke
 
     from click.testing import CliRunner
 
-    from cli import main
+    from topoopt.cli import main
     from topoopt.netsim.ns3 import session
 
     p = _tiny_plan(tmp_path / "plan")
@@ -263,7 +263,7 @@ def test_react_simulate_cli_on_ns3(worker, tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from cli import main
+    from topoopt.cli import main
     from topoopt.netsim.ns3 import session
 
     monkeypatch.setattr(session, "default_worker", lambda: worker)

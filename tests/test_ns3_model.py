@@ -136,7 +136,7 @@ def test_ns3_config_rejects_bad_settings():
 
 
 def test_cli_without_ns3_says_how_to_install(monkeypatch):
-    from cli import main
+    from topoopt.cli import main
     from topoopt.netsim.ns3 import worker
 
     monkeypatch.setattr(worker, "ns3_available", lambda: False)

@@ -6,11 +6,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from planners.alternating import start_strategy
-from planners.executor import make_executor
-from planners.mcmc import IterationCost, mcmc_search
-from planners.space import StrategySpace, op_configs
+from topoopt.cli import main
+from topoopt.planners.alternating import start_strategy
+from topoopt.planners.executor import make_executor
+from topoopt.planners.mcmc import IterationCost, mcmc_search
+from topoopt.planners.space import StrategySpace, op_configs
 from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
 from topoopt.plan import check_plan_dir, plan, plan_to_json, write_plan
@@ -52,7 +52,7 @@ def test_alternation_starts_from_the_best_seed():
     # MCMC on a fixed topology is myopic; a seed strategy on its own topology that
     # beats the start must be where the first round begins, and the result can
     # be no worse than any seed on its TopologyFinder topology
-    from planners.alternating import _best_topology, alternating_optimization
+    from topoopt.planners.alternating import _best_topology, alternating_optimization
 
     cluster = Cluster(servers=8, nics=2, link_bandwidth=25e9)
     job = tiny_job()
@@ -80,7 +80,7 @@ def test_alternation_starts_from_the_best_seed():
 
 
 def test_space_configs_are_valid():
-    from workloads.layers import dense
+    from topoopt.workloads.layers import dense
     for cfg in op_configs(dense("fc", 64, 64, ()), 12, 96):
         assert len(set(cfg.servers)) == len(cfg.servers) == cfg.dp * cfg.mp
         assert 96 % cfg.dp == 0 and 12 % len(cfg.servers) == 0
@@ -232,7 +232,7 @@ def test_ctrl_c_requests_a_graceful_stop():
     import os
     import signal
 
-    from planners.mcmc import graceful_interrupt, stop_requested
+    from topoopt.planners.mcmc import graceful_interrupt, stop_requested
     # whatever was there before comes back (SIG_IGN under nohup, Python's default else)
     before = signal.getsignal(signal.SIGINT)
     with graceful_interrupt():

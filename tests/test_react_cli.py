@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from cli import main
+from topoopt.cli import main
 from topoopt.collectives import pattern_from_json
 
 

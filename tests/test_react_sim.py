@@ -10,7 +10,7 @@ from topoopt.collectives import build_pattern, multi_ring_allreduce, ring_allred
 
 pytest.importorskip("topoopt.fabrics", reason="needs the fabrics package")
 
-from cli import main  # noqa: E402
+from topoopt.cli import main  # noqa: E402
 from topoopt.fabrics import fat_tree, star  # noqa: E402
 from topoopt.react.analytical import fluid_star  # noqa: E402
 from topoopt.react.executor import StarFluidExecutor  # noqa: E402

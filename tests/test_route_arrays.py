@@ -26,7 +26,7 @@ from topoopt.topology.finder import check_topology_plan, extend_plan, topology_f
 from topoopt.topology.metrics import link_loads, route_traffic, topology_metrics
 from topoopt.topology.topology import RouteArrays, Routes, Topology, check_routes
 from topoopt.traffic import derive_traffic
-from workloads import build_model
+from topoopt.workloads import build_model
 
 
 def random_topology(n, d, seed):

@@ -357,7 +357,7 @@ def test_react_run_prints_the_simulate_table(tmp_path):
 
     from click.testing import CliRunner
 
-    from cli import main
+    from topoopt.cli import main
 
     out = tmp_path / "run.json"
     r = CliRunner().invoke(main, ["react", "run", "--nprocs", "2", "--size", "16kB",
@@ -383,7 +383,7 @@ def test_react_run_prints_the_simulate_table(tmp_path):
 def test_react_run_refuses_bad_input_in_one_line(args, field):
     from click.testing import CliRunner
 
-    from cli import main
+    from topoopt.cli import main
 
     r = CliRunner().invoke(main, ["react", "run", "--epochs", "2", "--warmup", "1", *args])
     assert r.exit_code == 2

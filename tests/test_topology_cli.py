@@ -4,7 +4,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cli import main
+from topoopt.cli import main
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "dlrm-16.toml")
 

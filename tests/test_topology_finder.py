@@ -18,7 +18,7 @@ from topoopt.topology.metrics import path_length_stats, topology_metrics
 from topoopt.topology.perms import ring_order, select_permutations, totient_perms
 from topoopt.topology.topology import check_topology
 from topoopt.traffic import AllReduceGroup, Traffic, Transfers, derive_traffic
-from workloads import build_model
+from topoopt.workloads import build_model
 
 
 def make_traffic(n, groups, mp):

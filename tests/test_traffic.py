@@ -9,7 +9,7 @@ from topoopt.compute import server_compute_time
 from topoopt.errors import ConfigError
 from topoopt.strategy import OpConfig, check_strategy, data_parallel, hybrid, memory_per_server
 from topoopt.traffic import check_traffic, derive_traffic, edge_transfers, ring_matrix
-from workloads import build_model
+from topoopt.workloads import build_model
 
 N = 16
 

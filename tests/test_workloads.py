@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topoopt.errors import ConfigError
-from workloads import MODEL_NAMES, build_model, check_model, model_defaults
-from workloads.bert import bert
-from workloads.candle import candle
-from workloads.custom import OPERATOR_KEYS, custom_model
-from workloads.dlrm import dlrm
-from workloads.graph import OP_KINDS, Model
-from workloads.ncf import ncf
-from workloads.resnet import resnet50
-from workloads.vgg import vgg16
+from topoopt.workloads import MODEL_NAMES, build_model, check_model, model_defaults
+from topoopt.workloads.bert import bert
+from topoopt.workloads.candle import candle
+from topoopt.workloads.custom import OPERATOR_KEYS, custom_model
+from topoopt.workloads.dlrm import dlrm
+from topoopt.workloads.graph import OP_KINDS, Model
+from topoopt.workloads.ncf import ncf
+from topoopt.workloads.resnet import resnet50
+from topoopt.workloads.vgg import vgg16
 
 # --------------------------------------------------------------------------------------
 # Hand formulas

@@ -154,10 +154,10 @@ class Job:
 
     def build_model(self):
         """The job's operator graph (:class:`workloads.Model`)."""
-        from workloads import build_model
+        from topoopt.workloads import build_model
 
         if self.model == "custom":
-            from workloads.custom import custom_model
+            from topoopt.workloads.custom import custom_model
 
             return custom_model("custom", list(self.operators))
         return build_model(self.model, self.size)

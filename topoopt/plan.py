@@ -140,11 +140,11 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
     >>> p.fabric("topoopt").estimate.total <= p.search.start_time  # doctest: +SKIP
     True
     """
-    from planners.alternating import (ChainTask, alternating_optimization, search_fabric,
+    from topoopt.planners.alternating import (ChainTask, alternating_optimization, search_fabric,
                                       start_strategy, topoopt_fabric)
-    from planners.executor import SerialExecutor
-    from planners.mcmc import IterationCost, stop_requested
-    from planners.space import StrategySpace
+    from topoopt.planners.executor import SerialExecutor
+    from topoopt.planners.mcmc import IterationCost, stop_requested
+    from topoopt.planners.space import StrategySpace
     from topoopt.fabrics.catalog import FABRICS, build_fabric
     from topoopt.fabrics.cost import DEFAULT_PRICES, fabric_cost
 
@@ -178,7 +178,7 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
                                        (lambda m, b, s=stage: progress(s, m, b))
                                        if progress else None))
     else:
-        from planners.alternating import run_chain
+        from topoopt.planners.alternating import run_chain
 
         found = executor.map(run_chain, tasks)
     for i, name in enumerate(baselines):

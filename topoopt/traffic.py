@@ -198,7 +198,7 @@ def derive_traffic(model, strategy: Strategy, servers: int, global_batch: int,
 
     Examples
     --------
-    >>> from workloads import build_model
+    >>> from topoopt.workloads import build_model
     >>> from topoopt.strategy import data_parallel
     >>> m = build_model("ncf", {"tables": 2, "rows": 10, "top_layers": 1})
     >>> t = derive_traffic(m, data_parallel(m, 4), 4, 64, 4)

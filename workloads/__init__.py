@@ -7,19 +7,19 @@ import inspect
 from typing import Any, Mapping
 
 from topoopt.errors import ConfigError
-from workloads.graph import OP_KINDS, Model, Operator, check_model
+from topoopt.workloads.graph import OP_KINDS, Model, Operator, check_model
 
 __all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
            "check_model"]
 
 #: model name -> (module, builder function). Builders take size keyword arguments.
 _REGISTRY = {
-    "dlrm": ("workloads.dlrm", "dlrm"),
-    "bert": ("workloads.bert", "bert"),
-    "candle": ("workloads.candle", "candle"),
-    "ncf": ("workloads.ncf", "ncf"),
-    "resnet50": ("workloads.resnet", "resnet50"),
-    "vgg16": ("workloads.vgg", "vgg16"),
+    "dlrm": ("topoopt.workloads.dlrm", "dlrm"),
+    "bert": ("topoopt.workloads.bert", "bert"),
+    "candle": ("topoopt.workloads.candle", "candle"),
+    "ncf": ("topoopt.workloads.ncf", "ncf"),
+    "resnet50": ("topoopt.workloads.resnet", "resnet50"),
+    "vgg16": ("topoopt.workloads.vgg", "vgg16"),
 }
 MODEL_NAMES = tuple(_REGISTRY)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from topoopt.errors import ConfigError
-from workloads.graph import Model, Operator
-from workloads.layers import (
+from topoopt.workloads.graph import Model, Operator
+from topoopt.workloads.layers import (
     ACTIVATION_FLOPS_PER_ELEM,
     SOFTMAX_FLOPS_PER_ELEM,
     dense,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workloads.graph import Model, Operator
-from workloads.layers import dense, embedding, input_op, mlp
+from topoopt.workloads.graph import Model, Operator
+from topoopt.workloads.layers import dense, embedding, input_op, mlp
 
 __all__ = ["DEFAULTS", "dlrm"]
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from topoopt.errors import ConfigError
-from workloads.graph import Model, Operator
-from workloads.layers import (conv2d, conv_out, dense, elementwise, input_op, norm, pool,
+from topoopt.workloads.graph import Model, Operator
+from topoopt.workloads.layers import (conv2d, conv_out, dense, elementwise, input_op, norm, pool,
                               softmax_loss)
 
 __all__ = ["STAGES", "resnet50"]

@@ -143,8 +143,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo("note: no matplotlib, skipping pictures (pip install 'topoopt[plot]')",
                        err=True)
             plots = False
-    from planners.executor import make_executor
-    from planners.mcmc import graceful_interrupt
+    from topoopt.planners.executor import make_executor
+    from topoopt.planners.mcmc import graceful_interrupt
     from topoopt.fabrics.cost import price_table
     from topoopt.plan import plan as make_plan, write_plan
 

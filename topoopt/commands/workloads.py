@@ -18,7 +18,7 @@ def workloads() -> None:
     Sizes are the defaults of the TopoOpt evaluation; override any of them in a
     config's [job.size] table.
     """
-    from workloads import MODEL_NAMES, build_model
+    from topoopt.workloads import MODEL_NAMES, build_model
 
     rows = []
     for name in MODEL_NAMES:

@@ -416,7 +416,7 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
 
     Examples
     --------
-    >>> from workloads import build_model
+    >>> from topoopt.workloads import build_model
     >>> from topoopt.strategy import hybrid
     >>> from topoopt.traffic import derive_traffic
     >>> m = build_model("dlrm", {"tables": 8, "rows": 1000})
