@@ -43,7 +43,7 @@ from topoopt.netsim.ns3 import Ns3Config, Ns3Worker, require_ns3  # noqa: E402
 from topoopt.netsim.ns3.executor import Ns3Executor  # noqa: E402
 from topoopt.netsim.wire import WireModel  # noqa: E402
 from topoopt.react.scenarios import Scenario, scenario_setup  # noqa: E402
-from topoopt.react.simexec import SimulatedExecutor  # noqa: E402
+from topoopt.react.flowsim import SimulatedExecutor  # noqa: E402
 
 # (collective, fabric, nodes, MB, p, MTU)
 SCENARIOS = [

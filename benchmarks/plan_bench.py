@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from topoopt.planners.executor import make_executor
+from topoopt.executor import make_executor
 from topoopt.cluster import Cluster, Job
 from topoopt.plan import plan
 

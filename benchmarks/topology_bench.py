@@ -16,8 +16,8 @@ import time
 from topoopt.commands._common import print_table
 from topoopt.commands.topology import expander_baseline
 from topoopt.strategy import hybrid
-from topoopt.topology.finder import check_topology_plan, topology_finder
-from topoopt.topology.metrics import topology_metrics
+from topoopt.finder.topology_finder import check_topology_plan, topology_finder
+from topoopt.routing.metrics import topology_metrics
 from topoopt.traffic import derive_traffic
 from topoopt.workloads import build_model
 

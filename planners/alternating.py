@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from topoopt.planners.executor import SerialExecutor
+from topoopt.executor import SerialExecutor
 from topoopt.planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mcmc_search
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
-from topoopt.topology.finder import extend_plan
+from topoopt.finder.topology_finder import extend_plan
 
 __all__ = ["ChainTask", "run_chain", "search_fabric", "RoundRecord", "AlternatingResult",
            "alternating_optimization", "start_strategy", "plan_topology", "topoopt_fabric"]
@@ -53,7 +53,7 @@ def _traffic(model, strategy: Strategy, cluster, job):
 def plan_topology(model, strategy: Strategy, cluster, job, seed: int = 0,
                   allreduce_degree: int | None = None, **finder_kwargs):
     """TopologyFinder (Algorithm 1) on the traffic of ``strategy``."""
-    from topoopt.topology.finder import topology_finder
+    from topoopt.finder.topology_finder import topology_finder
 
     return topology_finder(_traffic(model, strategy, cluster, job), cluster.servers,
                            cluster.nics, cluster.link_bandwidth, cluster.link_latency,
@@ -137,7 +137,7 @@ class RoundRecord:
     round : int
     mcmc_time : float
         Best strategy's iteration time on the round's starting topology (with rings
-        and routes extended to its traffic, :func:`~topoopt.topology.finder.extend_plan`).
+        and routes extended to its traffic, :func:`~topoopt.finder.topology_finder.extend_plan`).
     topology_time : float
         The same strategy on the topology TopologyFinder built for its traffic.
     allreduce_degree, mp_degree : int

@@ -13,7 +13,7 @@ from topoopt.netsim import Workload, simulate
 from topoopt.strategy import data_parallel, hybrid
 from topoopt.topology import Topology
 from topoopt.traffic import derive_traffic
-from topoopt.workloads.graph import Model, Operator
+from topoopt.model import Model, Operator
 
 G = 1e9
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from topoopt.planners.executor import chunked, make_executor
+from topoopt.executor import chunked, make_executor
 from topoopt.errors import TopoOptError
 
 

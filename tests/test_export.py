@@ -482,7 +482,7 @@ def test_property_align_ports_to_rails(topo):
 
 def test_topology_finder_plan_exports(tmp_path):
     """A real TopologyFinder plan (DLRM hybrid, n = 16, d = 4) exports and checks back."""
-    from topoopt.topology.finder import topology_finder
+    from topoopt.finder.topology_finder import topology_finder
     from topoopt.strategy import hybrid
     from topoopt.traffic import derive_traffic
     from topoopt.cluster import Job

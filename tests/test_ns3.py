@@ -21,7 +21,7 @@ from topoopt.fabrics import direct_connect, fat_tree, star  # noqa: E402
 from topoopt.netsim.ns3 import DagBuilder, Ns3Config, Ns3Error, Ns3Network, Ns3Worker  # noqa
 from topoopt.netsim.ns3.executor import Ns3Executor  # noqa: E402
 from topoopt.netsim.wire import WireModel  # noqa: E402
-from topoopt.react.simexec import BackgroundFlows, SimulatedExecutor  # noqa: E402
+from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor  # noqa: E402
 from topoopt.topology.topology import Topology  # noqa: E402
 
 B = 100e9

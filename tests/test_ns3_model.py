@@ -13,7 +13,7 @@ from topoopt.netsim.ns3 import Ns3Config, PathPlanes, network_spec, plane_addres
 from topoopt.netsim.ns3.executor import epoch_port_choices
 from topoopt.netsim.ns3.session import DagBuilder
 from topoopt.netsim.wire import WireModel, ack_routes, reverse_link_ids, wire_workload
-from topoopt.react.simexec import BackgroundFlows, SimulatedExecutor, _Router
+from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor, _Router
 from topoopt.topology.topology import Topology
 
 

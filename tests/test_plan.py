@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from topoopt.cli import main
 from topoopt.planners.alternating import start_strategy
-from topoopt.planners.executor import make_executor
+from topoopt.executor import make_executor
 from topoopt.planners.mcmc import IterationCost, mcmc_search
 from topoopt.planners.space import StrategySpace, op_configs
 from topoopt.cluster import Cluster, Job

@@ -13,8 +13,8 @@ from topoopt.errors import ConfigError
 from topoopt.react.analytical import alpha_beta_time, dual_tree_example_time, max_min_rates
 from topoopt.react.critical import critical_paths
 from topoopt.react.detection import detect_congestion
-from topoopt.react.estimator import FctHistory, estimate_fcts
-from topoopt.react.executor import BatchResult, StarFluidExecutor
+from topoopt.react.fct_model import FctHistory, estimate_fcts
+from topoopt.react.execution import BatchResult, StarFluidExecutor
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
 from topoopt.react.transforms import (PositionSpace, Swap, apply_swap, candidate_swaps,
                                       position_classes)

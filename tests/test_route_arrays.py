@@ -22,8 +22,8 @@ from topoopt.routing.kshortest import (equal_cost_path_arrays, equal_cost_paths,
                                        neighbour_table)
 from topoopt.routing.lp import min_max_load_routes
 from topoopt.strategy import hybrid
-from topoopt.topology.finder import check_topology_plan, extend_plan, topology_finder
-from topoopt.topology.metrics import link_loads, route_traffic, topology_metrics
+from topoopt.finder.topology_finder import check_topology_plan, extend_plan, topology_finder
+from topoopt.routing.metrics import link_loads, route_traffic, topology_metrics
 from topoopt.topology.topology import RouteArrays, Routes, Topology, check_routes
 from topoopt.traffic import derive_traffic
 from topoopt.workloads import build_model

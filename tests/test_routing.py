@@ -12,7 +12,7 @@ from topoopt.routing.coin_change import (coin_change, coin_change_orders, coin_c
 from topoopt.routing.kshortest import (equal_cost_paths, hop_distances, k_shortest_paths,
                                        k_shortest_routes, neighbour_table)
 from topoopt.routing.lp import min_max_load_routes
-from topoopt.topology.perms import totient_perms
+from topoopt.finder.perms import totient_perms
 from topoopt.topology.topology import Routes, Topology, check_routes
 
 

@@ -9,7 +9,7 @@ from topoopt.collectives import (build_pattern, double_binary_tree_allreduce,
                                  multi_ring_allreduce, recursive_doubling_allgather,
                                  ring_allreduce)
 from topoopt.collectives.ten import PatternError
-from topoopt.react.executor import StarFluidExecutor
+from topoopt.react.execution import StarFluidExecutor
 from topoopt.react.loop import ReactParams, leader_init
 from topoopt.react.runtime.schedule import (check_local_schedules, local_schedule,
                                             lockstep_order, pattern_fingerprint)

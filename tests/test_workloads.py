@@ -19,7 +19,7 @@ from topoopt.workloads.bert import bert
 from topoopt.workloads.candle import candle
 from topoopt.workloads.custom import OPERATOR_KEYS, custom_model
 from topoopt.workloads.dlrm import dlrm
-from topoopt.workloads.graph import OP_KINDS, Model
+from topoopt.model import OP_KINDS, Model
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
 from topoopt.workloads.vgg import vgg16

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
-from topoopt._validation import require_choice, require_fraction, require_int, require_positive
+from topoopt._require import require_choice, require_fraction, require_int, require_positive
 from topoopt._frozen import FrozenDict
 
 __all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job"]

@@ -12,7 +12,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from topoopt._validation import require_choice, require_keys
+from topoopt._require import require_choice, require_keys
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.units import parse_bandwidth, parse_time

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from topoopt._validation import require_choice
+from topoopt._require import require_choice
 from topoopt.compute import op_time
 from topoopt.errors import ConfigError
 from topoopt.netsim import FlowRoutes, SimResult, Workload, simulate

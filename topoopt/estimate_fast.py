@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from topoopt._validation import require_choice
+from topoopt._require import require_choice
 from topoopt.errors import ConfigError
 from topoopt.estimate import (FLOW_ALLREDUCE, FLOW_MP, EstimateCache, IterationEstimate,
                               _busy, _coflow_groups, _group, fuse_operators, ring_flow_routes)

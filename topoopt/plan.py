@@ -142,7 +142,7 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
     """
     from topoopt.planners.alternating import (ChainTask, alternating_optimization, search_fabric,
                                       start_strategy, topoopt_fabric)
-    from topoopt.planners.executor import SerialExecutor
+    from topoopt.executor import SerialExecutor
     from topoopt.planners.mcmc import IterationCost, stop_requested
     from topoopt.planners.space import StrategySpace
     from topoopt.fabrics.catalog import FABRICS, build_fabric
@@ -241,7 +241,7 @@ def plan_to_json(p: Plan) -> dict:
     routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
                                              for path, f in options]}
               for (s, d), options in sorted(tp.routes.paths.items())]
-    from topoopt.topology.metrics import topology_metrics
+    from topoopt.routing.metrics import topology_metrics
     from topoopt.traffic import derive_traffic
 
     traffic = derive_traffic(p.model, p.strategy, p.cluster.servers,

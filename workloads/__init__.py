@@ -7,7 +7,7 @@ import inspect
 from typing import Any, Mapping
 
 from topoopt.errors import ConfigError
-from topoopt.workloads.graph import OP_KINDS, Model, Operator, check_model
+from topoopt.model import OP_KINDS, Model, Operator, check_model
 
 __all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
            "check_model"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from topoopt.errors import ConfigError
-from topoopt.workloads.graph import Model, Operator
+from topoopt.model import Model, Operator
 from topoopt.workloads.layers import (
     ACTIVATION_FLOPS_PER_ELEM,
     SOFTMAX_FLOPS_PER_ELEM,

@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from topoopt.errors import ConfigError
-from topoopt.workloads.graph import OP_KINDS, Model, Operator
+from topoopt.model import OP_KINDS, Model, Operator
 
 __all__ = ["OPERATOR_KEYS", "custom_model"]
 

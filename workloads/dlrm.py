@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topoopt.workloads.graph import Model, Operator
+from topoopt.model import Model, Operator
 from topoopt.workloads.layers import dense, embedding, input_op, mlp
 
 __all__ = ["DEFAULTS", "dlrm"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topoopt.workloads.graph import Operator
+from topoopt.model import Operator
 
 __all__ = ["input_op", "dense", "embedding", "mlp"]
 

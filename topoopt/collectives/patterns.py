@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.collectives.ten import Pattern, split_elements
 from topoopt.errors import ConfigError
 

@@ -22,7 +22,7 @@ DEFAULTS = {"budget": 400, "rounds": 3, "chains": 1, "seed": 0}
 
 def plan_settings(table, **cli) -> dict:
     """Merge a config's [plan] table with CLI options (CLI wins), validated."""
-    from topoopt._validation import require_keys
+    from topoopt._require import require_keys
     from topoopt.plan import BASELINES
 
     require_keys("plan", table, PLAN_KEYS)
@@ -143,7 +143,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo("note: no matplotlib, skipping pictures (pip install 'topoopt[plot]')",
                        err=True)
             plots = False
-    from topoopt.planners.executor import make_executor
+    from topoopt.executor import make_executor
     from topoopt.planners.mcmc import graceful_interrupt
     from topoopt.fabrics.cost import price_table
     from topoopt.plan import plan as make_plan, write_plan

@@ -44,8 +44,8 @@ def topology(config: str, strategy: str, routing: str, k_paths: int, seed: int,
     length (hops), bandwidth tax (bytes carried / bytes demanded) and link loads,
     next to a random expander with the same ports.
     """
-    from topoopt.topology.finder import topology_finder
-    from topoopt.topology.metrics import topology_metrics
+    from topoopt.finder.topology_finder import topology_finder
+    from topoopt.routing.metrics import topology_metrics
     from topoopt.traffic import derive_traffic
     from topoopt.units import format_size
 

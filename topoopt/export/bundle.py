@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from topoopt._io import atomic_write_text
-from topoopt._validation import require_choice, require_int
+from topoopt._require import require_choice, require_int
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError
 from topoopt.export import msccl as _msccl

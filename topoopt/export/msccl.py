@@ -78,7 +78,7 @@ from typing import Sequence
 import numpy as np
 
 from topoopt._io import atomic_write_text
-from topoopt._validation import require_choice, require_int
+from topoopt._require import require_choice, require_int
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import Rings, largest_group
 

@@ -56,7 +56,7 @@ from typing import Mapping, Sequence
 
 import networkx as nx
 
-from topoopt._validation import require_int
+from topoopt._require import require_int
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import host_names
 from topoopt.topology.topology import Topology, check_topology

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from topoopt._io import atomic_write_text
-from topoopt._validation import require_int
+from topoopt._require import require_int
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import host_names
 from topoopt.topology.topology import Topology, check_topology

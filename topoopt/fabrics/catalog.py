@@ -63,7 +63,7 @@ def _fattree(ctx: FabricContext) -> Fabric:
 
 def _topoopt(ctx: FabricContext) -> Fabric:
     """A TopoOpt shard (patch panels) from TopologyFinder on the job's traffic."""
-    from topoopt.topology.finder import topology_finder
+    from topoopt.finder.topology_finder import topology_finder
     from topoopt.traffic import derive_traffic
 
     c, job = ctx.cluster, ctx.job

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from topoopt._validation import require_choice
+from topoopt._require import require_choice
 from topoopt.errors import PlanCheckError
 from topoopt.fabrics.fabric import OPTICS, Fabric
 from topoopt.topology.expander import expander_topology

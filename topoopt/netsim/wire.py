@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt._validation import require_int
+from topoopt._require import require_int
 from topoopt.errors import ConfigError
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes

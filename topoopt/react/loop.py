@@ -5,7 +5,7 @@ batch of B epochs: given its state, the batch's gathered FCTs and epoch times, i
 returns its next state and the pattern every rank runs next. It has no side effects
 and draws its randomness from ``(seed, batch index)``, so any transport can carry it
 (the flow simulator here, ns-3, a Gloo gather/broadcast in the real runtime).
-:func:`run_react` drives it with any :class:`~topoopt.react.executor.PatternExecutor`.
+:func:`run_react` drives it with any :class:`~topoopt.react.execution.PatternExecutor`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from topoopt._validation import require_int, require_keys, require_positive
+from topoopt._require import require_int, require_keys, require_positive
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.critical import critical_paths
 from topoopt.react.detection import Congestion, detect_congestion
-from topoopt.react.estimator import FctHistory, estimate_fcts, estimate_paths
-from topoopt.react.executor import PatternExecutor
+from topoopt.react.fct_model import FctHistory, estimate_fcts, estimate_paths
+from topoopt.react.execution import PatternExecutor
 from topoopt.react.transforms import PositionSpace, Swap, candidate_swaps
 
 __all__ = ["ReactParams", "LeaderState", "Decision", "leader_init", "leader_step",

@@ -33,11 +33,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from topoopt._validation import require_choice, require_int, require_positive
+from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern, multi_ring_allreduce
 from topoopt.errors import ConfigError
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
-from topoopt.react.simexec import BackgroundFlows, JobsExecutor, SimulatedExecutor
+from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor
 from topoopt.topology.topology import Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",

@@ -42,7 +42,7 @@ def run_sweep(scenarios: Sequence[Scenario], params: ReactParams = ReactParams()
     this process) or Ray (``ray=True`` local, or ``"host:port"``), via
     :func:`planners.executor.make_executor`.
     """
-    from topoopt.planners.executor import make_executor
+    from topoopt.executor import make_executor
 
     with make_executor(workers, ray) as ex:
         return ex.map(_run, [(s, params) for s in scenarios])

@@ -1,1 +1,2 @@
-"""Routing over direct-connect topologies: coin change for AllReduce, k-shortest paths and an LP for MP."""
+"""Routing over direct-connect topologies: coin change for AllReduce rings, k-shortest
+paths and a min-max-load LP for MP traffic, and the metrics of routed traffic."""

@@ -1,6 +1,10 @@
-"""Direct-connect topologies: the TopologyFinder of TopoOpt §4 and its building blocks."""
+"""Direct-connect topologies: servers, ports and fibres, the routes over them, and
+their invariants (no port used twice, rings that are Hamiltonian cycles, routes
+made of links). TopologyFinder, which builds them, is :mod:`topoopt.finder`.
+"""
 
-from topoopt.topology.topology import (Link, Routes, Topology, check_ring, check_routes,
-                                       check_topology)
+from topoopt.topology.topology import (Link, RouteArrays, Routes, Topology, check_ring,
+                                       check_routes, check_topology)
 
-__all__ = ["Link", "Topology", "Routes", "check_topology", "check_routes", "check_ring"]
+__all__ = ["Link", "Topology", "Routes", "RouteArrays", "check_topology", "check_routes",
+           "check_ring"]

@@ -6,7 +6,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.errors import TopoOptError
 from topoopt.topology.topology import Topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.errors import ConfigError
 
 __all__ = ["Ns3Config", "check_ns3_config", "IP_TCP_HEADER", "PPP_HEADER", "ACK_BYTES"]

@@ -1,6 +1,6 @@
 """REACT's executor on ns-3: epochs of collective patterns as TCP flows (REACT §7.3).
 
-The packet-level twin of :class:`topoopt.react.simexec.JobsExecutor`: same placements,
+The packet-level twin of :class:`topoopt.react.flowsim.JobsExecutor`: same placements,
 same ECMP model and draws (every flow owns ``ports`` connections hashed onto equal-cost
 paths; one connection is drawn per epoch from ``(seed, job, epoch)``), same external
 flows -- so a flow-level and a packet-level run of one scenario see the same paths and
@@ -22,15 +22,15 @@ from topoopt.errors import ConfigError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker
-from topoopt.react.executor import BatchResult
-from topoopt.react.simexec import BackgroundFlows, _Router, check_placements
+from topoopt.react.execution import BatchResult
+from topoopt.react.flowsim import BackgroundFlows, _Router, check_placements
 
 __all__ = ["Ns3JobsExecutor", "Ns3Executor", "epoch_port_choices"]
 
 
 def epoch_port_choices(seed: int, job: int, epoch: int, flows: int, ports: int) -> np.ndarray:
     """The connection each flow uses in an epoch: the draw of the flow-level executor
-    (``topoopt.react.simexec``), so both backends route an epoch identically."""
+    (``topoopt.react.flowsim``), so both backends route an epoch identically."""
     rng = np.random.default_rng([seed, job, epoch, 7])
     return rng.integers(0, ports, size=flows)
 
@@ -145,7 +145,7 @@ class Ns3JobsExecutor:
 
 
 class Ns3Executor:
-    """One job on ns-3: the :class:`~topoopt.react.executor.PatternExecutor` REACT drives.
+    """One job on ns-3: the :class:`~topoopt.react.execution.PatternExecutor` REACT drives.
 
     Parameters are those of :class:`Ns3JobsExecutor` with one ``placement``.
 

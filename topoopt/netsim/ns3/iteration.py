@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from topoopt._validation import require_choice, require_int
+from topoopt._require import require_choice, require_int
 from topoopt.collectives import flow_dependencies, ring_allreduce
 from topoopt.errors import TopoOptError
 from topoopt.estimate import (FLOW_ALLREDUCE, EstimateCache, IterationEstimate, IterationGraph,

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from topoopt._validation import require_choice, require_int, require_positive
+from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import (build_pattern, multi_ring_allreduce, pattern_to_json,
                                  ring_allreduce)
 from topoopt.collectives.ten import Pattern

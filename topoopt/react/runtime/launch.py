@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.errors import ConfigError, TopoOptError
 
 __all__ = ["launch", "LaunchError", "LaunchOptions", "free_port"]

@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from topoopt._validation import require_int
+from topoopt._require import require_int
 from topoopt.errors import ConfigError, TopoOptError
 
 __all__ = ["NetnsTestbed", "netns_supported", "ExternalFlows", "parse_rate"]

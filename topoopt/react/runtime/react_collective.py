@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.collectives.check import check_pattern
 from topoopt.collectives.ten import Pattern, PatternError
 from topoopt.errors import ConfigError

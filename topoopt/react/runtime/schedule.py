@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt._validation import require_int
+from topoopt._require import require_int
 from topoopt.collectives.ten import Pattern, PatternError
 
 __all__ = ["Transfer", "Step", "LocalSchedule", "local_schedule", "check_local_schedules",

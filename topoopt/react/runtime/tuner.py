@@ -28,9 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-from topoopt._validation import require_int, require_positive
+from topoopt._require import require_int, require_positive
 from topoopt.collectives.ten import Pattern
-from topoopt.react.executor import BatchResult
+from topoopt.react.execution import BatchResult
 from topoopt.react.loop import Decision, ReactParams, leader_init, leader_step
 
 __all__ = ["assemble_batch", "LeaderLogic", "RTuner", "boot_id"]
@@ -125,7 +125,7 @@ class LeaderLogic:
     Examples
     --------
     >>> from topoopt.collectives import double_binary_tree_allreduce
-    >>> from topoopt.react.executor import StarFluidExecutor
+    >>> from topoopt.react.execution import StarFluidExecutor
     >>> p = double_binary_tree_allreduce(8, size=20e6)
     >>> leader = LeaderLogic(p)
     >>> r = StarFluidExecutor(ext_in={2: 2}).run(p, 6)

@@ -14,9 +14,9 @@ from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_ch
 from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_paths,
                                        k_shortest_route_arrays, k_shortest_routes,
                                        neighbour_table, _adjacency)
-from topoopt.topology.degree import allocate_group_degrees, split_degree
-from topoopt.topology.matching import max_weight_matching
-from topoopt.topology.perms import (PermutationSelection, ring_order, select_permutations)
+from topoopt.finder.degree import allocate_group_degrees, split_degree
+from topoopt.finder.matching import max_weight_matching
+from topoopt.finder.perms import (PermutationSelection, ring_order, select_permutations)
 from topoopt.topology.topology import (RouteArrays, Routes, Topology, check_ring, check_routes,
                                        check_topology)
 
@@ -375,7 +375,7 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
     allreduce_degree : int, optional
         Override Step 1's split: ports per server given to AllReduce (1..d). The
         planner uses it to try neighbouring splits and keep the one the simulator
-        prefers; by default :func:`~topoopt.topology.degree.split_degree` decides.
+        prefers; by default :func:`~topoopt.finder.degree.split_degree` decides.
     implementation : {"fast", "reference"}
         How routes are built. "fast": MP routes as
         :class:`~topoopt.topology.topology.RouteArrays` (``plan.routes`` builds a
@@ -391,8 +391,8 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
 
     Notes
     -----
-    Step 1 :func:`~topoopt.topology.degree.split_degree`; Step 2 per group
-    :func:`~topoopt.topology.degree.allocate_group_degrees`, TotientPerms and
+    Step 1 :func:`~topoopt.finder.degree.split_degree`; Step 2 per group
+    :func:`~topoopt.finder.degree.allocate_group_degrees`, TotientPerms and
     SelectPermutations in the group's index space (member ``i`` sends to member
     ``(i + p) mod g``), one port per ring at each member; Step 3 repeated
     maximum-weight matchings over the servers with ports left, pairs already matched
@@ -591,7 +591,7 @@ def extend_plan(plan: TopologyPlan, traffic) -> TopologyPlan:
     TopologyPlan
         Passes :func:`check_topology_plan` for ``traffic``.
     """
-    from topoopt.topology.metrics import route_traffic
+    from topoopt.routing.metrics import route_traffic
 
     dist = hop_distances(plan.topology)
     rings = {g.members: plan.rings.get(g.members)

@@ -3,7 +3,7 @@
 The feedback loop never looks inside an executor: it hands over a pattern, asks for B
 epochs and gets back, per epoch, every flow's start and finish time (flow id = edge
 index of the pattern) and the collective's time. The flow-level simulator
-(:mod:`topoopt.react.simexec`), ns-3 and ``torch.distributed`` runtimes implement the
+(:mod:`topoopt.react.flowsim`), ns-3 and ``torch.distributed`` runtimes implement the
 same two-method protocol.
 """
 

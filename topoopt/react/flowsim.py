@@ -29,7 +29,7 @@ import numpy as np
 
 from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
-from topoopt.react.executor import BatchResult
+from topoopt.react.execution import BatchResult
 
 __all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements"]
 
