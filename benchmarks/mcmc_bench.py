@@ -47,6 +47,7 @@ from topoopt.estimate import EstimateCache, estimate_iteration  # noqa: E402
 from topoopt.estimate_fast import FastEstimator  # noqa: E402
 from topoopt.fabrics.catalog import build_fabric  # noqa: E402
 from topoopt.netsim import SimulationError  # noqa: E402
+from topoopt.workloads import model_of
 
 CASES = [("dlrm", 16, "configs/dlrm-16.toml"), ("bert", 16, "configs/bert-128.toml"),
          ("dlrm", 128, "configs/dlrm-128.toml"), ("bert", 128, "configs/bert-128.toml")]
@@ -134,7 +135,7 @@ def main(argv=None):
     for name, n, path in cases:
         cfg = load_config(ROOT / path)
         cluster, job = replace(cfg.cluster, servers=n), cfg.job
-        model = job.build_model()
+        model = model_of(job)
         space = StrategySpace.build(model, cluster, job)
         start = start_strategy(model, cluster, job, space)
         for fname in FABRICS:

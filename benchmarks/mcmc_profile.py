@@ -23,6 +23,7 @@ from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_
 from topoopt.planners.mcmc import IterationCost, mcmc_search  # noqa: E402
 from topoopt.planners.space import StrategySpace  # noqa: E402
 from topoopt import load_config  # noqa: E402
+from topoopt.workloads import model_of
 
 
 def main(argv=None):
@@ -33,7 +34,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     c, j = cfg.cluster, cfg.job
-    m = j.build_model()
+    m = model_of(j)
     sp = StrategySpace.build(m, c, j)
     s = start_strategy(m, c, j, sp)
     tp = plan_topology(m, s, c, j)

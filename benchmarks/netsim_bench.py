@@ -39,6 +39,7 @@ from topoopt.fabrics import expander, fat_tree, ideal_switch  # noqa: E402
 from topoopt.fabrics.catalog import build_fabric  # noqa: E402
 from topoopt.netsim import Workload, max_min_rates, simulate  # noqa: E402
 from topoopt.strategy import hybrid  # noqa: E402
+from topoopt.workloads import model_of
 
 G = 1e9
 
@@ -142,7 +143,7 @@ def bench_kernel():
 
 def bench_estimate(big):
     cfg = load_config(ROOT / "configs" / "dlrm-128.toml")
-    model = cfg.job.build_model()
+    model = model_of(cfg.job)
     rows = []
     clusters = [cfg.cluster] + ([cfg.cluster.with_(servers=1024)] if big else [])
     for cluster in clusters:

@@ -17,6 +17,7 @@ from topoopt.planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mc
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.finder.topology_finder import extend_plan
+from topoopt.workloads import model_of
 
 __all__ = ["ChainTask", "run_chain", "search_fabric", "RoundRecord", "AlternatingResult",
            "alternating_optimization", "start_strategy", "plan_topology", "topoopt_fabric"]
@@ -105,7 +106,7 @@ def run_chain(task: ChainTask, progress: Callable[[int, float], None] | None = N
     """Run one chain (module-level so pool and Ray workers can import it)."""
     from topoopt.planners.mcmc import stop_requested
 
-    model = task.job.build_model()
+    model = model_of(task.job)
     space = StrategySpace.build(model, task.cluster, task.job)
     fabric, rings = _fabric_of(task, model)
     cost = IterationCost(model, task.cluster, task.job, fabric, rings, task.overlap,

@@ -4,6 +4,7 @@ import pytest
 
 from topoopt.config import load_config, parse_config
 from topoopt.errors import ConfigError
+from topoopt.workloads import model_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,7 @@ def test_shipped_configs_load(name):
 
 def test_paper_settings_dlrm_128():
     cfg = load_config(ROOT / "configs" / "dlrm-128.toml")
-    model = cfg.job.build_model()
+    model = model_of(cfg.job)
     assert sum(op.kind == "embedding" for op in model.operators) == 64
     assert cfg.job.global_batch(cfg.cluster) == 128 * 4 * 128
 

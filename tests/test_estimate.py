@@ -14,6 +14,7 @@ from topoopt.strategy import data_parallel, hybrid
 from topoopt.topology import Topology
 from topoopt.traffic import derive_traffic
 from topoopt.model import Model, Operator
+from topoopt.workloads import model_of
 
 G = 1e9
 
@@ -81,7 +82,7 @@ def test_several_rings_split_the_bytes():
 def dlrm16():
     job = Job("dlrm", batch_per_gpu=128, size={"tables": 16, "rows": 1_000_000})
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100 * G)
-    model = job.build_model()
+    model = model_of(job)
     return model, cluster, job
 
 

@@ -17,6 +17,7 @@ from topoopt.netsim import (NO_RESOURCE, FlowRoutes, Network, SimulationError, W
                             max_min_rates, simulate)
 from topoopt.netsim.dag import (RateMemo, class_rates, refill_after_removal, route_classes,
                                 simulate_dag)
+from topoopt.workloads import model_of
 
 G = 1e9
 SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
@@ -91,7 +92,7 @@ def fabrics_of(n, model, cluster, job):
 @pytest.mark.parametrize("model_name,size", [("dlrm", SMALL_DLRM), ("bert", SMALL_BERT)])
 def test_fast_estimates_equal_the_reference_on_random_strategies(n, model_name, size):
     job = Job(model_name, batch_per_gpu=16, size=size)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     strategies = random_strategies(model, cluster, job, 12, seed=n)
     for fabric, rings in fabrics_of(n, model, cluster, job).values():
@@ -112,7 +113,7 @@ def test_fast_estimates_equal_the_reference_on_random_strategies(n, model_name, 
 def test_fast_estimates_equal_the_reference_without_overlap_and_per_flow_mode(overlap, mp_flows):
     n = 8
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabrics = fabrics_of(n, model, cluster, job)
     for s in random_strategies(model, cluster, job, 6, seed=3):
@@ -125,7 +126,7 @@ def test_fast_estimates_equal_the_reference_without_overlap_and_per_flow_mode(ov
 def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
     n = 8
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth)
     for s in random_strategies(model, cluster, job, 4, seed=5):
@@ -136,7 +137,7 @@ def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
 def test_iteration_cost_fast_and_reference_agree_and_memoize():
     n = 8
     job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabric = ideal_switch(n, cluster.server_bandwidth)
     fast = IterationCost(model, cluster, job, fabric)
@@ -155,7 +156,7 @@ def test_coflows_stay_acyclic_when_a_consumer_reads_two_producer_segments():
     # closed a dependency cycle here; grouping by the exact predecessor set must not.
     n = 8
     job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth / 2)
     s = random_strategies(model, cluster, job, 12, seed=n)[9]
@@ -170,7 +171,7 @@ def test_coflows_stay_acyclic_when_a_consumer_reads_two_producer_segments():
 def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
     n = 16
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth)
     fast = FastEstimator(model, cluster, job, fabric)
@@ -350,7 +351,7 @@ def test_bounded_costs_leave_the_chain_unchanged(model_name, size):
     # rejection threshold: same chain as with exact times, fewer simulated events
     n = 8
     job = Job(model_name, batch_per_gpu=16, size=size)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
@@ -374,7 +375,7 @@ def test_cache_resets_keep_the_estimates():
     # strategies changes nothing
     n = 8
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
-    model = job.build_model()
+    model = model_of(job)
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth)
     tiny = FastEstimator(model, cluster, job, fabric)

@@ -26,6 +26,7 @@ from topoopt.export.scpi import format_scpi
 from topoopt.export.sonic_ocs import format_sonic_ocs
 from topoopt.export.tl1 import format_tl1
 from topoopt.topology.topology import Topology
+from topoopt.workloads import model_of
 
 
 def ring_plan(n, strides, d=None, gpus=2, mp_pairs=(), ports=None):
@@ -489,7 +490,7 @@ def test_topology_finder_plan_exports(tmp_path):
 
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100e9, gpus_per_server=4)
     job = Job("dlrm", batch_per_gpu=128, size={"tables": 16, "rows": 1_000_000, "dim": 128})
-    model = job.build_model()
+    model = model_of(job)
     traffic = derive_traffic(model, hybrid(model, 16), 16, job.global_batch(cluster),
                              job.dtype_bytes)
     plan = topology_finder(traffic, 16, 4, 100e9)

@@ -15,6 +15,7 @@ from topoopt.netsim import Workload, simulate
 from topoopt.strategy import hybrid
 from topoopt.topology import Routes, Topology, check_topology
 from topoopt.topology.expander import expander_topology
+from topoopt.workloads import model_of
 
 G = 1e9
 
@@ -228,7 +229,7 @@ def test_expander_rejects_bad_sizes():
 def test_catalog_builds_every_fabric_for_a_cluster():
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100 * G)
     job = Job("dlrm", batch_per_gpu=64, size={"tables": 8, "rows": 10_000})
-    model = job.build_model()
+    model = model_of(job)
     for name in FABRICS:
         f = build_fabric(name, cluster, job=job, model=model, strategy=hybrid(model, 16))
         check_fabric(f)

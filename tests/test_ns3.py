@@ -23,6 +23,7 @@ from topoopt.netsim.ns3.executor import Ns3Executor  # noqa: E402
 from topoopt.netsim.wire import WireModel  # noqa: E402
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor  # noqa: E402
 from topoopt.topology.topology import Topology  # noqa: E402
+from topoopt.workloads import model_of
 
 B = 100e9
 CFG = Ns3Config()
@@ -245,7 +246,7 @@ def test_replay_runs_rings_step_by_step(worker):
     job = Job("dlrm", batch_per_gpu=16,       # ~5 MB of AllReduce, no MP
               size={"tables": 4, "rows": 1000, "dim": 16, "bag": 4, "top_width": 256,
                     "bottom_width": 128, "top_layers": 2, "bottom_layers": 2})
-    model = job.build_model()
+    model = model_of(job)
     f = star(4, B)
     dp = data_parallel(model, 4)
     hops = replay_iteration(model, dp, cluster, job, f, config=Ns3Config(mtu=9000),

@@ -16,6 +16,7 @@ from topoopt.fabrics import ideal_switch
 from topoopt.plan import check_plan_dir, plan, plan_to_json, write_plan
 from topoopt.errors import PlanCheckError
 from topoopt.strategy import Strategy
+from topoopt.workloads import model_of
 
 SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
               "bottom_width": 256, "top_layers": 2, "top_width": 512}
@@ -35,7 +36,7 @@ def tiny_job():
 def test_mcmc_finds_the_brute_force_optimum(servers):
     cluster = Cluster(servers=servers, nics=2, link_bandwidth=25e9)
     job = tiny_job()
-    model = job.build_model()
+    model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     cost = IterationCost(model, cluster, job, ideal_switch(servers, cluster.server_bandwidth))
     fixed = space.configs[0]
@@ -56,7 +57,7 @@ def test_alternation_starts_from_the_best_seed():
 
     cluster = Cluster(servers=8, nics=2, link_bandwidth=25e9)
     job = tiny_job()
-    model = job.build_model()
+    model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
     fixed, emb, fc = start.configs
@@ -217,7 +218,7 @@ def test_ray_executor_gives_the_same_plan(planned, monkeypatch):
 def test_stop_keeps_the_best_so_far():
     cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
     job = tiny_job()
-    model = job.build_model()
+    model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
     start = start_strategy(model, cluster, job, space)

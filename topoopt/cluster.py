@@ -151,13 +151,3 @@ class Job:
     def global_batch(self, cluster: Cluster) -> int:
         """Samples per iteration over the whole shard."""
         return cluster.servers * cluster.gpus_per_server * self.batch_per_gpu
-
-    def build_model(self):
-        """The job's operator graph (:class:`workloads.Model`)."""
-        from topoopt.workloads import build_model
-
-        if self.model == "custom":
-            from topoopt.workloads.custom import custom_model
-
-            return custom_model("custom", list(self.operators))
-        return build_model(self.model, self.size)

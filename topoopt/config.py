@@ -17,6 +17,7 @@ from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt._frozen import FrozenDict
+from topoopt.workloads import model_of
 
 __all__ = ["Config", "load_config", "parse_config", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
 
@@ -101,7 +102,7 @@ def _job(table: dict) -> Job:
         raise ConfigError("job.operators", "...", "operators are only for model = 'custom'")
     job = Job(model=model, batch_per_gpu=table["batch_per_gpu"],
               precision=table.get("precision", "fp32"), size=size, operators=tuple(operators))
-    job.build_model()  # validates the model name, size overrides and custom operators
+    model_of(job)  # validates the model name, size overrides and custom operators
     return job
 
 

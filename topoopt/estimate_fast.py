@@ -149,7 +149,8 @@ class FastEstimator:
     >>> from topoopt.fabrics import ideal_switch
     >>> from topoopt.strategy import data_parallel
     >>> job = Job("ncf", batch_per_gpu=128)
-    >>> model = job.build_model()
+    >>> from topoopt.workloads import model_of
+    >>> model = model_of(job)
     >>> cluster = Cluster(servers=4, nics=4, link_bandwidth=100e9)
     >>> fast = FastEstimator(model, cluster, job, ideal_switch(4, 400e9))
     >>> est = fast.estimate(data_parallel(model, 4))

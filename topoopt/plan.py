@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
+from topoopt.workloads import model_of
 
 __all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan", "plan_to_json",
            "write_plan", "read_plan", "check_plan_dir", "check_plan_document"]
@@ -158,7 +159,7 @@ def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, s
                               f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
     prices = prices or DEFAULT_PRICES
     executor = executor or SerialExecutor()
-    model = job.build_model()
+    model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
 
@@ -421,7 +422,7 @@ def check_plan_document(doc: dict) -> None:
                     raise PlanCheckError(f"ring {list(order)} hop {u}->{v} is neither a link "
                                          "nor routed")
     check_routes(topo, routes)
-    model = job.build_model()
+    model = model_of(job)
     try:
         configs = tuple(OpConfig(tuple(r["servers"]), int(r["dp"]), int(r["mp"]))
                         for r in strategy_rows)

@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from topoopt.cluster import Job
 from topoopt.errors import ConfigError
 from topoopt.model import OP_KINDS, Model, Operator, check_model
+from topoopt.workloads.bert import bert
+from topoopt.workloads.candle import candle
+from topoopt.workloads.custom import custom_model
+from topoopt.workloads.dlrm import dlrm
+from topoopt.workloads.ncf import ncf
+from topoopt.workloads.resnet import resnet50
+from topoopt.workloads.vgg import vgg16
 
 __all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
-           "check_model"]
+           "model_of", "check_model"]
 
-#: model name -> (module, builder function). Builders take size keyword arguments.
-_REGISTRY = {
-    "dlrm": ("topoopt.workloads.dlrm", "dlrm"),
-    "bert": ("topoopt.workloads.bert", "bert"),
-    "candle": ("topoopt.workloads.candle", "candle"),
-    "ncf": ("topoopt.workloads.ncf", "ncf"),
-    "resnet50": ("topoopt.workloads.resnet", "resnet50"),
-    "vgg16": ("topoopt.workloads.vgg", "vgg16"),
+#: model name -> builder. Builders take size keyword arguments.
+_REGISTRY: Mapping[str, Callable[..., Model]] = {
+    "dlrm": dlrm, "bert": bert, "candle": candle, "ncf": ncf, "resnet50": resnet50,
+    "vgg16": vgg16,
 }
 MODEL_NAMES = tuple(_REGISTRY)
 
 
-def _builder(name: str):
+def _builder(name: str) -> Callable[..., Model]:
     if name not in _REGISTRY:
         raise ConfigError("job.model", name,
                           f"use one of {', '.join(MODEL_NAMES)}, or 'custom' with [[job.operators]]")
-    module, func = _REGISTRY[name]
-    return getattr(importlib.import_module(module), func)
+    return _REGISTRY[name]
 
 
 def model_defaults(name: str) -> dict[str, Any]:
@@ -68,3 +70,18 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(field, value, "must be a positive integer")
     return _builder(name)(**size)
+
+
+def model_of(job: Job) -> Model:
+    """The operator graph a job trains: a built-in model with the job's size
+    overrides, or for ``model = "custom"`` the job's operator tables.
+
+    Examples
+    --------
+    >>> from topoopt.cluster import Job
+    >>> model_of(Job("ncf", batch_per_gpu=128)).name
+    'ncf'
+    """
+    if job.model == "custom":
+        return custom_model("custom", list(job.operators))
+    return build_model(job.model, job.size)

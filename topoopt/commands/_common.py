@@ -9,6 +9,7 @@ import click
 
 from topoopt.config import Config, load_config
 from topoopt.export.plots import require_matplotlib
+from topoopt.workloads import model_of
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
            "strategy_option", "build_strategy", "ProgressLine"]
@@ -30,7 +31,7 @@ def build_strategy(cfg: Config, name: str):
     """The model of ``cfg`` and the named reference strategy on its cluster."""
     from topoopt.strategy import data_parallel, hybrid
 
-    model = cfg.job.build_model()
+    model = model_of(cfg.job)
     make = {"dp": data_parallel, "hybrid": hybrid}[name]
     return model, make(model, cfg.cluster.servers)
 

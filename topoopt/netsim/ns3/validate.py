@@ -16,6 +16,7 @@ from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.iteration import replay_iteration
 from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
+from topoopt.workloads import model_of
 
 __all__ = ["PlanInputs", "plan_inputs", "plan_fabric", "validate_plan"]
 
@@ -68,7 +69,7 @@ def plan_inputs(directory: str | Path) -> PlanInputs:
     strategies = {"topoopt": strategy(doc["strategy"])}
     for name, entry in doc.get("fabrics", {}).items():
         strategies[name] = strategy(entry["strategy"])
-    return PlanInputs(cluster=cfg.cluster, job=cfg.job, model=cfg.job.build_model(),
+    return PlanInputs(cluster=cfg.cluster, job=cfg.job, model=model_of(cfg.job),
                       strategies=strategies, topology=topo, routes=routes,
                       rings={m: tuple(o) for m, o in rings.items()},
                       predicted={k: float(v) for k, v in doc["iteration_time_s"].items()},
