@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric  # noqa: E402
-from topoopt.planners.mcmc import IterationCost, mcmc_search  # noqa: E402
+from topoopt.planners.cost import IterationCost  # noqa: E402
+from topoopt.planners.mcmc import mcmc_search  # noqa: E402
 from topoopt.planners.space import StrategySpace  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
 from topoopt.estimate import EstimateCache, estimate_iteration  # noqa: E402

@@ -17,7 +17,7 @@ import time
 
 from topoopt.executor import make_executor
 from topoopt.cluster import Cluster, Job
-from topoopt.plan import plan
+from topoopt.planners.planner import plan
 
 #: Per-GPU batch of the TopoOpt evaluation scripts (NOTES.md, §5).
 BATCH = {"dlrm": 128, "candle": 256, "bert": 16, "ncf": 128, "resnet50": 128, "vgg16": 64}

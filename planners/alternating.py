@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from topoopt.executor import SerialExecutor
-from topoopt.planners.mcmc import DEFAULT_ALPHA, IterationCost, SearchResult, mcmc_search
+from topoopt.interrupt import stop_requested
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.mcmc import DEFAULT_ALPHA, SearchResult, mcmc_search
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.finder.topology_finder import extend_plan
@@ -104,8 +106,6 @@ def _fabric_of(task: ChainTask, model):
 def run_chain(task: ChainTask, progress: Callable[[int, float], None] | None = None
               ) -> SearchResult:
     """Run one chain (module-level so pool and Ray workers can import it)."""
-    from topoopt.planners.mcmc import stop_requested
-
     model = model_of(task.job)
     space = StrategySpace.build(model, task.cluster, task.job)
     fabric, rings = _fabric_of(task, model)
@@ -255,8 +255,6 @@ def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: in
     193 ms from the data-parallel start, 47 ms from the Ideal Switch's strategy).
     ``seeds`` lets the first round start from such a strategy instead.
     """
-    from topoopt.planners.mcmc import stop_requested
-
     finder_kwargs = dict(finder_kwargs or {})
     plan, start_t = _best_topology(model, start, cluster, job, seed, finder_kwargs)
     best_strategy, best_plan, best_t, origin = start, plan, start_t, "start"

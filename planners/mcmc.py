@@ -9,148 +9,20 @@ and the chain restarts from it every ``budget / restarts`` moves.
 from __future__ import annotations
 
 import math
-import signal
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from topoopt.interrupt import stop_requested
+from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
-__all__ = ["IterationCost", "SearchResult", "mcmc_search", "DEFAULT_ALPHA", "stop_requested",
-           "graceful_interrupt"]
+__all__ = ["SearchResult", "mcmc_search", "DEFAULT_ALPHA"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
 DEFAULT_ALPHA = 20.0
-
-_STOP = threading.Event()
-
-
-def stop_requested() -> bool:
-    """Whether Ctrl-C asked running searches to stop (they return their best so far)."""
-    return _STOP.is_set()
-
-
-class graceful_interrupt:
-    """Context manager: the first Ctrl-C sets :func:`stop_requested` instead of raising.
-
-    Searches poll it between moves and return the best strategy found so far; a
-    second Ctrl-C raises KeyboardInterrupt as usual. Only the main thread can install
-    signal handlers; elsewhere this does nothing.
-    """
-
-    def __enter__(self):
-        _STOP.clear()
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.getsignal(signal.SIGINT)
-
-            def handler(signum, frame):
-                if _STOP.is_set():
-                    raise KeyboardInterrupt
-                _STOP.set()
-
-            signal.signal(signal.SIGINT, handler)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        _STOP.clear()  # a later search in this process starts afresh
-        return False
-
-
-class IterationCost:
-    """The MCMC's cost: simulated iteration seconds of a strategy on one fabric.
-
-    Wraps the fast estimator (:class:`topoopt.estimate_fast.FastEstimator`: the task
-    graph from pieces cached across strategies, max-min rates memoized across
-    simulations) and a memo of strategies already evaluated (restarts revisit them).
-    ``reference=True`` runs :func:`topoopt.estimate.estimate_iteration`'s reference
-    path instead (same times to ~1e-12, several times slower).
-
-    Parameters
-    ----------
-    model, cluster, job :
-        The job.
-    fabric : topoopt.fabrics.Fabric
-    rings : Mapping, optional
-        AllReduce group -> ring orders (a TopoOpt plan's rings).
-    overlap : bool
-        Overlap AllReduce with the backward pass.
-    seed : int
-    reference : bool
-        Use the reference estimator (for checks and benchmarks).
-    """
-
-    def __init__(self, model, cluster, job, fabric, rings=None, overlap: bool = True,
-                 seed: int = 0, reference: bool = False) -> None:
-        from topoopt.estimate import EstimateCache
-        from topoopt.estimate_fast import FastEstimator
-
-        self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
-        self.rings, self.overlap, self.seed = rings, overlap, seed
-        self.reference = reference
-        self.cache = EstimateCache(model, cluster, job)
-        self.fast = FastEstimator(model, cluster, job, fabric, rings, overlap, cache=self.cache)
-        self.memo: dict[tuple, float] = {}
-        self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
-        self.evaluations = 0
-
-    @property
-    def supports_bound(self) -> bool:
-        """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
-        return not self.reference
-
-    def estimate(self, strategy: Strategy):
-        """The full :class:`~topoopt.estimate.IterationEstimate` of ``strategy``."""
-        if not self.reference:
-            return self.fast.estimate(strategy)
-        from topoopt.estimate import estimate_iteration
-
-        return estimate_iteration(self.model, strategy, self.cluster, self.job, self.fabric,
-                                  rings=self.rings, overlap=self.overlap, cache=self.cache,
-                                  seed=self.seed, reference=True)
-
-    def __call__(self, strategy: Strategy, bound: float = math.inf) -> float:
-        """Iteration seconds of ``strategy``; ``inf`` (never accepted) when its task graph
-        has a dependency cycle -- coflow grouping can close one when a consumer takes
-        inputs from two producer segments on one server (both estimators raise
-        :class:`~topoopt.netsim.SimulationError` there).
-
-        With a finite ``bound`` the fast path may stop the simulation once the time is
-        sure to exceed it and return a lower bound above ``bound`` instead (the MCMC
-        asks for the acceptance threshold of its next draw, see :func:`mcmc_search`).
-        """
-        from topoopt.netsim import SimulationError
-
-        key = strategy.configs
-        hit = self.memo.get(key)
-        if hit is not None:
-            return hit
-        low = self.lower.get(key)
-        if low is not None and low > bound:
-            return low
-        self.evaluations += 1
-        exact = True
-        try:
-            if self.reference:
-                hit = self.estimate(strategy).total
-            else:
-                hit, exact = self.fast.bounded_total(strategy, bound)
-        except SimulationError:
-            hit = math.inf
-        if len(self.memo) + len(self.lower) > 20_000:  # bound memory on long searches
-            self.memo.clear()
-            self.lower.clear()
-        if exact:
-            self.memo[key] = hit
-        else:
-            self.lower[key] = hit
-        return hit
-
 
 @dataclass(frozen=True)
 class SearchResult:

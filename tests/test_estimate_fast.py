@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
-from topoopt.planners.mcmc import IterationCost, _neighbour_move, _neighbours, _segment_move, mcmc_search
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.mcmc import _neighbour_move, _neighbours, _segment_move, mcmc_search
 from topoopt.planners.space import StrategySpace
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, build_iteration, estimate_iteration

@@ -201,7 +201,8 @@ def test_a_replaced_network_refuses_to_run(worker):
 
 def _tiny_plan(directory):
     from topoopt.cluster import Cluster, Job
-    from topoopt.plan import plan, write_plan
+    from topoopt.export.plan_dir import write_plan
+    from topoopt.planners.planner import plan
 
     cluster = Cluster(servers=4, nics=2, link_bandwidth=B)
     job = Job("dlrm", batch_per_gpu=8, size={"tables": 4, "rows": 100000, "dim": 16, "bag": 4,

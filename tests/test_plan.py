@@ -9,11 +9,15 @@ from click.testing import CliRunner
 from topoopt.cli import main
 from topoopt.planners.alternating import start_strategy
 from topoopt.executor import make_executor
-from topoopt.planners.mcmc import IterationCost, mcmc_search
+from topoopt.interrupt import graceful_interrupt, stop_requested
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.mcmc import mcmc_search
 from topoopt.planners.space import StrategySpace, op_configs
 from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
-from topoopt.plan import check_plan_dir, plan, plan_to_json, write_plan
+from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.planners.planner import plan
+from topoopt.plans import plan_to_json
 from topoopt.errors import PlanCheckError
 from topoopt.strategy import Strategy
 from topoopt.workloads import model_of
@@ -233,7 +237,6 @@ def test_ctrl_c_requests_a_graceful_stop():
     import os
     import signal
 
-    from topoopt.planners.mcmc import graceful_interrupt, stop_requested
     # whatever was there before comes back (SIG_IGN under nohup, Python's default else)
     before = signal.getsignal(signal.SIGINT)
     with graceful_interrupt():

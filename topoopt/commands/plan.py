@@ -23,7 +23,7 @@ DEFAULTS = {"budget": 400, "rounds": 3, "chains": 1, "seed": 0}
 def plan_settings(table, **cli) -> dict:
     """Merge a config's [plan] table with CLI options (CLI wins), validated."""
     from topoopt._require import require_keys
-    from topoopt.plan import BASELINES
+    from topoopt.plans import BASELINES
 
     require_keys("plan", table, PLAN_KEYS)
     out = {**DEFAULTS, **{k: table[k] for k in DEFAULTS if k in table}}
@@ -69,7 +69,7 @@ def _strategy_summary(model, strategy, servers: int) -> str:
 
 
 def _check(directory: str) -> None:
-    from topoopt.plan import check_plan_dir
+    from topoopt.export.plan_dir import check_plan_dir
 
     checked = check_plan_dir(directory)
     click.echo(f"ok: {directory}: {len(checked)} files valid ({', '.join(checked)})")
@@ -144,9 +144,10 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                        err=True)
             plots = False
     from topoopt.executor import make_executor
-    from topoopt.planners.mcmc import graceful_interrupt
+    from topoopt.interrupt import graceful_interrupt
     from topoopt.fabrics.cost import price_table
-    from topoopt.plan import plan as make_plan, write_plan
+    from topoopt.export.plan_dir import write_plan
+    from topoopt.planners.planner import plan as make_plan
 
     prices = price_table(cfg.cost)
     progress = _Progress(not quiet)

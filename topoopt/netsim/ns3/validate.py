@@ -37,9 +37,9 @@ class PlanInputs:
 
 
 def plan_inputs(directory: str | Path) -> PlanInputs:
-    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plan.check_plan_document`)."""
+    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`)."""
     from topoopt.config import parse_config
-    from topoopt.plan import check_plan_document, read_plan
+    from topoopt.plans import check_plan_document, read_plan
     from topoopt.strategy import OpConfig, Strategy
     from topoopt.topology.topology import Routes, Topology
 

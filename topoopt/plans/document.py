@@ -1,12 +1,10 @@
-"""Plan a job's optical shard: co-optimized strategy and topology, compared with every fabric.
+"""A plan: the Plan and FabricResult types, the ``plan.json`` document (written,
+read, checked), and the checks every field of it must pass.
 
-:func:`plan` is the library call behind ``topoopt plan CONFIG -o DIR``: alternating
-optimization (TopoOpt §4) for the TopoOpt shard, and an MCMC search with the same
-budget on each baseline fabric (Ideal Switch, cost-equivalent Fat-tree, 2:1
-oversubscribed Fat-tree, Expander; §5), so every fabric is compared with its own best
-strategy. :func:`plan_to_json` gives the ``plan.json`` document (schema in README),
-:func:`write_plan` writes it with the exports, and :func:`check_plan_dir` re-validates
-a written plan.
+The planner (:func:`topoopt.plan`, :mod:`topoopt.planners.planner`) makes a
+:class:`Plan`; :func:`plan_to_json` gives its document (schema in README), and
+:func:`check_plan_document` re-validates one. The plan folder with its exports is
+written and checked by :mod:`topoopt.export.plan_dir`.
 """
 
 from __future__ import annotations
@@ -14,13 +12,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
+from topoopt.config import parse_config
+from topoopt.errors import PlanCheckError, TopoOptError
+from topoopt.routing.metrics import topology_metrics
+from topoopt.strategy import OpConfig, Strategy, check_strategy
+from topoopt.topology.topology import Routes, Topology, check_ring, check_routes, check_topology
+from topoopt.traffic import derive_traffic
 from topoopt.workloads import model_of
 
-__all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan", "plan_to_json",
-           "write_plan", "read_plan", "check_plan_dir", "check_plan_document"]
+__all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan_to_json", "read_plan",
+           "check_plan_document", "topology_of", "rings_of", "cluster_job_of"]
 
 FORMAT = "topoopt.plan/1"
 #: Baseline fabrics compared with the TopoOpt shard (names of topoopt.fabrics.catalog).
@@ -96,116 +99,6 @@ class Plan:
         raise KeyError(name)
 
 
-def plan(cluster, job, *, budget: int = 400, rounds: int = 3, chains: int = 1, seed: int = 0,
-         baselines: Sequence[str] = BASELINES, executor=None, prices=None,
-         finder_kwargs: dict | None = None, source: str = "",
-         progress: Callable[[str, int, float], None] | None = None) -> Plan:
-    """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
-
-    Parameters
-    ----------
-    cluster : Cluster
-    job : Job
-    budget : int
-        MCMC moves per chain per round. Each baseline gets ``budget x rounds`` moves
-        per chain, the most the TopoOpt alternation can spend.
-    rounds : int
-        k, rounds of alternating optimization.
-    chains : int
-        Independent MCMC chains (different seeds); the best is kept.
-    seed : int
-    baselines : sequence of str
-        Fabrics to compare (default: ideal, fattree, oversub, expander).
-    executor : Executor, optional
-        :func:`planners.executor.make_executor`; serial by default. The result does
-        not depend on it.
-    prices : PriceTable, optional
-        Cost model prices (:func:`topoopt.fabrics.cost.price_table`).
-    finder_kwargs : dict, optional
-        TopologyFinder options (``routing``, ``k_paths``, ``primes_only``, ``mp_decay``).
-    source : str
-        Config path, echoed in the plan.
-    progress : callable, optional
-        ``progress(stage, moves_done, best_seconds)``.
-
-    Returns
-    -------
-    Plan
-
-    Examples
-    --------
-    >>> from topoopt import Cluster, Job
-    >>> p = plan(Cluster(servers=4, nics=2, link_bandwidth=100e9),
-    ...          Job("ncf", 32, size={"tables": 4, "rows": 1000, "top_layers": 2}),
-    ...          budget=20, rounds=1)  # doctest: +SKIP
-    >>> p.fabric("topoopt").estimate.total <= p.search.start_time  # doctest: +SKIP
-    True
-    """
-    from topoopt.planners.alternating import (ChainTask, alternating_optimization, search_fabric,
-                                      start_strategy, topoopt_fabric)
-    from topoopt.executor import SerialExecutor
-    from topoopt.planners.mcmc import IterationCost, stop_requested
-    from topoopt.planners.space import StrategySpace
-    from topoopt.fabrics.catalog import FABRICS, build_fabric
-    from topoopt.fabrics.cost import DEFAULT_PRICES, fabric_cost
-
-    for field, value, low in (("plan.budget", budget, 0), ("plan.rounds", rounds, 1),
-                              ("plan.chains", chains, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(field, value, f"must be an integer >= {low}")
-    for name in baselines:
-        if name not in FABRICS or name == "topoopt":
-            raise ConfigError("plan.baselines", name,
-                              f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
-    prices = prices or DEFAULT_PRICES
-    executor = executor or SerialExecutor()
-    model = model_of(job)
-    space = StrategySpace.build(model, cluster, job)
-    start = start_strategy(model, cluster, job, space)
-
-    # Baselines: each its own search with the same per-chain budget, all through the executor.
-    results = []
-    tasks = [ChainTask(cluster, job, start, budget * rounds, seed * 1000 + 900 + c,
-                       fabric=name, prices=prices, fabric_seed=seed)
-             for name in baselines for c in range(chains)]
-    if stop_requested():
-        tasks = [ChainTask(t.cluster, t.job, t.start, 0, t.seed, t.fabric, prices=prices,
-                           fabric_seed=seed) for t in tasks]
-    if executor.name == "serial":
-        found = []
-        for t in tasks:
-            stage = f"{t.fabric} search"
-            found.append(search_fabric([t], executor,
-                                       (lambda m, b, s=stage: progress(s, m, b))
-                                       if progress else None))
-    else:
-        from topoopt.planners.alternating import run_chain
-
-        found = executor.map(run_chain, tasks)
-    for i, name in enumerate(baselines):
-        mine = found[i * chains:(i + 1) * chains]
-        best = min(mine, key=lambda r: (r.best_time, r.seed))
-        fab = build_fabric(name, cluster, prices, seed, job=job, model=model, strategy=start)
-        est = IterationCost(model, cluster, job, fab, seed=seed).estimate(best.best)
-        results.append(FabricResult(name, FABRICS[name].title, best.best, est,
-                                    fabric_cost(fab, prices), best.start_time,
-                                    sum(r.moves for r in mine)))
-
-    # TopoOpt last: the baselines' best strategies may seed its first round.
-    search = alternating_optimization(model, cluster, job, start, rounds=rounds, budget=budget,
-                                      chains=chains, seed=seed, executor=executor,
-                                      finder_kwargs=finder_kwargs,
-                                      seeds={r.name: r.strategy for r in results},
-                                      progress=progress)
-    fabric = topoopt_fabric(search.topology_plan)
-    est = IterationCost(model, cluster, job, fabric, search.topology_plan.rings).estimate(
-        search.strategy)
-    results.insert(0, FabricResult("topoopt", FABRICS["topoopt"].title, search.strategy, est,
-                                   fabric_cost(fabric, prices), search.start_time, search.moves))
-    return Plan(cluster, job, model, search.topology_plan, tuple(results), search, seed,
-                budget, rounds, chains, source)
-
-
 # ----------------------------------------------------------------------------- JSON
 def _cluster_json(c) -> dict:
     return {"servers": c.servers, "nics": c.nics, "link_bandwidth": c.link_bandwidth,
@@ -242,8 +135,6 @@ def plan_to_json(p: Plan) -> dict:
     routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
                                              for path, f in options]}
               for (s, d), options in sorted(tp.routes.paths.items())]
-    from topoopt.routing.metrics import topology_metrics
-    from topoopt.traffic import derive_traffic
 
     traffic = derive_traffic(p.model, p.strategy, p.cluster.servers,
                              p.job.global_batch(p.cluster), p.job.dtype_bytes)
@@ -283,53 +174,6 @@ def plan_to_json(p: Plan) -> dict:
     }
 
 
-# ------------------------------------------------------------------ write and check
-#: Files and folders a plan directory holds; a new plan replaces all of them.
-PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
-              "msccl_allreduce.xml", "ocs", "traffic_before.png", "traffic_after.png",
-              "topology.png", "fabrics.png")
-
-
-def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True
-               ) -> list[Path]:
-    """Write ``plan.json``, the exports and (with matplotlib) the plots into ``directory``.
-
-    All files are rendered in a staging folder first and moved in at the end, so a
-    failure leaves ``directory`` as it was. Returns the paths written, sorted.
-    """
-    from topoopt._io import staging_dir
-
-    directory = Path(directory)
-    doc = plan_to_json(p)
-    written: list[Path] = []
-    with staging_dir(directory, stale=PLAN_FILES) as stage:
-        (stage / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        written.append(directory / "plan.json")
-        if exports:
-            import warnings
-
-            from topoopt.export.bundle import ExportSkipped, write_exports
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ExportSkipped)
-                paths = write_exports(stage, p.topology_plan.topology, p.topology_plan.rings,
-                                      p.cluster)
-            written += [directory / q.relative_to(stage) for q in paths]
-        if plots and _have_matplotlib():
-            from topoopt.export.plots import write_plan_plots
-
-            written += [directory / q.relative_to(stage) for q in write_plan_plots(p, stage)]
-    return sorted(written)
-
-
-def _have_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def read_plan(directory: str | Path) -> dict:
     """Load ``DIR/plan.json``.
 
@@ -350,9 +194,7 @@ def read_plan(directory: str | Path) -> dict:
     return doc
 
 
-def _topology_of(doc: dict):
-    from topoopt.topology.topology import Topology
-
+def topology_of(doc: dict):
     t = doc["topology"]
     return Topology(int(t["servers"]), int(t["ports"]),
                     tuple(tuple(int(x) for x in link) for link in t["links"]),
@@ -360,16 +202,14 @@ def _topology_of(doc: dict):
                     tuple(t.get("labels", ())))
 
 
-def _rings_of(doc: dict) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def rings_of(doc: dict) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     rings: dict[tuple[int, ...], list] = {}
     for r in doc["rings"]:
         rings.setdefault(tuple(r["members"]), []).append(tuple(r["order"]))
     return {m: tuple(orders) for m, orders in rings.items()}
 
 
-def _cluster_job_of(doc: dict):
-    from topoopt.config import parse_config
-
+def cluster_job_of(doc: dict):
     c = dict(doc["cluster"])
     j = {k: v for k, v in doc["job"].items() if k != "global_batch"}
     if not j.get("size"):
@@ -387,16 +227,13 @@ def check_plan_document(doc: dict) -> None:
     summing to 1; every ring hop that is not a link routed; the strategy valid for
     the job (servers, degrees, memory); an iteration time and a cost for every fabric.
     """
-    from topoopt.strategy import OpConfig, Strategy, check_strategy
-    from topoopt.topology.topology import Routes, check_ring, check_routes, check_topology
-
     try:
-        topo = _topology_of(doc)
-        rings = _rings_of(doc)
+        topo = topology_of(doc)
+        rings = rings_of(doc)
         routes = Routes({(int(r["src"]), int(r["dst"])):
                          tuple((tuple(int(x) for x in q["path"]), float(q["fraction"]))
                                for q in r["paths"]) for r in doc["routes"]})
-        cluster, job = _cluster_job_of(doc)
+        cluster, job = cluster_job_of(doc)
         strategy_rows = doc["strategy"]
         times, costs = doc["iteration_time_s"], doc["cost"]
     except (KeyError, TypeError, ValueError) as exc:
@@ -445,28 +282,3 @@ def check_plan_document(doc: dict) -> None:
     if set(times) != set(costs):
         raise PlanCheckError(f"fabrics with times {sorted(times)} differ from those with "
                              f"costs {sorted(costs)}")
-
-
-def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
-    """Validate ``DIR/plan.json`` and every export in ``DIR`` against it.
-
-    Returns
-    -------
-    list of str
-        The files checked.
-
-    Raises
-    ------
-    PlanCheckError
-        Naming the first violation.
-    """
-    from topoopt.export.bundle import check_exports
-
-    doc = read_plan(directory)
-    check_plan_document(doc)
-    cluster, _ = _cluster_job_of(doc)
-    checked = ["plan.json"]
-    if (Path(directory) / "patch_panel.csv").exists():
-        checked += check_exports(directory, _topology_of(doc), _rings_of(doc), cluster,
-                                 simulate=simulate)
-    return checked

@@ -1,0 +1,89 @@
+"""The MCMC's cost: simulated iteration seconds of a strategy on one fabric, memoized."""
+
+from __future__ import annotations
+
+import math
+
+from topoopt.estimate import EstimateCache, estimate_iteration
+from topoopt.estimate_fast import FastEstimator
+from topoopt.strategy import Strategy
+
+__all__ = ["IterationCost"]
+
+
+class IterationCost:
+    """The MCMC's cost: simulated iteration seconds of a strategy on one fabric.
+
+    Wraps the fast estimator (:class:`topoopt.estimate_fast.FastEstimator`: the task
+    graph from pieces cached across strategies, max-min rates memoized across
+    simulations) and a memo of strategies already evaluated (restarts revisit them).
+    ``reference=True`` runs :func:`topoopt.estimate.estimate_iteration`'s reference
+    path instead (same times to ~1e-12, several times slower).
+
+    Parameters
+    ----------
+    model, cluster, job :
+        The job.
+    fabric : topoopt.fabrics.Fabric
+    rings : Mapping, optional
+        AllReduce group -> ring orders (a TopoOpt plan's rings).
+    overlap : bool
+        Overlap AllReduce with the backward pass.
+    seed : int
+    reference : bool
+        Use the reference estimator (for checks and benchmarks).
+    """
+
+    def __init__(self, model, cluster, job, fabric, rings=None, overlap: bool = True,
+                 seed: int = 0, reference: bool = False) -> None:
+        self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
+        self.rings, self.overlap, self.seed = rings, overlap, seed
+        self.reference = reference
+        self.cache = EstimateCache(model, cluster, job)
+        self.fast = FastEstimator(model, cluster, job, fabric, rings, overlap, cache=self.cache)
+        self.memo: dict[tuple, float] = {}
+        self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
+        self.evaluations = 0
+
+    @property
+    def supports_bound(self) -> bool:
+        """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
+        return not self.reference
+
+    def estimate(self, strategy: Strategy):
+        """The full :class:`~topoopt.estimate.IterationEstimate` of ``strategy``."""
+        if not self.reference:
+            return self.fast.estimate(strategy)
+        return estimate_iteration(self.model, strategy, self.cluster, self.job, self.fabric,
+                                  rings=self.rings, overlap=self.overlap, cache=self.cache,
+                                  seed=self.seed, reference=True)
+
+    def __call__(self, strategy: Strategy, bound: float = math.inf) -> float:
+        """Iteration seconds of ``strategy``.
+
+        A :class:`~topoopt.netsim.SimulationError` propagates: every strategy of the
+        space has an acyclic task graph, so an error here is a bug to see, not a cost.
+        With a finite ``bound`` the fast path may stop the simulation once the time is
+        sure to exceed it and return a lower bound above ``bound`` instead (the MCMC
+        asks for the acceptance threshold of its next draw, see :func:`mcmc_search`).
+        """
+        key = strategy.configs
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        low = self.lower.get(key)
+        if low is not None and low > bound:
+            return low
+        self.evaluations += 1
+        if self.reference:
+            hit, exact = self.estimate(strategy).total, True
+        else:
+            hit, exact = self.fast.bounded_total(strategy, bound)
+        if len(self.memo) + len(self.lower) > 20_000:  # bound memory on long searches
+            self.memo.clear()
+            self.lower.clear()
+        if exact:
+            self.memo[key] = hit
+        else:
+            self.lower[key] = hit
+        return hit

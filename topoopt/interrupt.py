@@ -1,0 +1,50 @@
+"""Ctrl-C as a request to stop: long searches poll it and return their best so far."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+__all__ = ["stop_requested", "request_stop", "graceful_interrupt"]
+
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C (or :func:`request_stop`) asked running work to stop."""
+    return _STOP.is_set()
+
+
+def request_stop() -> None:
+    """Ask running searches to stop, as the first Ctrl-C does."""
+    _STOP.set()
+
+
+class graceful_interrupt:
+    """Context manager: the first Ctrl-C sets :func:`stop_requested` instead of raising.
+
+    Searches poll it between moves and return the best strategy found so far; a
+    second Ctrl-C raises KeyboardInterrupt as usual. Only the main thread can install
+    signal handlers; elsewhere this does nothing.
+    """
+
+    def __enter__(self) -> "graceful_interrupt":
+        _STOP.clear()
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.getsignal(signal.SIGINT)
+
+            def handler(signum, frame):
+                if _STOP.is_set():
+                    raise KeyboardInterrupt
+                _STOP.set()
+
+            signal.signal(signal.SIGINT, handler)
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        _STOP.clear()  # a later search in this process starts afresh
+        return False
