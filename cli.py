@@ -11,6 +11,16 @@ import sys
 import click
 
 from topoopt import __version__
+from topoopt.commands import (
+    plan,
+    react,
+    react_run,
+    simulate,
+    topology,
+    traffic,
+    validate,
+    workloads,
+)
 from topoopt.errors import TopoOptError
 
 __all__ = ["main"]
@@ -43,9 +53,6 @@ def main() -> None:
 
 
 def _register() -> None:
-    from topoopt.commands import (plan, react, react_run, simulate, topology, traffic, validate,
-                                  workloads)
-
     main.add_command(workloads.workloads)
     main.add_command(traffic.traffic)
     main.add_command(react.react)

@@ -13,7 +13,7 @@ TCP connections and external flows still ramping up). Small messages run at MTU
 
 Part 2 (DLRM-16): one training iteration of the hybrid strategy on the ideal switch,
 the TopoOpt shard and the cost-equivalent Fat-tree, replayed on ns-3
-(:func:`topoopt.netsim.ns3.iteration.replay_iteration`), MLPs narrowed so that one
+(:func:`topoopt.plans.replay.replay_iteration`), MLPs narrowed so that one
 iteration is ~0.4 GB instead of ~36 GB; the estimator's own prediction is shown too.
 
 Part 3 (``react``): REACT on ns-3 in the 8-node Fat-tree tree-AllReduce 20 MB p = 2
@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from topoopt.netsim.ns3 import Ns3Config, Ns3Worker, require_ns3  # noqa: E402
-from topoopt.netsim.ns3.executor import Ns3Executor  # noqa: E402
 from topoopt.netsim.wire import WireModel  # noqa: E402
-from topoopt.react.scenarios import Scenario, scenario_setup  # noqa: E402
 from topoopt.react.flowsim import SimulatedExecutor  # noqa: E402
+from topoopt.react.packetsim import Ns3Executor  # noqa: E402
+from topoopt.react.scenarios import Scenario, scenario_setup  # noqa: E402
 
 # (collective, fabric, nodes, MB, p, MTU)
 SCENARIOS = [
@@ -92,7 +92,7 @@ def dlrm_rows(worker: Ns3Worker, mtu: int = 9000) -> list[dict]:
     from topoopt.config import load_config
     from topoopt.estimate import estimate_iteration
     from topoopt.fabrics.catalog import build_fabric
-    from topoopt.netsim.ns3.iteration import replay_iteration
+    from topoopt.plans.replay import replay_iteration
 
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "configs" / "dlrm-16.toml")
@@ -122,7 +122,7 @@ def dlrm_rows(worker: Ns3Worker, mtu: int = 9000) -> list[dict]:
 
 
 def react_rows(worker: Ns3Worker, epochs: int, seed: int, mtu: int = 9000) -> list[dict]:
-    from topoopt.netsim.ns3.scenarios import run_scenario_ns3
+    from topoopt.react.packetsim import run_scenario_ns3
     from topoopt.react.scenarios import run_scenario
 
     sc = Scenario(collective="tree", fabric="fattree", nodes=8, size=20e6, p=2, congested=1,

@@ -13,7 +13,7 @@ traffic), the Ideal Switch and the cost-equivalent Fat-tree:
    ratio of the last to the reference; "best diff" compares the best times the fast
    and reference chains found;
 2. the recorded strategies replayed through both estimators in order (a fresh
-   :class:`~topoopt.estimate_fast.FastEstimator`, caches warming up as in a search,
+   :class:`~topoopt.estimate.FastEstimator`, caches warming up as in a search,
    and :func:`~topoopt.estimate.estimate_iteration` with ``reference=True``): ms per
    estimate, the speed-up, and the largest relative difference of the iteration
    times (the fast path must equal the reference to 1e-9).
@@ -39,15 +39,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from topoopt.config import load_config  # noqa: E402
+from topoopt.estimate import (  # noqa: E402
+    EstimateCache,
+    FastEstimator,  # noqa: E402
+    estimate_iteration,
+)
+from topoopt.fabrics.catalog import build_fabric  # noqa: E402
+from topoopt.netsim import SimulationError  # noqa: E402
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric  # noqa: E402
 from topoopt.planners.cost import IterationCost  # noqa: E402
 from topoopt.planners.mcmc import mcmc_search  # noqa: E402
 from topoopt.planners.space import StrategySpace  # noqa: E402
-from topoopt.config import load_config  # noqa: E402
-from topoopt.estimate import EstimateCache, estimate_iteration  # noqa: E402
-from topoopt.estimate_fast import FastEstimator  # noqa: E402
-from topoopt.fabrics.catalog import build_fabric  # noqa: E402
-from topoopt.netsim import SimulationError  # noqa: E402
 from topoopt.workloads import model_of
 
 CASES = [("dlrm", 16, "configs/dlrm-16.toml"), ("bert", 16, "configs/bert-128.toml"),

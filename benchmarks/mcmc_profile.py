@@ -19,11 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from topoopt import load_config  # noqa: E402
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric  # noqa: E402
 from topoopt.planners.cost import IterationCost  # noqa: E402
 from topoopt.planners.mcmc import mcmc_search  # noqa: E402
 from topoopt.planners.space import StrategySpace  # noqa: E402
-from topoopt import load_config  # noqa: E402
 from topoopt.workloads import model_of
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from topoopt.executor import make_executor
 from topoopt.cluster import Cluster, Job
+from topoopt.executor import make_executor
 from topoopt.planners.planner import plan
 
 #: Per-GPU batch of the TopoOpt evaluation scripts (NOTES.md, §5).

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from topoopt.executor import SerialExecutor
+from topoopt.finder.topology_finder import extend_plan
 from topoopt.interrupt import stop_requested
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import DEFAULT_ALPHA, SearchResult, mcmc_search
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
-from topoopt.finder.topology_finder import extend_plan
 from topoopt.workloads import model_of
 
 __all__ = ["ChainTask", "run_chain", "search_fabric", "RoundRecord", "AlternatingResult",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from topoopt.estimate import EstimateCache, estimate_iteration
-from topoopt.estimate_fast import FastEstimator
+from topoopt.estimate import EstimateCache, FastEstimator, estimate_iteration
 from topoopt.strategy import Strategy
 
 __all__ = ["IterationCost"]
@@ -14,7 +13,7 @@ __all__ = ["IterationCost"]
 class IterationCost:
     """The MCMC's cost: simulated iteration seconds of a strategy on one fabric.
 
-    Wraps the fast estimator (:class:`topoopt.estimate_fast.FastEstimator`: the task
+    Wraps the fast estimator (:class:`topoopt.estimate.FastEstimator`: the task
     graph from pieces cached across strategies, max-min rates memoized across
     simulations) and a memo of strategies already evaluated (restarts revisit them).
     ``reference=True`` runs :func:`topoopt.estimate.estimate_iteration`'s reference

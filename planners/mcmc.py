@@ -54,7 +54,8 @@ class SearchResult:
     interrupted: bool = False
 
 
-def mcmc_search(space, cost: Callable[[Strategy], float], start: Strategy, budget: int,
+def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: Strategy,
+                budget: int,
                 seed: int = 0, alpha: float = DEFAULT_ALPHA, restarts: int = 100,
                 neighbour_moves: float = 0.25, segment_moves: float = 0.25,
                 progress: Callable[[int, float], None] | None = None,

@@ -17,8 +17,14 @@ from topoopt.executor import Executor, SerialExecutor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
 from topoopt.interrupt import stop_requested
-from topoopt.planners.alternating import (ChainTask, alternating_optimization, run_chain,
-                                          search_fabric, start_strategy, topoopt_fabric)
+from topoopt.planners.alternating import (
+    ChainTask,
+    alternating_optimization,
+    run_chain,
+    search_fabric,
+    start_strategy,
+    topoopt_fabric,
+)
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.space import StrategySpace
 from topoopt.plans.document import BASELINES, FabricResult, Plan

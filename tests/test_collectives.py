@@ -6,11 +6,22 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from topoopt.collectives import (Pattern, PatternError, build_pattern, check_pattern,
-                                 double_binary_tree_allreduce, flow_dependencies,
-                                 multi_ring_allreduce, nccl_btree, nccl_dtree,
-                                 pattern_from_json, pattern_to_json,
-                                 recursive_doubling_allgather, ring_allreduce, semantic_ok)
+from topoopt.collectives import (
+    Pattern,
+    PatternError,
+    build_pattern,
+    check_pattern,
+    double_binary_tree_allreduce,
+    flow_dependencies,
+    multi_ring_allreduce,
+    nccl_btree,
+    nccl_dtree,
+    pattern_from_json,
+    pattern_to_json,
+    recursive_doubling_allgather,
+    ring_allreduce,
+    semantic_ok,
+)
 from topoopt.errors import ConfigError
 
 SIZES = range(2, 34)

@@ -5,9 +5,15 @@ import pytest
 
 from topoopt.errors import ConfigError
 from topoopt.fabrics import expander, fat_tree, ideal_switch, star
-from topoopt.fabrics.cost import (COST_KEYS, DEFAULT_PRICES, bill_of_materials,
-                                  cost_equivalent_bandwidth, fabric_cost, price_table,
-                                  topoopt_cost)
+from topoopt.fabrics.cost import (
+    COST_KEYS,
+    DEFAULT_PRICES,
+    bill_of_materials,
+    cost_equivalent_bandwidth,
+    fabric_cost,
+    price_table,
+    topoopt_cost,
+)
 
 G = 1e9
 # Fat-tree sizes k = 4..26 (16 .. 4,394 servers), the range of TopoOpt Figure 10 and §5.2.

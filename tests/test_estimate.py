@@ -5,15 +5,20 @@ import pytest
 from topoopt.cluster import Cluster, Job
 from topoopt.compute import compute_times
 from topoopt.errors import PlanCheckError
-from topoopt.estimate import (EstimateCache, build_iteration, estimate_iteration,
-                              fuse_operators, ring_flow_routes)
+from topoopt.estimate import (
+    EstimateCache,
+    build_iteration,
+    estimate_iteration,
+    fuse_operators,
+    ring_flow_routes,
+)
 from topoopt.fabrics import direct_connect, fat_tree, ideal_switch
 from topoopt.fabrics.catalog import build_fabric
+from topoopt.model import Model, Operator
 from topoopt.netsim import Workload, simulate
 from topoopt.strategy import data_parallel, hybrid
 from topoopt.topology import Topology
 from topoopt.traffic import derive_traffic
-from topoopt.model import Model, Operator
 from topoopt.workloads import model_of
 
 G = 1e9

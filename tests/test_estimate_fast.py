@@ -6,18 +6,29 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
+from topoopt.cluster import Cluster, Job
+from topoopt.estimate import EstimateCache, FastEstimator, build_iteration, estimate_iteration
+from topoopt.fabrics import expander, fat_tree, ideal_switch
+from topoopt.netsim import (
+    NO_RESOURCE,
+    FlowRoutes,
+    Network,
+    SimulationError,
+    Workload,
+    max_min_rates,
+    simulate,
+)
+from topoopt.netsim.dag import (
+    RateMemo,
+    class_rates,
+    refill_after_removal,
+    route_classes,
+    simulate_dag,
+)
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import _neighbour_move, _neighbours, _segment_move, mcmc_search
 from topoopt.planners.space import StrategySpace
-from topoopt.cluster import Cluster, Job
-from topoopt.estimate import EstimateCache, build_iteration, estimate_iteration
-from topoopt.estimate_fast import FastEstimator
-from topoopt.fabrics import expander, fat_tree, ideal_switch
-from topoopt.netsim import (NO_RESOURCE, FlowRoutes, Network, SimulationError, Workload,
-                            max_min_rates, simulate)
-from topoopt.netsim.dag import (RateMemo, class_rates, refill_after_removal, route_classes,
-                                simulate_dag)
 from topoopt.workloads import model_of
 
 G = 1e9

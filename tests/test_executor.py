@@ -2,10 +2,8 @@
 
 import pytest
 
-from topoopt.executor import chunked, make_executor
 from topoopt.errors import TopoOptError
-
-
+from topoopt.executor import chunked, make_executor
 from topoopt.units import parse_size  # importable by pool and Ray workers
 
 ITEMS = [f"{seed}.{seed % 5}MB" for seed in range(12)]

@@ -6,17 +6,35 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from topoopt.cluster import Cluster
 from topoopt.errors import ConfigError, PlanCheckError
-from topoopt.export import (ExportSkipped, check_exports, check_msccl_algo,
-                            check_msccl_allreduce, check_patch_panel, cross_connects,
-                            format_msccl_xml, format_patch_panel, format_polatis_netconf,
-                            nccl_ring, ocs_layout, parse_msccl_xml, parse_polatis_netconf,
-                            parse_scpi, parse_sonic_ocs, parse_tl1, plan_msccl_allreduce,
-                            rank_order, render_exports, ring_allreduce_algo, simulate_msccl,
-                            write_exports)
+from topoopt.export import (
+    ExportSkipped,
+    check_exports,
+    check_msccl_algo,
+    check_msccl_allreduce,
+    check_patch_panel,
+    cross_connects,
+    format_msccl_xml,
+    format_patch_panel,
+    format_polatis_netconf,
+    nccl_ring,
+    ocs_layout,
+    parse_msccl_xml,
+    parse_polatis_netconf,
+    parse_scpi,
+    parse_sonic_ocs,
+    parse_tl1,
+    plan_msccl_allreduce,
+    rank_order,
+    render_exports,
+    ring_allreduce_algo,
+    simulate_msccl,
+    write_exports,
+)
 from topoopt.export.bundle import OCS_FORMATS
 from topoopt.export.msccl import MscclStep, MscclThreadBlock
 from topoopt.export.ocs import check_cross_connects, check_ocs_port_map, format_ocs_port_map
@@ -483,10 +501,10 @@ def test_property_align_ports_to_rails(topo):
 
 def test_topology_finder_plan_exports(tmp_path):
     """A real TopologyFinder plan (DLRM hybrid, n = 16, d = 4) exports and checks back."""
+    from topoopt.cluster import Job
     from topoopt.finder.topology_finder import topology_finder
     from topoopt.strategy import hybrid
     from topoopt.traffic import derive_traffic
-    from topoopt.cluster import Job
 
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100e9, gpus_per_server=4)
     job = Job("dlrm", batch_per_gpu=128, size={"tables": 16, "rows": 1_000_000, "dim": 128})

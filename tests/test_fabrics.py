@@ -8,8 +8,15 @@ import pytest
 
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
-from topoopt.fabrics import (Fabric, check_fabric, direct_connect, expander, fat_tree,
-                             ideal_switch, star)
+from topoopt.fabrics import (
+    Fabric,
+    check_fabric,
+    direct_connect,
+    expander,
+    fat_tree,
+    ideal_switch,
+    star,
+)
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.netsim import Workload, simulate
 from topoopt.strategy import hybrid

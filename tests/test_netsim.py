@@ -4,8 +4,18 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from topoopt.netsim import (NO_RESOURCE, Background, CapacityChange, FlowRoutes, Network,
-                            SimulationError, Workload, degrade, max_min_rates, simulate)
+from topoopt.netsim import (
+    NO_RESOURCE,
+    Background,
+    CapacityChange,
+    FlowRoutes,
+    Network,
+    SimulationError,
+    Workload,
+    degrade,
+    max_min_rates,
+    simulate,
+)
 
 G = 1e9
 US = 1e-6

@@ -19,9 +19,9 @@ pytestmark = [pytest.mark.packet,
 from topoopt.collectives import build_pattern, ring_allreduce  # noqa: E402
 from topoopt.fabrics import direct_connect, fat_tree, star  # noqa: E402
 from topoopt.netsim.ns3 import DagBuilder, Ns3Config, Ns3Error, Ns3Network, Ns3Worker  # noqa
-from topoopt.netsim.ns3.executor import Ns3Executor  # noqa: E402
 from topoopt.netsim.wire import WireModel  # noqa: E402
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor  # noqa: E402
+from topoopt.react.packetsim import Ns3Executor  # noqa: E402
 from topoopt.topology.topology import Topology  # noqa: E402
 from topoopt.workloads import model_of
 
@@ -240,7 +240,7 @@ def test_validate_replays_a_plan_close_to_its_prediction(worker, tmp_path, monke
 
 def test_replay_runs_rings_step_by_step(worker):
     from topoopt.cluster import Cluster, Job
-    from topoopt.netsim.ns3.iteration import replay_iteration
+    from topoopt.plans.replay import replay_iteration
     from topoopt.strategy import data_parallel
 
     cluster = Cluster(servers=4, nics=1, link_bandwidth=B)

@@ -10,10 +10,9 @@ from topoopt.errors import ConfigError, TopoOptError
 from topoopt.fabrics import direct_connect, expander, fat_tree, star
 from topoopt.netsim import Workload, simulate
 from topoopt.netsim.ns3 import Ns3Config, PathPlanes, network_spec, plane_address
-from topoopt.netsim.ns3.executor import epoch_port_choices
 from topoopt.netsim.ns3.session import DagBuilder
 from topoopt.netsim.wire import WireModel, ack_routes, reverse_link_ids, wire_workload
-from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor, _Router
+from topoopt.react.flowsim import BackgroundFlows, EcmpRouter, SimulatedExecutor
 from topoopt.topology.topology import Topology
 
 
@@ -108,10 +107,11 @@ def test_wire_executor_keeps_flow_ids_and_adds_overheads():
 
 def test_ns3_executor_draws_the_flow_level_ports():
     f = fat_tree(128, 100e9, k=8)
-    router = _Router(f, 4, seed=3)
+    router = EcmpRouter(f, 4, seed=3)
     src, dst = np.array([0, 20, 40]), np.array([127, 100, 60])
     routes = router.routes(0, src, dst, epoch=5)
-    choice = epoch_port_choices(3, 0, 5, 3, 4)
+    choice = np.random.default_rng([3, 0, 5, 7]).integers(0, 4, size=3)  # (seed, job, epoch)
+    assert np.array_equal(router.epoch_choices(0, 5, 3), choice)
     for e in range(3):
         want = np.sort(router.connections(0, e, int(src[e]), int(dst[e]))[choice[e]])
         assert np.array_equal(np.sort(routes.row(e)[0]), want)

@@ -7,18 +7,18 @@ import pytest
 from click.testing import CliRunner
 
 from topoopt.cli import main
-from topoopt.planners.alternating import start_strategy
+from topoopt.cluster import Cluster, Job
+from topoopt.errors import PlanCheckError
 from topoopt.executor import make_executor
+from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.fabrics import ideal_switch
 from topoopt.interrupt import graceful_interrupt, stop_requested
+from topoopt.planners.alternating import start_strategy
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import mcmc_search
-from topoopt.planners.space import StrategySpace, op_configs
-from topoopt.cluster import Cluster, Job
-from topoopt.fabrics import ideal_switch
-from topoopt.export.plan_dir import check_plan_dir, write_plan
 from topoopt.planners.planner import plan
+from topoopt.planners.space import StrategySpace, op_configs
 from topoopt.plans import plan_to_json
-from topoopt.errors import PlanCheckError
 from topoopt.strategy import Strategy
 from topoopt.workloads import model_of
 

@@ -6,18 +6,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topoopt.collectives import (build_pattern, check_pattern, double_binary_tree_allreduce,
-                                 multi_ring_allreduce, recursive_doubling_allgather,
-                                 ring_allreduce)
+from topoopt.collectives import (
+    build_pattern,
+    check_pattern,
+    double_binary_tree_allreduce,
+    multi_ring_allreduce,
+    recursive_doubling_allgather,
+    ring_allreduce,
+)
 from topoopt.errors import ConfigError
 from topoopt.react.analytical import alpha_beta_time, dual_tree_example_time, max_min_rates
 from topoopt.react.critical import critical_paths
 from topoopt.react.detection import detect_congestion
-from topoopt.react.fct_model import FctHistory, estimate_fcts
 from topoopt.react.execution import BatchResult, StarFluidExecutor
+from topoopt.react.fct_model import FctHistory, estimate_fcts
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
-from topoopt.react.transforms import (PositionSpace, Swap, apply_swap, candidate_swaps,
-                                      position_classes)
+from topoopt.react.transforms import (
+    PositionSpace,
+    Swap,
+    apply_swap,
+    candidate_swaps,
+    position_classes,
+)
 
 US = 1e-6
 

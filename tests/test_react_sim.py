@@ -14,10 +14,9 @@ from topoopt.cli import main  # noqa: E402
 from topoopt.fabrics import fat_tree, star  # noqa: E402
 from topoopt.react.analytical import fluid_star  # noqa: E402
 from topoopt.react.execution import StarFluidExecutor  # noqa: E402
-from topoopt.react.loop import run_react  # noqa: E402
-from topoopt.react.scenarios import (Scenario, run_scenario, run_two_jobs,  # noqa: E402
-                                     scenario_setup)
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor  # noqa: E402
+from topoopt.react.loop import run_react  # noqa: E402
+from topoopt.react.scenarios import Scenario, run_scenario, run_two_jobs, scenario_setup  # noqa: E402
 
 
 def test_ring_on_a_star_is_the_closed_form():

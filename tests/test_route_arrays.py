@@ -11,19 +11,25 @@ from itertools import islice
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import linprog
-
 from test_topology_finder import make_traffic, random_traffic
+
 from topoopt.errors import PlanCheckError
-from topoopt.routing.kshortest import (equal_cost_path_arrays, equal_cost_paths,
-                                       hop_distances, k_shortest_paths,
-                                       k_shortest_route_arrays, k_shortest_routes,
-                                       neighbour_table)
-from topoopt.routing.lp import min_max_load_routes
-from topoopt.strategy import hybrid
 from topoopt.finder.topology_finder import check_topology_plan, extend_plan, topology_finder
+from topoopt.routing.kshortest import (
+    equal_cost_path_arrays,
+    equal_cost_paths,
+    hop_distances,
+    k_shortest_paths,
+    k_shortest_route_arrays,
+    k_shortest_routes,
+    neighbour_table,
+)
+from topoopt.routing.lp import min_max_load_routes
 from topoopt.routing.metrics import link_loads, route_traffic, topology_metrics
+from topoopt.strategy import hybrid
 from topoopt.topology.topology import RouteArrays, Routes, Topology, check_routes
 from topoopt.traffic import derive_traffic
 from topoopt.workloads import build_model

@@ -5,14 +5,24 @@ from itertools import combinations_with_replacement, islice
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from topoopt.routing.coin_change import (coin_change, coin_change_orders, coin_change_table,
-                                         circulant_distances)
-from topoopt.routing.kshortest import (equal_cost_paths, hop_distances, k_shortest_paths,
-                                       k_shortest_routes, neighbour_table)
-from topoopt.routing.lp import min_max_load_routes
 from topoopt.finder.perms import totient_perms
+from topoopt.routing.coin_change import (
+    circulant_distances,
+    coin_change,
+    coin_change_orders,
+    coin_change_table,
+)
+from topoopt.routing.kshortest import (
+    equal_cost_paths,
+    hop_distances,
+    k_shortest_paths,
+    k_shortest_routes,
+    neighbour_table,
+)
+from topoopt.routing.lp import min_max_load_routes
 from topoopt.topology.topology import Routes, Topology, check_routes
 
 

@@ -26,8 +26,12 @@ def _stride_ring(n: int) -> list[int]:
 
 def _patterns(n: int):
     """Every pattern kind, with element counts that do not divide evenly."""
-    from topoopt.collectives import (double_binary_tree_allreduce, multi_ring_allreduce,
-                                     recursive_doubling_allgather, ring_allreduce)
+    from topoopt.collectives import (
+        double_binary_tree_allreduce,
+        multi_ring_allreduce,
+        recursive_doubling_allgather,
+        ring_allreduce,
+    )
 
     yield double_binary_tree_allreduce(n, 4 * 1001)
     yield ring_allreduce(_stride_ring(n), 4 * 1003)               # a plan's ring order

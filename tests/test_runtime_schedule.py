@@ -5,14 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from topoopt.collectives import (build_pattern, double_binary_tree_allreduce,
-                                 multi_ring_allreduce, recursive_doubling_allgather,
-                                 ring_allreduce)
+from topoopt.collectives import (
+    build_pattern,
+    double_binary_tree_allreduce,
+    multi_ring_allreduce,
+    recursive_doubling_allgather,
+    ring_allreduce,
+)
 from topoopt.collectives.ten import PatternError
 from topoopt.react.execution import StarFluidExecutor
 from topoopt.react.loop import ReactParams, leader_init
-from topoopt.react.runtime.schedule import (check_local_schedules, local_schedule,
-                                            lockstep_order, pattern_fingerprint)
+from topoopt.react.runtime.schedule import (
+    check_local_schedules,
+    local_schedule,
+    lockstep_order,
+    pattern_fingerprint,
+)
 from topoopt.react.runtime.tuner import LeaderLogic, assemble_batch
 from topoopt.react.transforms import PositionSpace, Swap, apply_swap, candidate_swaps
 

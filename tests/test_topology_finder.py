@@ -6,16 +6,17 @@ import networkx as nx
 import numpy as np
 import pytest
 import sympy
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topoopt.errors import PlanCheckError
-from topoopt.strategy import data_parallel, hybrid
-from topoopt.routing.coin_change import coin_change
 from topoopt.finder.degree import allocate_group_degrees, split_degree
-from topoopt.finder.topology_finder import check_topology_plan, topology_finder
 from topoopt.finder.matching import matching_weight, max_weight_matching
-from topoopt.routing.metrics import path_length_stats, topology_metrics
 from topoopt.finder.perms import ring_order, select_permutations, totient_perms
+from topoopt.finder.topology_finder import check_topology_plan, topology_finder
+from topoopt.routing.coin_change import coin_change
+from topoopt.routing.metrics import path_length_stats, topology_metrics
+from topoopt.strategy import data_parallel, hybrid
 from topoopt.topology.topology import check_topology
 from topoopt.traffic import AllReduceGroup, Traffic, Transfers, derive_traffic
 from topoopt.workloads import build_model

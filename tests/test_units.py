@@ -1,11 +1,18 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from topoopt.errors import ConfigError
-from topoopt.units import (format_bandwidth, format_size, format_time, parse_bandwidth,
-                           parse_size, parse_time)
+from topoopt.units import (
+    format_bandwidth,
+    format_size,
+    format_time,
+    parse_bandwidth,
+    parse_size,
+    parse_time,
+)
 
 
 @pytest.mark.parametrize("text, bps", [

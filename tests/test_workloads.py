@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topoopt.errors import ConfigError
+from topoopt.model import OP_KINDS, Model
 from topoopt.workloads import MODEL_NAMES, build_model, check_model, model_defaults
 from topoopt.workloads.bert import bert
 from topoopt.workloads.candle import candle
 from topoopt.workloads.custom import OPERATOR_KEYS, custom_model
 from topoopt.workloads.dlrm import dlrm
-from topoopt.model import OP_KINDS, Model
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
 from topoopt.workloads.vgg import vgg16

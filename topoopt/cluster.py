@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
-from topoopt._require import require_choice, require_fraction, require_int, require_positive
 from topoopt._frozen import FrozenDict
+from topoopt._require import require_choice, require_fraction, require_int, require_positive
 
 __all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job"]
 

@@ -12,11 +12,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+from topoopt._frozen import FrozenDict
 from topoopt._require import require_choice, require_keys
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.units import parse_bandwidth, parse_time
-from topoopt._frozen import FrozenDict
 from topoopt.workloads import model_of
 
 __all__ = ["Config", "load_config", "parse_config", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-from topoopt.errors import ConfigError
 from topoopt._frozen import FrozenDict
+from topoopt.errors import ConfigError
 
 __all__ = ["OP_KINDS", "Operator", "Model", "check_model"]
 

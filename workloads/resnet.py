@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from topoopt.errors import ConfigError
 from topoopt.model import Model, Operator
-from topoopt.workloads.layers import (conv2d, conv_out, dense, elementwise, input_op, norm, pool,
-                              softmax_loss)
+from topoopt.workloads.layers import (
+    conv2d,
+    conv_out,
+    dense,
+    elementwise,
+    input_op,
+    norm,
+    pool,
+    softmax_loss,
+)
 
 __all__ = ["STAGES", "resnet50"]
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from topoopt.errors import ConfigError
 from topoopt.model import Model, Operator
-from topoopt.workloads.layers import conv2d, conv_out, dense, input_op, pool, softmax_loss, with_activation
+from topoopt.workloads.layers import (
+    conv2d,
+    conv_out,
+    dense,
+    input_op,
+    pool,
+    softmax_loss,
+    with_activation,
+)
 
 __all__ = ["BLOCKS", "vgg16"]
 

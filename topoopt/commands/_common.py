@@ -9,6 +9,7 @@ import click
 
 from topoopt.config import Config, load_config
 from topoopt.export.plots import require_matplotlib
+from topoopt.strategy import data_parallel, hybrid
 from topoopt.workloads import model_of
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
@@ -29,8 +30,6 @@ def read_config(path: str) -> Config:
 
 def build_strategy(cfg: Config, name: str):
     """The model of ``cfg`` and the named reference strategy on its cluster."""
-    from topoopt.strategy import data_parallel, hybrid
-
     model = model_of(cfg.job)
     make = {"dp": data_parallel, "hybrid": hybrid}[name]
     return model, make(model, cfg.cluster.servers)

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import click
 
+from topoopt._require import require_keys
 from topoopt.commands._common import ProgressLine, print_table, read_config
 from topoopt.errors import ConfigError, TopoOptError
+from topoopt.executor import make_executor
+from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.fabrics.cost import price_table
+from topoopt.interrupt import graceful_interrupt
+from topoopt.planners.planner import plan as make_plan
+from topoopt.plans import BASELINES
 from topoopt.units import format_time
 
 __all__ = ["plan", "PLAN_KEYS", "plan_settings"]
@@ -22,9 +29,6 @@ DEFAULTS = {"budget": 400, "rounds": 3, "chains": 1, "seed": 0}
 
 def plan_settings(table, **cli) -> dict:
     """Merge a config's [plan] table with CLI options (CLI wins), validated."""
-    from topoopt._require import require_keys
-    from topoopt.plans import BASELINES
-
     require_keys("plan", table, PLAN_KEYS)
     out = {**DEFAULTS, **{k: table[k] for k in DEFAULTS if k in table}}
     out.update({k: v for k, v in cli.items() if v is not None})
@@ -69,8 +73,6 @@ def _strategy_summary(model, strategy, servers: int) -> str:
 
 
 def _check(directory: str) -> None:
-    from topoopt.export.plan_dir import check_plan_dir
-
     checked = check_plan_dir(directory)
     click.echo(f"ok: {directory}: {len(checked)} files valid ({', '.join(checked)})")
 
@@ -143,12 +145,6 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo("note: no matplotlib, skipping pictures (pip install 'topoopt[plot]')",
                        err=True)
             plots = False
-    from topoopt.executor import make_executor
-    from topoopt.interrupt import graceful_interrupt
-    from topoopt.fabrics.cost import price_table
-    from topoopt.export.plan_dir import write_plan
-    from topoopt.planners.planner import plan as make_plan
-
     prices = price_table(cfg.cost)
     progress = _Progress(not quiet)
     started = time.monotonic()

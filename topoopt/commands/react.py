@@ -8,8 +8,16 @@ import re
 import click
 import numpy as np
 
+from topoopt._io import atomic_path, atomic_write_text
+from topoopt.collectives import build_pattern, check_pattern, pattern_to_json
 from topoopt.commands._common import ProgressLine, print_table, require_matplotlib
 from topoopt.errors import ConfigError
+from topoopt.netsim.ns3.config import Ns3Config
+from topoopt.react.analytical import alpha_beta_time
+from topoopt.react.packetsim import run_scenario_ns3
+from topoopt.react.scenarios import Scenario, run_scenario
+from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
+from topoopt.react.transforms import Swap, apply_swap
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["react"]
@@ -58,9 +66,6 @@ def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: 
     The JSON form also lists each segment's element range of the buffer, so a runtime
     knows exactly which data each flow carries (see topoopt/collectives/ten.py).
     """
-    from topoopt._io import atomic_write_text
-    from topoopt.collectives import build_pattern, check_pattern, pattern_to_json
-
     ring = None
     if order is not None:
         try:
@@ -122,10 +127,6 @@ def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
     --alpha 4us --bandwidth 100Gbps gives a 576 us reduce phase; add --congest 3:2 for
     656 us, and --swap 3:2@1 (swap 3 and 2 in the even-leaf tree) for 576 us again.
     """
-    from topoopt.collectives import build_pattern, check_pattern
-    from topoopt.react.analytical import alpha_beta_time
-    from topoopt.react.transforms import Swap, apply_swap
-
     p = build_pattern(collective, nodes, _size(size))
     for text in swaps:
         m = _SWAP.match(text)
@@ -157,8 +158,6 @@ def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
 
 # ------------------------------------------------------------------------ simulate
 def _plot(result, path: str) -> None:
-    from topoopt._io import atomic_path
-
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
     ep = np.arange(result.baseline.size)
@@ -217,9 +216,6 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
     """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
     without and with REACT, under one congestion scenario; print mean and p95
     collective time, algorithm bandwidth and the swaps REACT made."""
-    from topoopt._io import atomic_write_text
-    from topoopt.react.scenarios import Scenario, run_scenario
-
     sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
                   kind=kind, congested=congested, p=p,
                   capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
@@ -227,9 +223,6 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
     if backend == "ns3":
-        from topoopt.netsim.ns3.config import Ns3Config
-        from topoopt.netsim.ns3.scenarios import run_scenario_ns3
-
         res = run_scenario_ns3(sc, config=Ns3Config(mtu=mtu), progress=report)
     else:
         res = run_scenario(sc, progress=report)
@@ -287,10 +280,6 @@ def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, epochs, workers, r
           json_out) -> None:
     """REACT Figure 5: mean algorithm-bandwidth gain over --seeds random scenarios per
     (collective, p, congested pairs), plus the same seeds without congestion (p = 0)."""
-    from topoopt._io import atomic_write_text
-    from topoopt.react.scenarios import Scenario
-    from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
-
     base = Scenario(nodes=nodes, size=_size(size), fabric=fabric, epochs=epochs,
                     warmup=min(25, epochs // 4))
     if seeds < 1:

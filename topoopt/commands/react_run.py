@@ -7,8 +7,12 @@ import re
 
 import click
 
+from topoopt._io import atomic_write_text
 from topoopt.commands._common import print_table
 from topoopt.errors import ConfigError
+from topoopt.react.loop import ReactParams
+from topoopt.react.runtime._torch import require_torch
+from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["run"]
@@ -70,16 +74,10 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
     """
     import os
 
-    from topoopt._io import atomic_write_text
-    from topoopt.react.loop import ReactParams
-    from topoopt.react.runtime._torch import require_torch
-
     # the ranks fork from a server that imports torch: quiet c10d's per-socket warnings
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
     require_torch()
-    from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
-
     spec = RunSpec(collective=collective, nprocs=nprocs, size=parse_size(size, "--size"),
                    epochs=epochs, warmup=warmup, rings=_rings(rings),
                    params=ReactParams(batch=batch, seed=seed), slack=slack)

@@ -6,8 +6,17 @@ import json
 
 import click
 
-from topoopt.commands._common import (build_strategy, config_argument, print_table,
-                                      read_config, strategy_option)
+from topoopt._io import atomic_write_text
+from topoopt.commands._common import (
+    build_strategy,
+    config_argument,
+    print_table,
+    read_config,
+    strategy_option,
+)
+from topoopt.estimate import EstimateCache, estimate_iteration
+from topoopt.fabrics.catalog import FABRICS, build_fabric
+from topoopt.fabrics.cost import fabric_cost, price_table
 from topoopt.units import format_bandwidth, format_time
 
 __all__ = ["simulate", "simulate_fabrics"]
@@ -25,10 +34,6 @@ def simulate_fabrics(cfg, strategy_name: str, fabrics: list[str], seed: int = 0,
         ``server_bandwidth_bps`` and ``cost`` (a priced bill of materials with the
         source of every price).
     """
-    from topoopt.estimate import EstimateCache, estimate_iteration
-    from topoopt.fabrics.catalog import FABRICS, build_fabric
-    from topoopt.fabrics.cost import fabric_cost, price_table
-
     cluster, job = cfg.cluster, cfg.job
     prices = price_table(cfg.cost)
     model, strat = build_strategy(cfg, strategy_name)
@@ -53,8 +58,6 @@ def simulate_fabrics(cfg, strategy_name: str, fabrics: list[str], seed: int = 0,
 
 
 def _fabric_names() -> list[str]:
-    from topoopt.fabrics.catalog import FABRICS
-
     return list(FABRICS)
 
 
@@ -88,8 +91,6 @@ def simulate(config: str, fabric: str, strategy: str, json_path: str | None, see
     table of topoopt.fabrics.cost (calibrated to TopoOpt §5.2), overridable in the
     config's [cost] table.
     """
-    from topoopt._io import atomic_write_text
-
     cfg = read_config(config)
     names = _fabric_names() if fabric == "all" else [fabric]
     report = simulate_fabrics(cfg, strategy, names, seed, overlap, mp_flows)

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import click
 
-from topoopt.export.plots import plot_topology
-from topoopt.commands._common import (build_strategy, config_argument, print_table,
-                                      read_config, require_matplotlib, strategy_option)
+from topoopt.commands._common import (
+    build_strategy,
+    config_argument,
+    print_table,
+    read_config,
+    require_matplotlib,
+    strategy_option,
+)
 from topoopt.errors import ConfigError
+from topoopt.export.plots import plot_topology
+from topoopt.finder.topology_finder import topology_finder
+from topoopt.routing.metrics import topology_metrics
+from topoopt.topology.expander import expander_topology
+from topoopt.traffic import derive_traffic
+from topoopt.units import format_size
 
-__all__ = ["topology", "expander_baseline"]
-
-
-def expander_baseline(servers: int, ports: int, bandwidth: float, latency: float, seed: int):
-    """The random expander of the same degree, or None while that module is missing."""
-    try:
-        from topoopt.topology.expander import expander_topology
-    except ImportError:
-        return None
-    return expander_topology(servers, ports, bandwidth, latency, seed)
+__all__ = ["topology"]
 
 
 @click.command()
@@ -44,11 +46,6 @@ def topology(config: str, strategy: str, routing: str, k_paths: int, seed: int,
     length (hops), bandwidth tax (bytes carried / bytes demanded) and link loads,
     next to a random expander with the same ports.
     """
-    from topoopt.finder.topology_finder import topology_finder
-    from topoopt.routing.metrics import topology_metrics
-    from topoopt.traffic import derive_traffic
-    from topoopt.units import format_size
-
     if k_paths < 1:
         raise ConfigError("--k", k_paths, "must be a positive number of paths")
     cfg = read_config(config)
@@ -86,16 +83,13 @@ def topology(config: str, strategy: str, routing: str, k_paths: int, seed: int,
         click.echo("links     " + "; ".join(extras))
     ours = topology_metrics(plan.topology, traffic, plan.rings, plan.routes)
     rows = [("TopoOpt", ours)]
-    exp = expander_baseline(n, d, cluster.link_bandwidth, cluster.link_latency, seed)
-    if exp is not None:
-        rows.append(("Expander", topology_metrics(exp, traffic)))
+    exp = expander_topology(n, d, cluster.link_bandwidth, cluster.link_latency, seed)
+    rows.append(("Expander", topology_metrics(exp, traffic)))
     print_table(["fabric", "diameter", "avg path length", "bandwidth tax", "MP hops",
                  "max link load", "load spread"],
                 [[name, f"{m.diameter:g}", f"{m.average_path_length:.2f}",
                   f"{m.bandwidth_tax:.3f}", f"{m.mp_hops:.2f}",
                   format_size(m.max_link_load), f"{m.load_spread:.0%}"] for name, m in rows])
-    if exp is None:
-        click.echo("(Expander baseline not available in this build)")
     if png:
         plot_topology(plan, f"{model.name}, {strategy}, {n} servers x {d} ports", png)
         click.echo(f"wrote {png}")

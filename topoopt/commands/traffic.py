@@ -5,9 +5,16 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from topoopt.commands._common import (
+    build_strategy,
+    config_argument,
+    print_table,
+    read_config,
+    require_matplotlib,
+    strategy_option,
+)
 from topoopt.export.plots import plot_heatmap
-from topoopt.commands._common import (build_strategy, config_argument, print_table,
-                                      read_config, require_matplotlib, strategy_option)
+from topoopt.traffic import derive_traffic
 from topoopt.units import format_size
 
 __all__ = ["traffic"]
@@ -34,8 +41,6 @@ def traffic(config: str, strategy: str, png: str | None) -> None:
     ring sends per neighbour pair, 2(g-1)/g x S. MP transfers are activations
     (forward) and their gradients (backward) between operators on different servers.
     """
-    from topoopt.traffic import derive_traffic
-
     cfg = read_config(config)
     cluster, job = cfg.cluster, cfg.job
     if png:

@@ -6,7 +6,10 @@ import json
 
 import click
 
+from topoopt._io import atomic_write_text
 from topoopt.commands._common import print_table
+from topoopt.netsim.ns3.config import Ns3Config
+from topoopt.plans.replay import validate_plan
 from topoopt.units import format_time
 
 __all__ = ["validate"]
@@ -37,10 +40,6 @@ def validate(directory, fabrics, mtu, ring_mode, ecmp, iterations, json_out) -> 
     Needs the packet extra (pip install 'topoopt[packet]'). A DLRM-16 plan takes a few
     minutes per fabric; --fabric picks fewer.
     """
-    from topoopt._io import atomic_write_text
-    from topoopt.netsim.ns3.config import Ns3Config
-    from topoopt.netsim.ns3.validate import validate_plan
-
     cfg = Ns3Config(mtu=mtu)
 
     def show(row: dict) -> None:

@@ -7,6 +7,7 @@ from collections import Counter
 import click
 
 from topoopt.commands._common import print_table
+from topoopt.workloads import MODEL_NAMES, build_model
 
 __all__ = ["workloads"]
 
@@ -18,8 +19,6 @@ def workloads() -> None:
     Sizes are the defaults of the TopoOpt evaluation; override any of them in a
     config's [job.size] table.
     """
-    from topoopt.workloads import MODEL_NAMES, build_model
-
     rows = []
     for name in MODEL_NAMES:
         m = build_model(name)

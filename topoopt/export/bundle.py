@@ -30,18 +30,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import topoopt.export.msccl as _msccl
 from topoopt._io import atomic_write_text
 from topoopt._require import require_choice, require_int
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError
-from topoopt.export import msccl as _msccl
 from topoopt.export._inputs import Rings, check_export_inputs, largest_group
-from topoopt.export.ocs import (OCS_PORTS, check_cross_connects, check_ocs_port_map,
-                                cross_connects, format_ocs_port_map, ocs_layout, unit_name)
+from topoopt.export.ocs import (
+    OCS_PORTS,
+    check_cross_connects,
+    check_ocs_port_map,
+    cross_connects,
+    format_ocs_port_map,
+    ocs_layout,
+    unit_name,
+)
 from topoopt.export.patch_panel import PANEL_PORTS, check_patch_panel, format_patch_panel
 from topoopt.export.polatis_netconf import format_polatis_netconf, parse_polatis_netconf
-from topoopt.export.rank_order import (check_rank_order, format_hostfile, format_rank_order,
-                                       parse_hostfile, parse_rank_order, rank_order)
+from topoopt.export.rank_order import (
+    check_rank_order,
+    format_hostfile,
+    format_rank_order,
+    parse_hostfile,
+    parse_rank_order,
+    rank_order,
+)
 from topoopt.export.scpi import format_scpi, parse_scpi
 from topoopt.export.sonic_ocs import format_sonic_ocs, parse_sonic_ocs
 from topoopt.export.tl1 import format_tl1, parse_tl1

@@ -11,8 +11,15 @@ from pathlib import Path
 from topoopt._io import staging_dir
 from topoopt.export.bundle import ExportSkipped, check_exports, write_exports
 from topoopt.export.plots import write_plan_plots
-from topoopt.plans.document import (Plan, check_plan_document, cluster_job_of, plan_to_json,
-                                    read_plan, rings_of, topology_of)
+from topoopt.plans.document import (
+    Plan,
+    check_plan_document,
+    cluster_job_of,
+    plan_to_json,
+    read_plan,
+    rings_of,
+    topology_of,
+)
 
 __all__ = ["PLAN_FILES", "write_plan", "check_plan_dir"]
 

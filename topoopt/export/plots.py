@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from topoopt._io import atomic_path
+from topoopt.errors import TopoOptError
+from topoopt.traffic import derive_traffic
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
            "write_plan_plots"]
@@ -14,8 +16,6 @@ __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics"
 
 def require_matplotlib():
     """Import matplotlib (Agg backend) or fail with how to install it."""
-    from topoopt.errors import TopoOptError
-
     try:
         import matplotlib
     except ImportError:
@@ -111,8 +111,6 @@ def write_plan_plots(plan, directory: str | Path) -> list[Path]:
     group in member order; ``traffic_after.png`` the planned strategy's traffic over
     the planned rings (bytes split across each group's rings).
     """
-    from topoopt.traffic import derive_traffic
-
     directory = Path(directory)
     c, job, model = plan.cluster, plan.job, plan.model
     batch = job.global_batch(c)

@@ -11,6 +11,8 @@ from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, cost_equivalent_ban
 from topoopt.fabrics.direct import direct_connect, expander
 from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.switched import fat_tree, ideal_switch
+from topoopt.finder.topology_finder import topology_finder
+from topoopt.traffic import derive_traffic
 
 __all__ = ["FabricContext", "FabricSpec", "FABRICS", "build_fabric", "register_fabric"]
 
@@ -63,9 +65,6 @@ def _fattree(ctx: FabricContext) -> Fabric:
 
 def _topoopt(ctx: FabricContext) -> Fabric:
     """A TopoOpt shard (patch panels) from TopologyFinder on the job's traffic."""
-    from topoopt.finder.topology_finder import topology_finder
-    from topoopt.traffic import derive_traffic
-
     c, job = ctx.cluster, ctx.job
     if ctx.model is None or ctx.strategy is None or job is None:
         raise ConfigError("fabric", "topoopt", "needs the job, model and strategy to plan for")

@@ -30,6 +30,7 @@ from scipy.optimize import brentq
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import ConfigError
+from topoopt.fabrics.switched import fat_tree
 from topoopt.units import format_bandwidth, parse_bandwidth
 
 __all__ = ["PriceTable", "DEFAULT_PRICES", "COST_KEYS", "price_table", "CostItem", "CostReport",
@@ -276,8 +277,6 @@ def _direct_bill(servers: int, ports: int, port_bandwidth: float, optics: str) -
 def bill_of_materials(fabric) -> tuple[Bill, str]:
     """Component counts of a :class:`~topoopt.fabrics.Fabric`, and a note on how."""
     if fabric.info.get("cost_as") == "fattree":
-        from topoopt.fabrics.switched import fat_tree
-
         ft = fat_tree(fabric.servers, fabric.server_bandwidth)
         return (_switched_bill(ft.servers, ft.src, ft.dst, ft.capacity, ft.server_bandwidth),
                 f"priced as a full-bisection k={ft.info['k']} Fat-tree of the same bandwidth "
@@ -333,8 +332,6 @@ def topoopt_cost(servers: int, ports: int, link_bandwidth: float,
 def fat_tree_cost(servers: int, server_bandwidth: float, prices: PriceTable = DEFAULT_PRICES,
                   oversubscription: int = 1) -> CostReport:
     """Price the Fat-tree of ``servers`` with links of ``server_bandwidth``."""
-    from topoopt.fabrics.switched import fat_tree
-
     return fabric_cost(fat_tree(servers, server_bandwidth, oversubscription=oversubscription),
                        prices)
 
@@ -356,8 +353,6 @@ def cost_equivalent_bandwidth(servers: int, ports: int, link_bandwidth: float,
     >>> 100e9 < s < 400e9
     True
     """
-    from topoopt.fabrics.switched import fat_tree
-
     target = topoopt_cost(servers, ports, link_bandwidth, prices, optics).total
     shape = fat_tree(servers, 1.0)  # the cable counts do not depend on the speed
     one_way = shape.src < shape.dst

@@ -12,7 +12,7 @@ from scipy.sparse.csgraph import shortest_path
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.netsim.maxmin import gather_rows, sum_by_key
-from topoopt.netsim.workload import FlowRoutes
+from topoopt.netsim.workload import FlowRoutes, couple_routes
 
 __all__ = ["Fabric", "check_fabric", "KINDS", "OPTICS"]
 
@@ -150,15 +150,17 @@ class Fabric:
         core_routes = _blank(core_routes, same)
         return _with_access(core_routes, up, down)
 
-    def coupled_route(self, src, dst, group, share, groups: int
-                      ) -> tuple[FlowRoutes, np.ndarray]:
-        """ECMP routes of flows merged into ``groups`` coupled flows (coflows).
+    def coupled_route(self, src, dst, group, share, groups: int, random: bool = False,
+                      seed: int | None = 0) -> tuple[FlowRoutes, np.ndarray]:
+        """Routes of flows merged into ``groups`` coupled flows (coflows).
 
         Flow ``i`` (``src[i] -> dst[i]``) belongs to coupled flow ``group[i]`` and
         carries ``share[i]`` of its rate, so coupled flow ``g`` loads link ``l``
-        with ``sum_i share[i] x weight_i[l]``. The routing-node part is merged per
-        (group, node pair) before it is expanded, so a Fat-tree's long ECMP routes
-        are expanded once per ToR pair, not once per flow.
+        with ``sum_i share[i] x weight_i[l]``. With ECMP the routing-node part is one
+        sparse product, (groups x routing-node pairs) shares times the pairs' route
+        rows, so a Fat-tree's long ECMP routes are expanded once per ToR pair, not
+        once per flow; with ``random=True`` each flow takes its own drawn path
+        (:meth:`route`) and the rows are merged per group.
 
         Returns
         -------
@@ -171,38 +173,30 @@ class Fabric:
         dst = np.asarray(dst, np.int64)
         group = np.asarray(group, np.int64)
         share = np.asarray(share, float)
+        if random:
+            r = self.route(src, dst, random=True, seed=seed)
+            owner = np.repeat(np.arange(len(r)), np.diff(r.ptr))
+            lat = np.bincount(owner, weights=self.latency[r.link] * r.weight, minlength=len(r))
+            return couple_routes(r, lat, group, share, groups, self.links)
         core = self._core()
-        a, b = core.local[self.attach[src]], core.local[self.attach[dst]]
         local = src != dst
-        c = core.c
-        key = (group * c + a) * c + b
-        order = np.argsort(key, kind="stable")
-        sk = key[order]
-        first = np.concatenate([[True], sk[1:] != sk[:-1]]) if sk.size else sk.astype(bool)
-        inv = np.empty(key.size, np.int64)
-        inv[order] = np.cumsum(first) - 1
-        uk = sk[first]
-        ushare = np.bincount(inv, weights=np.where(local, share, 0.0), minlength=uk.size)
-        ug, ua, ub = uk // (c * c), (uk // c) % c, uk % c
-        rows = core.pair_rows(core.global_[ua], core.global_[ub])
-        cr = core.rows(rows)
-        counts = np.diff(cr.ptr)
-        owner = np.repeat(np.arange(uk.size), counts)
-        row_lat = np.bincount(owner, weights=self.latency[cr.link] * cr.weight,
-                              minlength=uk.size)
+        rows = core.pair_rows(self.attach[src], self.attach[dst])
+        mat, row_lat = core.matrix()
+        w = np.where(local, share, 0.0)
+        core_part = (csr_matrix((w, (group, rows)), shape=(groups, mat.shape[0])) @ mat).tocoo()
         L = self.links
-        parts_key = [ug[owner] * L + cr.link]
-        parts_w = [cr.weight * ushare[owner]]
-        flow_lat = row_lat[inv]
-        for access, mask in ((self.uplink[src], self.uplink[src] >= 0),
-                             (self.downlink[dst], self.downlink[dst] >= 0)):
-            mask &= local
-            parts_key.append(group[mask] * L + access[mask])
-            parts_w.append(share[mask])
-            flow_lat = flow_lat + np.where(mask, self.latency[np.maximum(access, 0)], 0.0)
-        ukey, weight = sum_by_key(np.concatenate(parts_key), np.concatenate(parts_w),
-                                  groups * L)
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(ukey // L, minlength=groups))])
+        keys, vals = [core_part.row.astype(np.int64) * L + core_part.col], [core_part.data]
+        flow_lat = row_lat[rows]
+        for access, end in ((self.uplink, src), (self.downlink, dst)):
+            acc = access[end]
+            use = (acc >= 0) & local
+            if use.any():
+                keys.append(group[use] * L + acc[use])
+                vals.append(share[use])
+                flow_lat = flow_lat + np.where(use, self.latency[np.maximum(acc, 0)], 0.0)
+        ukey, weight = sum_by_key(np.concatenate(keys), np.concatenate(vals), groups * L)
+        ptr = np.zeros(groups + 1, np.int64)
+        np.cumsum(np.bincount(ukey // L, minlength=groups), out=ptr[1:])
         lat = np.zeros(groups)
         np.maximum.at(lat, group, np.where(local, flow_lat, 0.0))
         return FlowRoutes(ptr, ukey % L, weight), lat
@@ -332,6 +326,7 @@ class _CoreRouter:
         self._links: list[np.ndarray] = []
         self._weights: list[np.ndarray] = []
         self._flat: tuple | None = None
+        self._matrix: tuple | None = None
         self._out: tuple | None = None
         if fabric.explicit:
             self._load_explicit(fabric)
@@ -441,6 +436,19 @@ class _CoreRouter:
             self._flat = (np.asarray(self._ptr, np.int64), cat(self._links, np.int64),
                           cat(self._weights, float))
         return self._flat
+
+    def matrix(self) -> tuple[csr_matrix, np.ndarray]:
+        """The route store as a sparse (rows x links) matrix of weights, and each row's
+        latency (weight x link latency summed); rebuilt when the store has grown."""
+        store = self._store()
+        if self._matrix is None or self._matrix[0] is not store:
+            ptr, links, weights = store
+            owner = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+            lat = np.bincount(owner, weights=self.fabric.latency[links] * weights,
+                              minlength=ptr.size - 1)
+            mat = csr_matrix((weights, links, ptr), shape=(ptr.size - 1, self.fabric.links))
+            self._matrix = (store, mat, lat)
+        return self._matrix[1], self._matrix[2]
 
     def rows(self, rows: np.ndarray) -> FlowRoutes:
         ptr, links, weights = self._store()

@@ -9,8 +9,13 @@ with the routing of :mod:`topoopt.routing`.
 from topoopt.finder.degree import allocate_group_degrees, split_degree
 from topoopt.finder.matching import max_weight_matching
 from topoopt.finder.perms import select_permutations, totient_perms
-from topoopt.finder.topology_finder import (GroupPlan, TopologyPlan, check_topology_plan,
-                                            extend_plan, topology_finder)
+from topoopt.finder.topology_finder import (
+                                            GroupPlan,
+                                            TopologyPlan,
+                                            check_topology_plan,
+                                            extend_plan,
+                                            topology_finder,
+)
 
 __all__ = ["topology_finder", "extend_plan", "check_topology_plan", "TopologyPlan",
            "GroupPlan", "split_degree", "allocate_group_degrees", "totient_perms",

@@ -10,15 +10,30 @@ from scipy.sparse.csgraph import connected_components
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError
-from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
-from topoopt.routing.kshortest import (UNREACHABLE, hop_distances, k_shortest_paths,
-                                       k_shortest_route_arrays, k_shortest_routes,
-                                       neighbour_table, _adjacency)
 from topoopt.finder.degree import allocate_group_degrees, split_degree
 from topoopt.finder.matching import max_weight_matching
-from topoopt.finder.perms import (PermutationSelection, ring_order, select_permutations)
-from topoopt.topology.topology import (RouteArrays, Routes, Topology, check_ring, check_routes,
-                                       check_topology)
+from topoopt.finder.perms import PermutationSelection, ring_order, select_permutations
+from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
+from topoopt.routing.kshortest import (
+    UNREACHABLE,
+    _adjacency,
+    hop_distances,
+    k_shortest_paths,
+    k_shortest_route_arrays,
+    k_shortest_routes,
+    neighbour_table,
+    paths_to_arrays,
+)
+from topoopt.routing.lp import min_max_load_route_arrays, min_max_load_routes
+from topoopt.routing.metrics import route_traffic
+from topoopt.topology.topology import (
+    RouteArrays,
+    Routes,
+    Topology,
+    check_ring,
+    check_routes,
+    check_topology,
+)
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
@@ -283,8 +298,6 @@ def _mp_routes_reference(traffic, topo, dist, direct, contribs, routing, k_paths
     mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
     mp_max_load = None
     if routing == "lp" and mp_pairs:
-        from topoopt.routing.lp import min_max_load_routes  # ortools loads slowly
-
         nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
         cands = {pair: k_shortest_paths(nbr, dist, pair[0], pair[1], k_paths, 2)
                  for pair in mp_pairs}
@@ -312,9 +325,6 @@ def _mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
     src, dst = np.nonzero(mp)
     mp_max_load = None
     if routing == "lp" and src.size:
-        from topoopt.routing.kshortest import paths_to_arrays
-        from topoopt.routing.lp import min_max_load_route_arrays  # ortools loads slowly
-
         nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
         path_ptr, node_ptr, nodes = paths_to_arrays(
             k_shortest_paths(nbr, dist, s, t, k_paths, 2)
@@ -591,8 +601,6 @@ def extend_plan(plan: TopologyPlan, traffic) -> TopologyPlan:
     TopologyPlan
         Passes :func:`check_topology_plan` for ``traffic``.
     """
-    from topoopt.routing.metrics import route_traffic
-
     dist = hop_distances(plan.topology)
     rings = {g.members: plan.rings.get(g.members)
              or (_nearest_neighbour_ring(g.members, dist),) for g in traffic.allreduce}

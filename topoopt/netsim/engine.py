@@ -11,8 +11,14 @@ import numpy as np
 
 from topoopt.errors import TopoOptError
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
-from topoopt.netsim.workload import (Background, CapacityChange, CompiledWorkload, FlowRoutes,
-                                     Workload, check_workload)
+from topoopt.netsim.workload import (
+    Background,
+    CapacityChange,
+    CompiledWorkload,
+    FlowRoutes,
+    Workload,
+    check_workload,
+)
 
 __all__ = ["Network", "SimResult", "SimulationError", "simulate"]
 

@@ -26,7 +26,7 @@ import numpy as np
 from topoopt._require import require_int
 from topoopt.errors import ConfigError
 from topoopt.netsim.maxmin import gather_rows
-from topoopt.netsim.workload import CompiledWorkload, FlowRoutes
+from topoopt.netsim.workload import Background, CompiledWorkload, FlowRoutes
 
 __all__ = ["WireModel", "PACKET_WIRE", "reverse_link_ids", "ack_routes", "wire_workload",
            "wire_backgrounds"]
@@ -221,8 +221,6 @@ def wire_backgrounds(backgrounds, fabric, ends, model: WireModel = PACKET_WIRE) 
     ``model.ack_weight`` x its bottleneck capacity shared by the external flows that
     leave the same link first (an upper bound of its ACK rate).
     """
-    from topoopt.netsim.workload import Background
-
     bgs = list(backgrounds)
     firsts = [b.links[0] for b in bgs]
     out = list(bgs)

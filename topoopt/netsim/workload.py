@@ -9,9 +9,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from topoopt.errors import TopoOptError
+from topoopt.netsim.maxmin import sum_by_key
 
-__all__ = ["FlowRoutes", "Workload", "CompiledWorkload", "Background", "CapacityChange",
-           "degrade", "check_workload", "NO_RESOURCE"]
+__all__ = ["couple_routes", "FlowRoutes", "Workload", "CompiledWorkload", "Background",
+           "CapacityChange", "degrade", "check_workload", "NO_RESOURCE"]
 
 #: Resource id of a task that needs no resource (a pure delay or a barrier).
 NO_RESOURCE = -1
@@ -89,6 +90,30 @@ class FlowRoutes:
                              + [p.ptr[1:] + o for p, o in zip(parts, offsets)])
         return cls(ptr, np.concatenate([p.link for p in parts]),
                    np.concatenate([p.weight for p in parts]))
+
+
+def couple_routes(routes: FlowRoutes, latency: np.ndarray, group: np.ndarray, share: np.ndarray,
+                  groups: int, links: int) -> tuple[FlowRoutes, np.ndarray]:
+    """Merge flows into coupled flows: flow ``i`` (row ``i`` of ``routes``) carries
+    ``share[i]`` of coupled flow ``group[i]``'s rate, so the group loads each link with
+    the share-weighted sum of its members' weights; its latency is the slowest member's.
+
+    Examples
+    --------
+    >>> r = FlowRoutes.from_lists([[0, 1], [1, 2]])
+    >>> merged, lat = couple_routes(r, np.array([2e-6, 1e-6]), np.array([0, 0]),
+    ...                             np.array([0.5, 0.5]), 1, 3)
+    >>> merged.link.tolist(), merged.weight.tolist(), lat.tolist()
+    ([0, 1, 2], [0.5, 1.0, 0.5], [2e-06])
+    """
+    flow = np.repeat(np.arange(len(routes)), np.diff(routes.ptr))
+    ukey, weight = sum_by_key(group[flow] * links + routes.link, routes.weight * share[flow],
+                              groups * links)
+    ptr = np.zeros(groups + 1, np.int64)
+    np.cumsum(np.bincount(ukey // links, minlength=groups), out=ptr[1:])
+    lat = np.zeros(groups)
+    np.maximum.at(lat, group, latency)
+    return FlowRoutes(ptr, ukey % links, weight), lat
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,15 @@ A plan's folder (``plan.json`` plus exports) is written and checked by
 :mod:`topoopt.plans.replay`.
 """
 
-from topoopt.plans.document import (BASELINES, FORMAT, FabricResult, Plan, check_plan_document,
-                                    plan_to_json, read_plan)
+from topoopt.plans.document import (
+                                    BASELINES,
+                                    FORMAT,
+                                    FabricResult,
+                                    Plan,
+                                    check_plan_document,
+                                    plan_to_json,
+                                    read_plan,
+)
 
 __all__ = ["Plan", "FabricResult", "FORMAT", "BASELINES", "plan_to_json", "read_plan",
            "check_plan_document"]

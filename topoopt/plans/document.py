@@ -23,7 +23,8 @@ from topoopt.traffic import derive_traffic
 from topoopt.workloads import model_of
 
 __all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan_to_json", "read_plan",
-           "check_plan_document", "topology_of", "rings_of", "cluster_job_of"]
+           "check_plan_document", "topology_of", "rings_of", "routes_of", "strategy_of",
+           "cluster_job_of"]
 
 FORMAT = "topoopt.plan/1"
 #: Baseline fabrics compared with the TopoOpt shard (names of topoopt.fabrics.catalog).
@@ -218,6 +219,19 @@ def cluster_job_of(doc: dict):
     return cfg.cluster, cfg.job
 
 
+def routes_of(doc: dict) -> Routes:
+    """The ``routes`` of a plan document."""
+    return Routes({(int(r["src"]), int(r["dst"])):
+                   tuple((tuple(int(x) for x in q["path"]), float(q["fraction"]))
+                         for q in r["paths"]) for r in doc["routes"]})
+
+
+def strategy_of(rows: list[dict]) -> Strategy:
+    """A strategy from its ``plan.json`` rows (``strategy`` or ``fabrics.NAME.strategy``)."""
+    return Strategy(tuple(OpConfig(tuple(int(s) for s in r["servers"]), int(r["dp"]),
+                                   int(r["mp"])) for r in rows))
+
+
 def check_plan_document(doc: dict) -> None:
     """Raise :class:`PlanCheckError` naming the first violated invariant of a plan.
 
@@ -230,9 +244,7 @@ def check_plan_document(doc: dict) -> None:
     try:
         topo = topology_of(doc)
         rings = rings_of(doc)
-        routes = Routes({(int(r["src"]), int(r["dst"])):
-                         tuple((tuple(int(x) for x in q["path"]), float(q["fraction"]))
-                               for q in r["paths"]) for r in doc["routes"]})
+        routes = routes_of(doc)
         cluster, job = cluster_job_of(doc)
         strategy_rows = doc["strategy"]
         times, costs = doc["iteration_time_s"], doc["cost"]
@@ -261,15 +273,14 @@ def check_plan_document(doc: dict) -> None:
     check_routes(topo, routes)
     model = model_of(job)
     try:
-        configs = tuple(OpConfig(tuple(r["servers"]), int(r["dp"]), int(r["mp"]))
-                        for r in strategy_rows)
+        strategy = strategy_of(strategy_rows)
         names = [r["op"] for r in strategy_rows]
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanCheckError(f"plan.json strategy is malformed: {exc!r}")
     if names != [op.name for op in model.operators]:
         raise PlanCheckError("strategy operators do not match the job's model")
     try:
-        check_strategy(model, Strategy(configs), cluster.servers, job.global_batch(cluster),
+        check_strategy(model, strategy, cluster.servers, job.global_batch(cluster),
                        cluster.gpus_per_server * cluster.gpu.memory, job.dtype_bytes)
     except TopoOptError as exc:
         raise PlanCheckError(f"strategy: {exc}")

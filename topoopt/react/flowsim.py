@@ -29,6 +29,8 @@ import numpy as np
 
 from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
+from topoopt.netsim import Background, CompiledWorkload, FlowRoutes, Workload, simulate
+from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
 
 __all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements"]
@@ -64,8 +66,11 @@ def ecmp_paths(fabric, a: int, b: int, cache: dict | None = None) -> list[np.nda
     return paths
 
 
-class _Router:
-    """Per-flow connection paths and per-epoch draws (shared by the executors)."""
+class EcmpRouter:
+    """ECMP as REACT §7.3 models it: every flow owns ``ports`` connections hashed onto
+    the fabric's equal-cost paths, and uses one of them, drawn per epoch from
+    ``(seed, job, epoch)``. Shared by the flow-level and the ns-3 executors, so both
+    route an epoch identically."""
 
     def __init__(self, fabric, ports: int, seed: int) -> None:
         self.fabric, self.ports, self.seed = fabric, int(ports), int(seed)
@@ -81,11 +86,13 @@ class _Router:
             self._conns[key] = [paths[i] for i in pick]
         return self._conns[key]
 
-    def routes(self, job: int, src: np.ndarray, dst: np.ndarray, epoch: int):
-        from topoopt.netsim import FlowRoutes
-
+    def epoch_choices(self, job: int, epoch: int, flows: int) -> np.ndarray:
+        """The connection each of a job's ``flows`` flows uses in ``epoch``."""
         rng = np.random.default_rng([self.seed, job, epoch, 7])
-        choice = rng.integers(0, self.ports, size=len(src))
+        return rng.integers(0, self.ports, size=flows)
+
+    def routes(self, job: int, src: np.ndarray, dst: np.ndarray, epoch: int) -> FlowRoutes:
+        choice = self.epoch_choices(job, epoch, len(src))
         links = [self.connections(job, e, int(a), int(b))[c]
                  for e, (a, b, c) in enumerate(zip(src, dst, choice))]
         return FlowRoutes.from_lists(links)
@@ -100,8 +107,6 @@ def _base_workload(pattern: Pattern, cache: dict):
     """The compiled workload of a pattern (routes filled in per epoch), cached."""
     key = pattern.signature()
     if key not in cache:
-        from topoopt.netsim import FlowRoutes, Workload
-
         w = Workload()
         E = pattern.edges_count
         ids = w.add_flows(pattern.nbytes.astype(float),
@@ -147,15 +152,13 @@ class JobsExecutor:
         self.fabric = fabric
         self.placements = check_placements(fabric, placements)
         self.background = tuple(background)
-        self.router = _Router(fabric, ports, seed)
+        self.router = EcmpRouter(fabric, ports, seed)
         self.wire = wire
         self.epoch = 0
         self._cache: dict = {}
 
     def run_many(self, patterns: Sequence[Pattern], epochs: int) -> list[BatchResult]:
         """Run ``epochs`` epochs of every job's pattern at once (all start together)."""
-        from topoopt.netsim import Background, simulate
-
         if len(patterns) != len(self.placements):
             raise ConfigError("patterns", len(patterns), f"one per job ({len(self.placements)})")
         out = [([], [], []) for _ in patterns]
@@ -172,8 +175,6 @@ class JobsExecutor:
                    for i, bg in enumerate(self.background) if bg.active(self.epoch)
                    for k in range(bg.count)]
             if self.wire is not None:   # ACK companions go after the jobs' flows
-                from topoopt.netsim.wire import wire_backgrounds, wire_workload
-
                 src = np.concatenate([pl[p.src] for p, pl in zip(patterns, self.placements)])
                 dst = np.concatenate([pl[p.dst] for p, pl in zip(patterns, self.placements)])
                 work = wire_workload(work, self.fabric, src, dst, self.wire)
@@ -196,8 +197,6 @@ class JobsExecutor:
 
 def _concat(parts):
     """Concatenate compiled flow-only workloads (node ids shifted)."""
-    from topoopt.netsim import CompiledWorkload, FlowRoutes
-
     offs = np.cumsum([0] + [w.nodes for w in parts[:-1]])
     cat = lambda name: np.concatenate([getattr(w, name) for w in parts])  # noqa: E731
     shift = lambda name: np.concatenate([getattr(w, name) + o  # noqa: E731

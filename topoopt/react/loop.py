@@ -20,8 +20,8 @@ from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.critical import critical_paths
 from topoopt.react.detection import Congestion, detect_congestion
-from topoopt.react.fct_model import FctHistory, estimate_fcts, estimate_paths
 from topoopt.react.execution import PatternExecutor
+from topoopt.react.fct_model import FctHistory, estimate_fcts, estimate_paths
 from topoopt.react.transforms import PositionSpace, Swap, candidate_swaps
 
 __all__ = ["ReactParams", "LeaderState", "Decision", "leader_init", "leader_step",

@@ -36,8 +36,9 @@ import numpy as np
 from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern, multi_ring_allreduce
 from topoopt.errors import ConfigError
-from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
+from topoopt.fabrics import direct_connect, fat_tree, star
 from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor
+from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
 from topoopt.topology.topology import Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
@@ -178,15 +179,11 @@ def load_plan(directory: str | Path) -> tuple[Topology, list[list[int]]]:
 
 def plan_fabric(topology: Topology):
     """The direct-connect fabric of a plan's topology (host-based forwarding)."""
-    from topoopt.fabrics import direct_connect
-
     return direct_connect(topology, optics="none", name="plan")
 
 
 def build_fabric(spec: str, nodes: int, bandwidth: float = 100e9, latency: float = 1e-6):
     """``(fabric, rings or None)`` for ``star``, ``fattree`` or ``plan:DIR``."""
-    from topoopt.fabrics import fat_tree, star
-
     if spec == "star":
         return star(nodes + 8, bandwidth, latency), None
     if spec == "fattree":
@@ -293,8 +290,6 @@ def run_two_jobs(overlap: int, seed: int = 0, nodes: int = 8, size: float = 20e6
     ``nodes`` ranks; the shared servers are drawn from ``seed``. Returns per-job mean
     epoch times without and with REACT (``react`` says which jobs run it).
     """
-    from topoopt.fabrics import star
-
     require_int("overlap", overlap, minimum=0, maximum=nodes)
     rng = np.random.default_rng([seed, 6])
     fabric = star(2 * nodes, bandwidth)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Sequence
 
+from topoopt.executor import make_executor
 from topoopt.react.loop import ReactParams
 from topoopt.react.scenarios import Scenario, ScenarioResult, run_scenario, summarize
 
@@ -42,8 +43,6 @@ def run_sweep(scenarios: Sequence[Scenario], params: ReactParams = ReactParams()
     this process) or Ray (``ray=True`` local, or ``"host:port"``), via
     :func:`planners.executor.make_executor`.
     """
-    from topoopt.executor import make_executor
-
     with make_executor(workers, ray) as ex:
         return ex.map(_run, [(s, params) for s in scenarios])
 

@@ -7,7 +7,11 @@ from typing import Mapping
 
 import numpy as np
 import scipy.sparse as sp
+from ortools.linear_solver import pywraplp
+from ortools.linear_solver.python import model_builder as mb
+from ortools.linear_solver.python import model_builder_helper as mbh
 
+from topoopt.routing.kshortest import paths_to_arrays
 from topoopt.topology.topology import RouteArrays, Topology
 
 __all__ = ["min_max_load_routes", "min_max_load_route_arrays"]
@@ -70,8 +74,6 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
         return _reference(topology, demand, candidates, background, tiebreak, stats)
     if method != "fast":
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
-    from topoopt.routing.kshortest import paths_to_arrays
-
     pairs = [p for p in sorted(demand) if demand[p] > 0]
     if not pairs:
         return {}, 0.0
@@ -114,9 +116,6 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
     solved from scratch: warm starting it from the first LP's degenerate optimal
     basis took GLOP 2-5x as many iterations on all-to-all MP.
     """
-    from ortools.linear_solver.python import model_builder as mb
-    from ortools.linear_solver.python import model_builder_helper as mbh
-
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
     demand = np.asarray(demand, np.float64).reshape(-1)
@@ -206,8 +205,6 @@ def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
                tiebreak: bool = True, stats: dict | None = None
                ) -> tuple[dict[tuple[int, int], tuple], float]:
     """The model built through ``pywraplp`` one variable at a time (kept as reference)."""
-    from ortools.linear_solver import pywraplp
-
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
     pairs = [p for p in sorted(demand) if demand[p] > 0]

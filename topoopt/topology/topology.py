@@ -9,8 +9,8 @@ from typing import Iterator, Mapping
 import networkx as nx
 import numpy as np
 
-from topoopt.errors import PlanCheckError
 from topoopt._frozen import FrozenDict
+from topoopt.errors import PlanCheckError
 
 __all__ = ["Link", "Topology", "Routes", "RouteArrays", "check_topology", "check_routes",
            "check_ring"]

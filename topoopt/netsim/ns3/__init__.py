@@ -5,11 +5,23 @@ Importable without ns-3: everything that needs it runs in a worker process
 """
 
 from topoopt.netsim.ns3.config import Ns3Config, check_ns3_config
-from topoopt.netsim.ns3.network import (NetworkSpec, PathPlanes, check_network_spec,
-                                        network_spec, plane_address)
+from topoopt.netsim.ns3.network import (
+                                        NetworkSpec,
+                                        PathPlanes,
+                                        check_network_spec,
+                                        network_spec,
+                                        plane_address,
+)
 from topoopt.netsim.ns3.session import Dag, DagBuilder, DagResult, Ns3Network
-from topoopt.netsim.ns3.worker import (INSTALL_HINT, Ns3Error, Ns3Unavailable, Ns3Worker,
-                                       default_worker, ns3_available, require_ns3)
+from topoopt.netsim.ns3.worker import (
+                                        INSTALL_HINT,
+                                        Ns3Error,
+                                        Ns3Unavailable,
+                                        Ns3Worker,
+                                        default_worker,
+                                        ns3_available,
+                                        require_ns3,
+)
 
 __all__ = ["Ns3Config", "check_ns3_config", "NetworkSpec", "network_spec", "check_network_spec",
            "PathPlanes", "plane_address", "Dag", "DagBuilder", "DagResult",

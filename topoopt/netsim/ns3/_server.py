@@ -15,6 +15,9 @@ import traceback
 
 import numpy as np
 
+from topoopt.netsim.ns3._cxx import SOURCE
+from topoopt.netsim.ns3.network import plane_address
+
 _HEADER = struct.Struct("<Q")
 _CABLE_NET = 11 << 24          # cable subnets: 11.0.0.0/8 in /30 steps
 
@@ -23,8 +26,6 @@ class _Session:
     """One ns-3 network and its connections (a new ``open`` replaces it)."""
 
     def __init__(self, driver, spec, config) -> None:
-        from topoopt.netsim.ns3.network import plane_address
-
         self.plane_address = plane_address
         d = self.driver = driver
         d.Reset(1, int(config.seed))
@@ -103,10 +104,8 @@ def main() -> None:
         return pickle.loads(inp.read(size))
 
     try:
-        from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers)
         import cppyy
-
-        from topoopt.netsim.ns3._cxx import SOURCE
+        from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers)
 
         cppyy.cppdef(SOURCE)
         driver = cppyy.gbl.topoopt_ns3.Driver()

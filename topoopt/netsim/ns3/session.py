@@ -20,8 +20,8 @@ import numpy as np
 from topoopt.errors import TopoOptError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.network import PathPlanes, network_spec, plane_address
-from topoopt.netsim.wire import reverse_link_ids
 from topoopt.netsim.ns3.worker import Ns3Error, Ns3Worker, default_worker
+from topoopt.netsim.wire import reverse_link_ids
 
 __all__ = ["Dag", "DagBuilder", "DagResult", "Ns3Network", "FLOW", "TASK"]
 

@@ -34,13 +34,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
-from topoopt.react.runtime._torch import require_torch
 from topoopt.react.runtime.schedule import LocalSchedule, Step, local_schedule, lockstep_order
-
-torch, dist = require_torch()
 
 __all__ = ["FlowTimes", "RCollective", "all_reduce", "all_gather_into_tensor", "all_gather",
            "default_collective", "clock"]

@@ -18,12 +18,19 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from topoopt._require import require_choice, require_int, require_positive
-from topoopt.collectives import (build_pattern, multi_ring_allreduce, pattern_to_json,
-                                 ring_allreduce)
+from topoopt.collectives import (
+    build_pattern,
+    multi_ring_allreduce,
+    pattern_to_json,
+    ring_allreduce,
+)
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.critical import critical_paths
 from topoopt.react.loop import ReactParams
+from topoopt.react.runtime.launch import LaunchOptions, launch
+from topoopt.react.runtime.netem import NetnsTestbed, netns_supported
+from topoopt.react.runtime.tuner import assemble_batch
 
 __all__ = ["RunSpec", "SlowRank", "RuntimeResult", "run_runtime", "make_pattern",
            "critical_share", "COLLECTIVES"]
@@ -157,7 +164,6 @@ def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -
     import torch.distributed as dist
 
     from topoopt.react.runtime.react_collective import ReactCollective
-    from topoopt.react.runtime.tuner import assemble_batch
 
     rc = ReactCollective(pattern, tune=tune, params=spec.params, slack=spec.slack,
                          decision_timeout=spec.decision_timeout,
@@ -301,9 +307,6 @@ def run_runtime(spec: RunSpec, slow: SlowRank | None = None, *, network: str = "
     -------
     RuntimeResult
     """
-    from topoopt.react.runtime.launch import LaunchOptions, launch
-    from topoopt.react.runtime.netem import NetnsTestbed, netns_supported
-
     require_choice("network", network, ("auto", "loopback", "netns"))
     if slow is not None and slow.rank >= spec.nprocs:
         raise ConfigError("slow_rank", slow.rank, f"must be a rank in 0..{spec.nprocs - 1}")

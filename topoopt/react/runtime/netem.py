@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from topoopt._require import require_int
 from topoopt.errors import ConfigError, TopoOptError
+from topoopt.react.runtime.launch import LaunchOptions
+from topoopt.units import parse_bandwidth
 
 __all__ = ["NetnsTestbed", "netns_supported", "ExternalFlows", "parse_rate"]
 
@@ -78,8 +80,6 @@ print("sending", flush=True)
 
 def parse_rate(text: str | float, field: str = "rate") -> str:
     """A tc rate: bits/s as a number, or a string like ``1Gbps``, ``200Mbps``, ``1Gbit/s``."""
-    from topoopt.units import parse_bandwidth
-
     bps = float(text) if isinstance(text, (int, float)) else parse_bandwidth(str(text), field)
     if bps < 1e5:
         raise ConfigError(field, text, "give at least 100kbit/s")
@@ -248,8 +248,6 @@ class NetnsTestbed:
     def launch_options(self, **kw):
         """:class:`~topoopt.react.runtime.launch.LaunchOptions` placing rank i in
         namespace i, with gloo bound to its veth and rank 0's address as master."""
-        from topoopt.react.runtime.launch import LaunchOptions
-
         return LaunchOptions(master=self.addresses[0], netns=tuple(self.namespaces),
                              ifnames=tuple(self.ifnames), **kw)
 

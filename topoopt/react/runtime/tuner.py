@@ -32,6 +32,7 @@ from topoopt._require import require_int, require_positive
 from topoopt.collectives.ten import Pattern
 from topoopt.react.execution import BatchResult
 from topoopt.react.loop import Decision, ReactParams, leader_init, leader_step
+from topoopt.react.runtime._torch import require_torch
 
 __all__ = ["assemble_batch", "LeaderLogic", "RTuner", "boot_id"]
 
@@ -202,8 +203,6 @@ class RTuner:
     def __init__(self, pattern: Pattern, group=None, *, params: ReactParams = ReactParams(),
                  control_timeout: float = 30.0,
                  decide: Callable | None = None) -> None:
-        from topoopt.react.runtime._torch import require_torch
-
         self.torch, self.dist = require_torch()
         dist = self.dist
         require_positive("control_timeout", control_timeout)

@@ -1,4 +1,9 @@
-"""One training iteration of a plan on ns-3: the estimator's task graph with TCP flows.
+"""A plan on ns-3: one training iteration replayed with TCP flows, next to its prediction.
+
+:func:`replay_iteration` runs the estimator's task graph of a strategy on a fabric
+in ns-3; :func:`validate_plan` does it for every fabric a written plan compared
+(``topoopt validate DIR``), :func:`plan_inputs` being the thin reader of
+``DIR/plan.json`` it needs.
 
 :func:`replay_iteration` takes the FlexNet task graph that
 :func:`topoopt.estimate.build_iteration` builds for a strategy on a fabric (forward,
@@ -26,22 +31,44 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from topoopt._require import require_choice, require_int
 from topoopt.collectives import flow_dependencies, ring_allreduce
-from topoopt.errors import TopoOptError
-from topoopt.estimate import (FLOW_ALLREDUCE, EstimateCache, IterationEstimate, IterationGraph,
-                              build_iteration, summarize)
+from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
+from topoopt.estimate import (
+    FLOW_ALLREDUCE,
+    EstimateCache,
+    IterationEstimate,
+    IterationGraph,
+    build_iteration,
+    summarize,
+)
+from topoopt.fabrics import direct_connect
+from topoopt.fabrics.catalog import build_fabric
+from topoopt.fabrics.fabric import Fabric
 from topoopt.netsim import SimResult, simulate
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
-from topoopt.netsim.ns3.worker import Ns3Worker
+from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
+from topoopt.netsim.wire import WireModel, wire_workload
+from topoopt.plans.document import (
+    check_plan_document,
+    cluster_job_of,
+    read_plan,
+    rings_of,
+    routes_of,
+    strategy_of,
+    topology_of,
+)
+from topoopt.workloads import model_of
 
-__all__ = ["IterationReplay", "replay_iteration", "iteration_dag", "ring_orders",
-           "flow_endpoints"]
+__all__ = ["IterationReplay", "replay_iteration", "iteration_dag",
+           "flow_endpoints", "PlanInputs", "plan_inputs", "plan_fabric", "validate_plan"]
+
 
 
 @dataclass(frozen=True)
@@ -70,32 +97,6 @@ class IterationReplay:
         return self.flow.total / self.packet.total - 1.0
 
 
-def ring_orders(graph: IterationGraph, fabric,
-                rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None
-                ) -> list[tuple[int, ...]]:
-    """The ring order of every AllReduce flow of ``graph``, in the graph's flow order.
-
-    Follows :func:`topoopt.estimate.build_iteration`: per segment with parameters and
-    ``dp >= 2``, per parameter shard, the group's rings (``rings``, else the fabric's
-    plan rings, else the members in order).
-    """
-    if rings is None:
-        rings = fabric.info.get("rings")
-    out = []
-    for s in graph.segments:
-        cfg = s.config
-        if s.params == 0 or cfg.dp < 2:
-            continue
-        for b in range(cfg.mp):
-            members = tuple(sorted(cfg.replicas(b)))
-            out.extend(tuple(int(x) for x in o) for o in (rings or {}).get(members, (members,)))
-    ar = graph.flow_kind == FLOW_ALLREDUCE
-    if len(out) != int(ar.sum()) or not np.array_equal([len(o) for o in out],
-                                                       graph.hop_count[ar]):
-        raise TopoOptError("ring orders do not match the iteration graph's AllReduce flows")
-    return out
-
-
 def flow_endpoints(fabric, links: np.ndarray) -> tuple[int, int]:
     """Source and destination server of a flow from the links of its route (all paths):
     the one node that only sends, and the one that only receives."""
@@ -117,8 +118,8 @@ def _paths(fabric, s: int, d: int, ecmp: str, key: int) -> list[tuple[np.ndarray
     return [(options[min(i, len(options) - 1)][0], 1.0)]
 
 
-def iteration_dag(graph: IterationGraph, fabric, network: Ns3Network,
-                  rings=None, ecmp: str = "split", ring_mode: str = "hops"):
+def iteration_dag(graph: IterationGraph, fabric: Fabric, network: Ns3Network,
+                  ecmp: str = "split", ring_mode: str = "hops"):
     """The ns-3 DAG of an iteration graph.
 
     Returns
@@ -145,8 +146,7 @@ def iteration_dag(graph: IterationGraph, fabric, network: Ns3Network,
     prio[w.flow_node] = w.flow_node.astype(float)
     b.add_tasks(durations, resources, prio)          # ids 0..N-1, flows as joins
     orders = {int(node): order for node, order in
-              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE],
-                  ring_orders(graph, fabric, rings))}
+              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE], graph.ring_orders)}
     sub_of = np.full(N, -1, np.int64)
     sub_end = np.full(N, -1, np.int64)
     preds: dict[int, list[int]] = {}
@@ -234,9 +234,7 @@ def replay_iteration(model, strategy, cluster, job, fabric,
     t = time.perf_counter()
     work = graph.workload.compile()
     if wire is not None:
-        from topoopt.netsim.wire import wire_workload
-
-        ends = _workload_ends(graph, fabric, rings)
+        ends = _workload_ends(graph, fabric)
         work = wire_workload(work, fabric, ends[:, 0], ends[:, 1], wire)
     flow_res = simulate(fabric, work, check=False)
     flow_wall = time.perf_counter() - t
@@ -246,10 +244,10 @@ def replay_iteration(model, strategy, cluster, job, fabric,
                              flow_res.is_flow[:n], flow_res.size[:n], flow_res.t0,
                              float(np.nanmax(flow_res.finish[:n])) - flow_res.t0,
                              flow_res.events, flow_res.link_bytes, flow_res.background_bytes)
-    flow_est = summarize(graph, flow_res, fabric.name)
+    flow_est = summarize(graph, flow_res.start, flow_res.finish, flow_res.events, fabric.name)
 
     network = Ns3Network(fabric, config, worker)
-    dag, sub_of, sub_end = iteration_dag(graph, fabric, network, rings, ecmp, ring_mode)
+    dag, sub_of, sub_end = iteration_dag(graph, fabric, network, ecmp, ring_mode)
     wall0 = network.wall
     res = network.run([dag] * iterations, limit=limit)[-1]
     n = graph.workload.nodes
@@ -257,25 +255,17 @@ def replay_iteration(model, strategy, cluster, job, fabric,
     fl = np.flatnonzero(sub_of >= 0)
     for node in fl.tolist():
         start[node] = res.start[sub_of[node]:sub_end[node]].min()
-    w = graph.workload.compile()
-    size = np.full(n, np.nan)
-    size[w.flow_node] = w.flow_size
-    is_flow = np.zeros(n, bool)
-    is_flow[w.flow_node] = True
-    sim = SimResult(start, finish, np.full(n, np.nan), is_flow, size, 0.0,
-                    float(finish.max()) if n else 0.0, 0, np.zeros(fabric.links), np.zeros(0))
-    packet_est = summarize(graph, sim, fabric.name)
+    packet_est = summarize(graph, start, finish, 0, fabric.name)
     return IterationReplay(flow_est, packet_est, flow_wall, network.wall - wall0,
                            int(dag.size - n))
 
 
-def _workload_ends(graph: IterationGraph, fabric, rings) -> np.ndarray:
+def _workload_ends(graph: IterationGraph, fabric: Fabric) -> np.ndarray:
     """Source and destination server per flow of the compiled workload (for ACK routes;
     a ring's flow goes from its first member to its second)."""
     w = graph.workload.compile()
     orders = {int(node): o for node, o in
-              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE],
-                  ring_orders(graph, fabric, rings))}
+              zip(graph.flow_nodes[graph.flow_kind == FLOW_ALLREDUCE], graph.ring_orders)}
     out = np.zeros((w.flow_node.size, 2), np.int64)
     r = w.routes
     for fi, node in enumerate(w.flow_node.tolist()):
@@ -285,3 +275,102 @@ def _workload_ends(graph: IterationGraph, fabric, rings) -> np.ndarray:
             links = r.link[r.ptr[fi]:r.ptr[fi + 1]]
             out[fi] = flow_endpoints(fabric, links) if links.size else (0, 0)
     return out
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a replay needs from a plan: the job, every fabric's strategy, the shard."""
+
+    cluster: Any
+    job: Any
+    model: Any
+    strategies: Mapping[str, Any]
+    topology: Any
+    routes: Any
+    rings: Mapping[tuple[int, ...], tuple[tuple[int, ...], ...]]
+    predicted: Mapping[str, float]
+    seed: int
+
+
+def plan_inputs(directory: str | Path) -> PlanInputs:
+    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`)."""
+    doc = read_plan(directory)
+    check_plan_document(doc)
+    cluster, job = cluster_job_of(doc)
+    strategies = {"topoopt": strategy_of(doc["strategy"])}
+    for name, entry in doc.get("fabrics", {}).items():
+        strategies[name] = strategy_of(entry["strategy"])
+    return PlanInputs(cluster=cluster, job=job, model=model_of(job), strategies=strategies,
+                      topology=topology_of(doc), routes=routes_of(doc), rings=rings_of(doc),
+                      predicted={k: float(v) for k, v in doc["iteration_time_s"].items()},
+                      seed=int(doc.get("search", {}).get("seed", 0)))
+
+
+def plan_fabric(inputs: PlanInputs, name: str):
+    """The fabric ``name`` of a plan: the TopoOpt shard, or a catalog baseline."""
+    if name == "topoopt":
+        return direct_connect(inputs.topology, inputs.routes, optics="patch_panel",
+                              name="topoopt", rings=inputs.rings)
+    return build_fabric(name, inputs.cluster, seed=inputs.seed, job=inputs.job,
+                        model=inputs.model, strategy=inputs.strategies.get(name))
+
+
+def validate_plan(directory: str | Path, fabrics: Sequence[str] | None = None,
+                  config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
+                  iterations: int = 2, ring_mode: str = "hops", ecmp: str = "split",
+                  wire: bool = True, progress=None) -> list[dict]:
+    """Replay the plan's iteration on each fabric at flow level and on ns-3.
+
+    Parameters
+    ----------
+    directory : path
+        Holds ``plan.json``.
+    fabrics : sequence of str, optional
+        Default: every fabric the plan has a predicted time for.
+    config : Ns3Config
+    worker : Ns3Worker, optional
+    iterations, ring_mode, ecmp
+        See :func:`replay_iteration`.
+    wire : bool
+        Include packet overheads (headers, ACKs; :mod:`topoopt.netsim.wire`) in the
+        flow-level column.
+    progress : callable, optional
+        Called with each row as it is done.
+
+    Returns
+    -------
+    list of dict
+        Per fabric: ``fabric``, ``predicted_s`` (plan.json), ``flow_s``, ``ns3_s``,
+        ``error`` (flow / ns-3 - 1), ``predicted_error``, ``flow_wall_s``,
+        ``ns3_wall_s``, ``flows`` and the breakdowns.
+    """
+    require_ns3()
+    inputs = plan_inputs(directory)
+    names = list(fabrics) if fabrics else list(inputs.predicted)
+    for n in names:
+        if n not in inputs.strategies:
+            raise ConfigError("--fabric", n, f"the plan has {', '.join(inputs.strategies)}")
+    model = None
+    if wire:
+        model = WireModel(mtu=config.mtu)
+    rows = []
+    for name in names:
+        fabric = plan_fabric(inputs, name)
+        if fabric.servers != inputs.cluster.servers:
+            raise PlanCheckError(f"fabric {name} has {fabric.servers} servers, the plan "
+                                 f"{inputs.cluster.servers}")
+        rings = inputs.rings if name == "topoopt" else None
+        r = replay_iteration(inputs.model, inputs.strategies[name], inputs.cluster,
+                             inputs.job, fabric, rings=rings, config=config, worker=worker,
+                             iterations=iterations, ecmp=ecmp, ring_mode=ring_mode,
+                             wire=model)
+        pred = inputs.predicted.get(name, float("nan"))
+        row = {"fabric": name, "predicted_s": pred, "flow_s": r.flow.total,
+               "ns3_s": r.packet.total, "error": r.error,
+               "predicted_error": pred / r.packet.total - 1.0,
+               "flow_wall_s": r.flow_wall, "ns3_wall_s": r.packet_wall, "flows": r.flows,
+               "flow": r.flow.to_json(), "ns3": r.packet.to_json()}
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows

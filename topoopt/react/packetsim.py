@@ -1,4 +1,5 @@
-"""REACT's executor on ns-3: epochs of collective patterns as TCP flows (REACT §7.3).
+"""REACT on ns-3: epochs of collective patterns as TCP flows, and REACT's scenarios
+(§7.3) run there with the same set-up and loop as the flow-level runs.
 
 The packet-level twin of :class:`topoopt.react.flowsim.JobsExecutor`: same placements,
 same ECMP model and draws (every flow owns ``ports`` connections hashed onto equal-cost
@@ -13,7 +14,7 @@ greedy flows persist across epochs and across :meth:`run` calls.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -21,18 +22,13 @@ from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
-from topoopt.netsim.ns3.worker import Ns3Worker
+from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
 from topoopt.react.execution import BatchResult
-from topoopt.react.flowsim import BackgroundFlows, _Router, check_placements
+from topoopt.react.flowsim import BackgroundFlows, EcmpRouter, check_placements
+from topoopt.react.loop import ReactParams
+from topoopt.react.scenarios import Scenario, ScenarioResult, compare_runs, scenario_setup
 
-__all__ = ["Ns3JobsExecutor", "Ns3Executor", "epoch_port_choices"]
-
-
-def epoch_port_choices(seed: int, job: int, epoch: int, flows: int, ports: int) -> np.ndarray:
-    """The connection each flow uses in an epoch: the draw of the flow-level executor
-    (``topoopt.react.flowsim``), so both backends route an epoch identically."""
-    rng = np.random.default_rng([seed, job, epoch, 7])
-    return rng.integers(0, ports, size=flows)
+__all__ = ["Ns3JobsExecutor", "Ns3Executor", "run_scenario_ns3"]
 
 
 class Ns3JobsExecutor:
@@ -65,7 +61,7 @@ class Ns3JobsExecutor:
         self.fabric = fabric
         self.placements = check_placements(fabric, placements)
         self.background = tuple(background)
-        self.router = _Router(fabric, ports, seed)
+        self.router = EcmpRouter(fabric, ports, seed)
         self.network = Ns3Network(fabric, config, worker)
         self.config = config
         self.limit = float(limit)
@@ -75,8 +71,7 @@ class Ns3JobsExecutor:
 
     def _flow_conns(self, job: int, pattern: Pattern, place: np.ndarray) -> np.ndarray:
         src, dst = place[pattern.src], place[pattern.dst]
-        choice = epoch_port_choices(self.router.seed, job, self.epoch, len(src),
-                                    self.router.ports)
+        choice = self.router.epoch_choices(job, self.epoch, len(src))
         conns = np.empty(len(src), np.int64)
         for e, (a, b, c) in enumerate(zip(src.tolist(), dst.tolist(), choice.tolist())):
             path = self.router.connections(job, e, a, b)[c]
@@ -174,3 +169,26 @@ class Ns3Executor:
 
     def run(self, pattern: Pattern, epochs: int) -> BatchResult:
         return self._jobs.run_many([pattern], epochs)[0]
+
+
+def run_scenario_ns3(sc: Scenario, params: ReactParams = ReactParams(),
+                     config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
+                     rings: Sequence[Sequence[int]] | None = None, fabric=None,
+                     progress: Callable[[str, int], None] | None = None
+                     ) -> ScenarioResult:
+    """Run a scenario without and with REACT on ns-3 (one after the other, on fresh
+    networks with the same seeds and ECMP draws) and compare.
+
+    The packet-level twin of :func:`topoopt.react.scenarios.run_scenario`: the fabric,
+    placement, external flows and pattern come from
+    :func:`~topoopt.react.scenarios.scenario_setup`; the executor is
+    :class:`Ns3Executor`. ``progress(stage, epochs_done)``
+    as in :func:`~topoopt.react.scenarios.run_scenario`.
+    """
+    require_ns3()
+    fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
+
+    def make() -> Ns3Executor:
+        return Ns3Executor(fabric, placement, background, sc.ports, sc.seed, config, worker)
+
+    return compare_runs(sc, pattern, make, params, progress)

@@ -1,0 +1,148 @@
+"""Fused segments of a strategy (chains of operators run as one task per server) and the
+per-operator pieces the estimator memoizes across strategies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from topoopt.cluster import Cluster, Job
+from topoopt.compute import op_time
+from topoopt.model import Model, Operator
+from topoopt.strategy import OpConfig, Strategy
+from topoopt.traffic import edge_transfers
+
+__all__ = ["Segment", "EstimateCache", "fuse_operators", "update_time"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A chain of consecutive operators with one parallel config, run as one task
+    per server (fused: no MP between them, and only the chain ends talk outside).
+
+    Attributes
+    ----------
+    ops : tuple of int
+        Operator indices, in order.
+    config : OpConfig
+    fwd, bwd : float
+        Seconds per server (sum over the chain).
+    update : float
+        Seconds per server of the weight update (0 when nothing is updated densely).
+    params : int
+        Parameters of the chain (elements).
+    """
+
+    ops: tuple[int, ...]
+    config: OpConfig
+    fwd: float
+    bwd: float
+    update: float
+    params: int
+
+
+class EstimateCache:
+    """Memo of the per-operator pieces that do not change when a strategy changes
+    elsewhere: compute times keyed by (op, config) and MP transfers keyed by
+    (edge, producer config, consumer config). One cache per (model, cluster, job)."""
+
+    def __init__(self, model: Model, cluster: Cluster, job: Job) -> None:
+        self.key = (id(model), cluster, job)
+        self.times: dict = {}
+        self.transfers: dict = {}
+        self.consumers = _consumers(model)
+
+    # Keys use the configs' identities (hashing a config hashes its server tuple);
+    # the cached entry keeps the config alive, so its id cannot be reused.
+    #: Entries kept per memo before it is cleared (bounds memory on long searches).
+    limit = 200_000
+
+    def op_time(self, model, i: int, cfg: OpConfig, cluster, job) -> tuple[float, float]:
+        hit = self.times.get((i, id(cfg)))
+        if hit is None or hit[0] is not cfg:
+            if len(self.times) >= self.limit:
+                self.times.clear()
+            t = op_time(model.operators[i], cfg, cluster, job.precision, job.dtype_bytes,
+                        job.global_batch(cluster))
+            hit = (cfg, t, update_time(model.operators[i], cfg, cluster, job))
+            self.times[(i, id(cfg))] = hit
+        return hit[1]
+
+    def update_time(self, model, i: int, cfg: OpConfig, cluster, job) -> float:
+        self.op_time(model, i, cfg, cluster, job)
+        return self.times[(i, id(cfg))][2]
+
+    def edge(self, model, e: int, u: int, cu: OpConfig, cv: OpConfig, cluster, job):
+        key = (e, id(cu), id(cv))
+        hit = self.transfers.get(key)
+        if hit is None or hit[0] is not cu or hit[1] is not cv:
+            if len(self.transfers) >= self.limit:
+                self.transfers.clear()
+            tensor = model.operators[u].out_elems * job.global_batch(cluster) * job.dtype_bytes
+            hit = (cu, cv, edge_transfers(cu, cv, tensor))
+            self.transfers[key] = hit
+        return hit[2]
+
+
+def _consumers(model) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in model.operators]
+    for u, v in model.edges:
+        out[u].append(v)
+    return out
+
+
+def update_time(op: Operator, cfg: OpConfig, cluster: Cluster, job: Job) -> float:
+    """SGD update: read weights and gradients, write weights, over HBM. Embedding
+    shards that are not replicated are updated sparsely inside their backward."""
+    if op.params == 0 or (op.kind == "embedding" and cfg.dp == 1):
+        return 0.0
+    rate = cluster.gpu.hbm_bandwidth / 8 * cluster.gpus_per_server * cluster.memory_efficiency
+    return 3.0 * op.params / cfg.mp * job.dtype_bytes / rate
+
+
+def fuse_operators(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
+                   cache: EstimateCache | None = None
+                   ) -> tuple[tuple[Segment, ...], np.ndarray]:
+    """Group the operators into fused segments.
+
+    Operator ``v`` joins the segment of the operator ``u`` before it when ``v``'s
+    only input is ``u``, ``u``'s only consumer is ``v``, both have the same config
+    and that config has ``mp = 1`` (so no transfer between them). Operators of kind
+    ``input`` (data loaders) get no segment.
+
+    Returns
+    -------
+    segments : tuple of Segment
+        In topological order.
+    segment_of : ndarray of int, shape (operators,)
+        Segment index per operator (-1 for inputs).
+    """
+    cache = cache or EstimateCache(model, cluster, job)
+    ops, cfgs = model.operators, strategy.configs
+    pos = {op.name: i for i, op in enumerate(ops)}
+    consumers = cache.consumers
+    seg_of = np.full(len(ops), -1, np.int64)
+    groups: list[list[int]] = []
+    for v, op in enumerate(ops):
+        if op.kind == "input":
+            continue
+        if groups:
+            last = groups[-1][-1]
+            if (len(op.inputs) == 1 and pos[op.inputs[0]] == last and consumers[last] == [v]
+                    and cfgs[last] == cfgs[v] and cfgs[v].mp == 1):
+                groups[-1].append(v)
+                seg_of[v] = len(groups) - 1
+                continue
+        groups.append([v])
+        seg_of[v] = len(groups) - 1
+    segments = []
+    for g in groups:
+        cfg = cfgs[g[0]]
+        fb = [cache.op_time(model, i, cfg, cluster, job) for i in g]
+        segments.append(Segment(tuple(g), cfg, float(sum(f for f, _ in fb)),
+                                float(sum(b for _, b in fb)),
+                                float(sum(cache.update_time(model, i, cfg, cluster, job)
+                                          for i in g)),
+                                int(sum(ops[i].params for i in g))))
+    return tuple(segments), seg_of
