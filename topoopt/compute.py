@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from topoopt.cluster import Cluster, Job
+from topoopt.model import Model, Operator
 from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["op_time", "compute_times", "server_compute_time"]
 
 
-def op_time(op, config: OpConfig, cluster, precision: str, dtype_bytes: int,
+def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dtype_bytes: int,
             global_batch: int) -> tuple[float, float]:
     """Forward and backward seconds of ``op`` on each of ``config``'s servers.
 
@@ -32,14 +34,14 @@ def op_time(op, config: OpConfig, cluster, precision: str, dtype_bytes: int,
     return op.fwd_flops * scale, op.bwd_flops * scale
 
 
-def compute_times(model, strategy: Strategy, cluster, job) -> np.ndarray:
+def compute_times(model: Model, strategy: Strategy, cluster: Cluster, job: Job) -> np.ndarray:
     """Array of shape ``(operators, 2)``: forward/backward seconds per server of each op."""
     batch = job.global_batch(cluster)
     return np.array([op_time(op, cfg, cluster, job.precision, job.dtype_bytes, batch)
                      for op, cfg in zip(model.operators, strategy.configs)])
 
 
-def server_compute_time(model, strategy: Strategy, cluster, job) -> np.ndarray:
+def server_compute_time(model: Model, strategy: Strategy, cluster: Cluster, job: Job) -> np.ndarray:
     """Total compute seconds per server per iteration (no overlap, no communication)."""
     times = compute_times(model, strategy, cluster, job).sum(axis=1)
     total = np.zeros(cluster.servers)

@@ -16,6 +16,7 @@ from topoopt._frozen import FrozenDict
 from topoopt._require import require_choice, require_keys
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
+from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_of
 
@@ -49,6 +50,11 @@ class Config:
     cost: Mapping[str, Any] = field(default_factory=dict)
     react: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
+
+    @property
+    def model(self) -> Model:
+        """The job's operator graph (:func:`topoopt.workloads.model_of`)."""
+        return model_of(self.job)
 
 
 def _table(doc: Mapping, name: str, required: bool) -> dict:

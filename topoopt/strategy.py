@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from topoopt.errors import ConfigError
+from topoopt.model import Model
 
 __all__ = ["OpConfig", "Strategy", "data_parallel", "hybrid", "check_strategy",
            "memory_per_server"]
@@ -67,19 +68,19 @@ class Strategy:
         configs = self.configs[:i] + (config,) + self.configs[i + 1:]
         return Strategy(configs, self.name if name is None else name)
 
-    def to_json(self, model) -> list[dict]:
+    def to_json(self, model: Model) -> list[dict]:
         """One ``{"op", "servers", "dp", "mp"}`` record per operator."""
         return [{"op": op.name, "servers": list(c.servers), "dp": c.dp, "mp": c.mp}
                 for op, c in zip(model.operators, self.configs)]
 
 
-def data_parallel(model, servers: int) -> Strategy:
+def data_parallel(model: Model, servers: int) -> Strategy:
     """Every operator replicated on all ``servers``, batch split evenly (pure DP)."""
     everyone = OpConfig(tuple(range(servers)), dp=servers, mp=1)
     return Strategy(tuple(everyone for _ in model.operators), name="dp")
 
 
-def hybrid(model, servers: int, placement: Mapping[str, int] | None = None) -> Strategy:
+def hybrid(model: Model, servers: int, placement: Mapping[str, int] | None = None) -> Strategy:
     """DLRM's hybrid strategy (TopoOpt §2): embedding tables model-parallel, rest DP.
 
     Parameters
@@ -105,7 +106,7 @@ def hybrid(model, servers: int, placement: Mapping[str, int] | None = None) -> S
     return Strategy(configs, name="hybrid")
 
 
-def memory_per_server(model, strategy: Strategy, servers: int, dtype_bytes: int,
+def memory_per_server(model: Model, strategy: Strategy, servers: int, dtype_bytes: int,
                       global_batch: int) -> list[float]:
     """Bytes each server holds: weights (+ gradients for dense ops) and activations.
 
@@ -123,7 +124,7 @@ def memory_per_server(model, strategy: Strategy, servers: int, dtype_bytes: int,
     return mem
 
 
-def check_strategy(model, strategy: Strategy, servers: int, global_batch: int | None = None,
+def check_strategy(model: Model, strategy: Strategy, servers: int, global_batch: int | None = None,
                    memory_limit: float | None = None, dtype_bytes: int = 4) -> None:
     """Raise :class:`ConfigError` unless ``strategy`` is a valid strategy for ``model``.
 

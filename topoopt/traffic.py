@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from topoopt.model import Model
 from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["AllReduceGroup", "Transfers", "Traffic", "derive_traffic", "edge_transfers",
@@ -156,7 +157,7 @@ def edge_transfers(producer: OpConfig, consumer: OpConfig, tensor_bytes: float
             cells[rows, cols])
 
 
-def allreduce_groups(model, strategy: Strategy, dtype_bytes: int) -> tuple[AllReduceGroup, ...]:
+def allreduce_groups(model: Model, strategy: Strategy, dtype_bytes: int) -> tuple[AllReduceGroup, ...]:
     """AllReduce groups of a strategy, merged by member set, sorted by size then members."""
     merged: dict[tuple[int, ...], list] = {}
     for op, cfg in zip(model.operators, strategy.configs):
@@ -172,7 +173,7 @@ def allreduce_groups(model, strategy: Strategy, dtype_bytes: int) -> tuple[AllRe
     return tuple(sorted(groups, key=lambda g: (-len(g.members), g.members)))
 
 
-def derive_traffic(model, strategy: Strategy, servers: int, global_batch: int,
+def derive_traffic(model: Model, strategy: Strategy, servers: int, global_batch: int,
                    dtype_bytes: int) -> Traffic:
     """AllReduce groups and MP transfers of one training iteration.
 

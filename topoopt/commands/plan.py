@@ -15,8 +15,10 @@ from topoopt.executor import make_executor
 from topoopt.export.plan_dir import check_plan_dir, write_plan
 from topoopt.fabrics.cost import price_table
 from topoopt.interrupt import graceful_interrupt
+from topoopt.model import Model
 from topoopt.planners.planner import plan as make_plan
 from topoopt.plans import BASELINES
+from topoopt.strategy import Strategy
 from topoopt.units import format_time
 
 __all__ = ["plan", "PLAN_KEYS", "plan_settings"]
@@ -63,7 +65,7 @@ class _Progress(ProgressLine):
         self.update(stage, f"{moves} moves, best {format_time(best)}")
 
 
-def _strategy_summary(model, strategy, servers: int) -> str:
+def _strategy_summary(model: Model, strategy: Strategy, servers: int) -> str:
     """Operators by kind of config: DP on all servers, DP on fewer, model parallel."""
     kinds = {"dp-all": 0, "dp-part": 0, "mp": 0}
     for op, cfg in zip(model.operators, strategy.configs):

@@ -14,6 +14,7 @@ from topoopt.commands._common import (
     read_config,
     strategy_option,
 )
+from topoopt.config import Config
 from topoopt.estimate import EstimateCache, estimate_iteration
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import fabric_cost, price_table
@@ -22,7 +23,7 @@ from topoopt.units import format_bandwidth, format_time
 __all__ = ["simulate", "simulate_fabrics"]
 
 
-def simulate_fabrics(cfg, strategy_name: str, fabrics: list[str], seed: int = 0,
+def simulate_fabrics(cfg: Config, strategy_name: str, fabrics: list[str], seed: int = 0,
                      overlap: bool = True, mp_flows: str = "auto") -> dict:
     """Estimate one iteration of ``cfg``'s job and price each named fabric.
 

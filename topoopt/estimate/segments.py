@@ -58,7 +58,7 @@ class EstimateCache:
     #: Entries kept per memo before it is cleared (bounds memory on long searches).
     limit = 200_000
 
-    def op_time(self, model, i: int, cfg: OpConfig, cluster, job) -> tuple[float, float]:
+    def op_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster, job: Job) -> tuple[float, float]:
         hit = self.times.get((i, id(cfg)))
         if hit is None or hit[0] is not cfg:
             if len(self.times) >= self.limit:
@@ -69,11 +69,11 @@ class EstimateCache:
             self.times[(i, id(cfg))] = hit
         return hit[1]
 
-    def update_time(self, model, i: int, cfg: OpConfig, cluster, job) -> float:
+    def update_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster, job: Job) -> float:
         self.op_time(model, i, cfg, cluster, job)
         return self.times[(i, id(cfg))][2]
 
-    def edge(self, model, e: int, u: int, cu: OpConfig, cv: OpConfig, cluster, job):
+    def edge(self, model: Model, e: int, u: int, cu: OpConfig, cv: OpConfig, cluster: Cluster, job: Job):
         key = (e, id(cu), id(cv))
         hit = self.transfers.get(key)
         if hit is None or hit[0] is not cu or hit[1] is not cv:
@@ -85,7 +85,7 @@ class EstimateCache:
         return hit[2]
 
 
-def _consumers(model) -> list[list[int]]:
+def _consumers(model: Model) -> list[list[int]]:
     out: list[list[int]] = [[] for _ in model.operators]
     for u, v in model.edges:
         out[u].append(v)

@@ -8,6 +8,7 @@ import numpy as np
 
 from topoopt._io import atomic_path
 from topoopt.errors import TopoOptError
+from topoopt.plans.document import Plan
 from topoopt.traffic import derive_traffic
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
@@ -52,7 +53,7 @@ def plot_heatmap(matrix: np.ndarray, title: str, path: str) -> None:
     plt.close(fig)
 
 
-def plot_topology(plan, title: str, path: str) -> None:
+def plot_topology(plan: Plan, title: str, path: str) -> None:
     """Draw servers on a circle, links as chords coloured by ring stride (MP in black)."""
     from matplotlib.collections import LineCollection
 
@@ -104,7 +105,7 @@ def plot_fabrics(names: list[str], times: list[float], costs: list[float], title
     plt.close(fig)
 
 
-def write_plan_plots(plan, directory: str | Path) -> list[Path]:
+def write_plan_plots(plan: Plan, directory: str | Path) -> list[Path]:
     """The pictures of a plan: traffic before/after (TopoOpt Figures 8/9), topology, fabrics.
 
     ``traffic_before.png`` is the start strategy's traffic with one ring per AllReduce

@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, cost_equivalent_bandwidth
 from topoopt.fabrics.direct import direct_connect, expander
 from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.switched import fat_tree, ideal_switch
 from topoopt.finder.topology_finder import topology_finder
+from topoopt.model import Model
+from topoopt.strategy import Strategy
 from topoopt.traffic import derive_traffic
 
 __all__ = ["FabricContext", "FabricSpec", "FABRICS", "build_fabric", "register_fabric"]
@@ -104,8 +107,8 @@ register_fabric(FabricSpec("expander", "Expander, random d-regular (d x B ports)
 FABRICS: Mapping[str, FabricSpec] = MappingProxyType(_REGISTRY)
 
 
-def build_fabric(name: str, cluster, prices: PriceTable = DEFAULT_PRICES, seed: int = 0,
-                 job=None, model=None, strategy=None) -> Fabric:
+def build_fabric(name: str, cluster: Cluster, prices: PriceTable = DEFAULT_PRICES, seed: int = 0,
+                 job: Job | None = None, model: Model | None = None, strategy: Strategy | None = None) -> Fabric:
     """Build the fabric called ``name`` (see :data:`FABRICS`) for ``cluster``.
 
     ``job``, ``model`` and ``strategy`` are needed by ``"topoopt"`` only (its

@@ -30,6 +30,7 @@ from scipy.optimize import brentq
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import ConfigError
+from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.switched import fat_tree
 from topoopt.units import format_bandwidth, parse_bandwidth
 
@@ -274,7 +275,7 @@ def _direct_bill(servers: int, ports: int, port_bandwidth: float, optics: str) -
     return bill
 
 
-def bill_of_materials(fabric) -> tuple[Bill, str]:
+def bill_of_materials(fabric: Fabric) -> tuple[Bill, str]:
     """Component counts of a :class:`~topoopt.fabrics.Fabric`, and a note on how."""
     if fabric.info.get("cost_as") == "fattree":
         ft = fat_tree(fabric.servers, fabric.server_bandwidth)
@@ -297,7 +298,7 @@ def _price_bill(name: str, servers: int, bill: Bill, prices: PriceTable, note: s
     return CostReport(name, servers, items, note)
 
 
-def fabric_cost(fabric, prices: PriceTable = DEFAULT_PRICES) -> CostReport:
+def fabric_cost(fabric: Fabric, prices: PriceTable = DEFAULT_PRICES) -> CostReport:
     """Price a fabric's bill of materials.
 
     Parameters

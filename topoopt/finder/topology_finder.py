@@ -34,6 +34,7 @@ from topoopt.topology.topology import (
     check_routes,
     check_topology,
 )
+from topoopt.traffic import Traffic
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
@@ -182,7 +183,7 @@ def _matching_weights(demand: np.ndarray, dist: np.ndarray, rng) -> np.ndarray:
     return np.where(pos, w, 0)
 
 
-def _build(traffic, n: int, d: int, bandwidth: float, latency: float, primes_only: bool,
+def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float, primes_only: bool,
            decay, seed: int, backbone: bool, matching: str, d_ar: int | None = None):
     rng = np.random.default_rng(seed)
     b = _Builder(n, d)
@@ -291,7 +292,7 @@ def _merge(contribs: list[tuple[tuple[int, ...], float]]):
     return tuple((p, v / total) for p, v in sorted(agg.items()) if v > 0)
 
 
-def _mp_routes_reference(traffic, topo, dist, direct, contribs, routing, k_paths,
+def _mp_routes_reference(traffic: Traffic, topo, dist, direct, contribs, routing, k_paths,
                          max_extra_hops) -> tuple[Routes, float | None]:
     """Step 4b with a tuple per path (kept as the reference for :func:`_mp_routes`)."""
     src, dst = np.nonzero(traffic.mp)
@@ -316,7 +317,7 @@ def _mp_routes_reference(traffic, topo, dist, direct, contribs, routing, k_paths
     return Routes(merged), mp_max_load
 
 
-def _mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
+def _mp_routes(traffic: Traffic, topo, dist, direct, contribs, routing, k_paths,
                max_extra_hops) -> tuple[Routes, float | None]:
     """Step 4b on arrays: MP routes stay :class:`RouteArrays`; only the few pairs that
     also carry ring bytes are merged as tuples. Equal to :func:`_mp_routes_reference`
@@ -345,7 +346,7 @@ def _mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
     return Routes(mp_arr).merge(Routes(merged)), mp_max_load
 
 
-def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
+def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: float,
                     link_latency: float = 1e-6, *, primes_only: bool = False,
                     mp_decay: float | Callable[[float, int], float] = 0.5, k_paths: int = 4,
                     routing: str = "kshortest", max_extra_hops: int | None = 0,
@@ -531,7 +532,7 @@ def topology_finder(traffic, servers: int, ports: int, link_bandwidth: float,
                         routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
 
 
-def check_topology_plan(plan: TopologyPlan, traffic) -> None:
+def check_topology_plan(plan: TopologyPlan, traffic: Traffic) -> None:
     """Raise :class:`PlanCheckError` unless the plan is consistent with ``traffic``.
 
     Checks: ports (no port transmits or receives twice, at most d per server), one
@@ -586,7 +587,7 @@ def check_topology_plan(plan: TopologyPlan, traffic) -> None:
         raise PlanCheckError("the topology is not strongly connected")
 
 
-def extend_plan(plan: TopologyPlan, traffic) -> TopologyPlan:
+def extend_plan(plan: TopologyPlan, traffic: Traffic) -> TopologyPlan:
     """The same topology, with rings and routes for traffic it was not built for.
 
     The MCMC may change the strategy on a fixed topology (TopoOpt §4: the Comp x Comm

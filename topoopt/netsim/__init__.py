@@ -25,21 +25,29 @@ Units: bytes, seconds, bits/s. Flow model and its limits: see :func:`simulate`.
 The packet-level backend is ``topoopt.netsim.ns3`` (optional extra ``packet``).
 """
 
-from topoopt.netsim.engine import Network, SimResult, SimulationError, simulate
+from topoopt.netsim.engine import (
+                                   LinkNetwork,
+                                   Network,
+                                   RoutedNetwork,
+                                   SimResult,
+                                   SimulationError,
+                                   simulate,
+)
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
 from topoopt.netsim.wire import PACKET_WIRE, WireModel, wire_backgrounds, wire_workload
 from topoopt.netsim.workload import (
-                                     NO_RESOURCE,
-                                     Background,
-                                     CapacityChange,
-                                     CompiledWorkload,
-                                     FlowRoutes,
-                                     Workload,
-                                     check_workload,
-                                     degrade,
+                                   NO_RESOURCE,
+                                   Background,
+                                   CapacityChange,
+                                   CompiledWorkload,
+                                   FlowRoutes,
+                                   Workload,
+                                   check_workload,
+                                   degrade,
 )
 
-__all__ = ["Network", "SimResult", "SimulationError", "simulate", "max_min_rates", "gather_rows",
+__all__ = ["Network", "LinkNetwork", "RoutedNetwork", "SimResult", "SimulationError",
+           "simulate", "max_min_rates", "gather_rows",
            "Workload", "CompiledWorkload", "FlowRoutes", "Background", "CapacityChange",
            "degrade", "check_workload", "NO_RESOURCE", "WireModel", "PACKET_WIRE",
            "wire_workload", "wire_backgrounds"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt.netsim.engine import SimResult, SimulationError, simulate
+from topoopt.netsim.engine import LinkNetwork, SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows, max_min_rates
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
@@ -238,7 +238,7 @@ def dag_arrays(workload: CompiledWorkload, link_latency: np.ndarray) -> DagArray
                      np.bincount(w.dep_after, minlength=n), w.task_node[has][q])
 
 
-def simulate_dag(network, workload: Workload | CompiledWorkload, *, check: bool = True,
+def simulate_dag(network: LinkNetwork, workload: Workload | CompiledWorkload, *, check: bool = True,
                  memo: RateMemo | None = None) -> SimResult:
     """Run a dependency graph of flows and tasks to completion, like :func:`simulate`.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -20,7 +20,8 @@ from topoopt.netsim.workload import (
     check_workload,
 )
 
-__all__ = ["Network", "SimResult", "SimulationError", "simulate"]
+__all__ = ["Network", "LinkNetwork", "RoutedNetwork", "SimResult", "SimulationError",
+           "simulate"]
 
 # Blocked (waiting for predecessors), waiting for release, queued on a resource,
 # running (task) or transmitting (flow), delivering (flow latency), done.
@@ -29,6 +30,38 @@ _BLOCKED, _WAIT, _QUEUED, _RUN, _DELIVER, _DONE = range(6)
 
 class SimulationError(TopoOptError):
     """The workload cannot finish: a dependency cycle, or flows stuck on dead links."""
+
+
+class LinkNetwork(Protocol):
+    """What the simulators read of a network: per directed link, capacity (bits/s) and
+    latency (s). :class:`Network` and :class:`topoopt.fabrics.Fabric` are ones."""
+
+    @property
+    def capacity(self) -> np.ndarray: ...
+
+    @property
+    def latency(self) -> np.ndarray: ...
+
+
+class RoutedNetwork(LinkNetwork, Protocol):
+    """A network of servers ``0..servers-1`` and switches that routes flows between
+    servers: what the packet-level backend and the wire model read of a
+    :class:`topoopt.fabrics.Fabric` (the simulators never import the fabrics)."""
+
+    name: str
+    servers: int
+    nodes: int
+
+    @property
+    def src(self) -> np.ndarray: ...
+
+    @property
+    def dst(self) -> np.ndarray: ...
+
+    def route(self, src, dst, random: bool = False, seed: int | None = 0) -> FlowRoutes: ...
+
+    def paths(self, src: int, dst: int, random: bool = False, seed: int | None = 0
+              ) -> list[tuple[np.ndarray, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -146,7 +179,7 @@ def _state_after(bg: Background, t: float) -> bool:
     return bg.active(t + nudge)
 
 
-def simulate(network, workload: Workload | CompiledWorkload,
+def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
              background: Sequence[Background] = (),
              capacity_changes: Sequence[CapacityChange] = (), *, t0: float = 0.0,
              check: bool = True) -> SimResult:

@@ -25,6 +25,7 @@ import numpy as np
 
 from topoopt._require import require_int
 from topoopt.errors import ConfigError
+from topoopt.netsim.engine import RoutedNetwork
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import Background, CompiledWorkload, FlowRoutes
 
@@ -115,7 +116,7 @@ def reverse_link_ids(src, dst) -> np.ndarray:
     return np.where(sk[pos] == want, order[pos], -1)
 
 
-def ack_routes(fabric, routes: FlowRoutes, src, dst) -> FlowRoutes:
+def ack_routes(fabric: RoutedNetwork, routes: FlowRoutes, src, dst) -> FlowRoutes:
     """Where each flow's ACKs go: the reverse of its route when every link has a
     reverse link, else the fabric's own ``dst -> src`` route (ECMP weights)."""
     rev = reverse_link_ids(fabric.src, fabric.dst)
@@ -151,7 +152,7 @@ def _replace_rows(base: FlowRoutes, rows: np.ndarray, other: FlowRoutes) -> Flow
                       cat(parts_l, np.int64), cat(parts_w, float))
 
 
-def wire_workload(work: CompiledWorkload, fabric, src, dst,
+def wire_workload(work: CompiledWorkload, fabric: RoutedNetwork, src, dst,
                   model: WireModel = PACKET_WIRE) -> CompiledWorkload:
     """A workload with wire bytes for flow sizes and an ACK companion per flow.
 
@@ -213,7 +214,7 @@ def wire_workload(work: CompiledWorkload, fabric, src, dst,
         dep_after=np.concatenate([work.dep_after, comp_of[work.dep_after[hit]]]))
 
 
-def wire_backgrounds(backgrounds, fabric, ends, model: WireModel = PACKET_WIRE) -> list:
+def wire_backgrounds(backgrounds, fabric: RoutedNetwork, ends, model: WireModel = PACKET_WIRE) -> list:
     """External greedy flows plus their ACK companions.
 
     Each ``Background`` in ``backgrounds`` (``ends[i]`` = its source and destination

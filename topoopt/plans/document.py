@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from topoopt.cluster import Cluster, Job
 from topoopt.config import parse_config
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.routing.metrics import topology_metrics
@@ -88,9 +89,14 @@ class Plan:
     source: str = ""
 
     @property
-    def strategy(self):
+    def strategy(self) -> Strategy:
         """The TopoOpt shard's strategy."""
         return self.fabric("topoopt").strategy
+
+    @property
+    def iteration_time_s(self) -> dict[str, float]:
+        """Predicted seconds per iteration on every fabric (``plan.json``'s key)."""
+        return {f.name: f.estimate.total for f in self.fabrics}
 
     def fabric(self, name: str) -> FabricResult:
         """The result of the fabric called ``name``."""
@@ -109,7 +115,7 @@ def _cluster_json(c) -> dict:
             "memory_efficiency": c.memory_efficiency}
 
 
-def _job_json(job, cluster) -> dict:
+def _job_json(job: Job, cluster: Cluster) -> dict:
     out = {"model": job.model, "batch_per_gpu": job.batch_per_gpu, "precision": job.precision,
            "size": dict(job.size), "global_batch": job.global_batch(cluster)}
     if job.operators:

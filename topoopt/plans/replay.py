@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from topoopt._require import require_choice, require_int
+from topoopt.cluster import Cluster, Job
 from topoopt.collectives import flow_dependencies, ring_allreduce
 from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
 from topoopt.estimate import (
@@ -50,6 +51,7 @@ from topoopt.estimate import (
 from topoopt.fabrics import direct_connect
 from topoopt.fabrics.catalog import build_fabric
 from topoopt.fabrics.fabric import Fabric
+from topoopt.model import Model
 from topoopt.netsim import SimResult, simulate
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
@@ -64,6 +66,7 @@ from topoopt.plans.document import (
     strategy_of,
     topology_of,
 )
+from topoopt.strategy import Strategy
 from topoopt.workloads import model_of
 
 __all__ = ["IterationReplay", "replay_iteration", "iteration_dag",
@@ -97,7 +100,7 @@ class IterationReplay:
         return self.flow.total / self.packet.total - 1.0
 
 
-def flow_endpoints(fabric, links: np.ndarray) -> tuple[int, int]:
+def flow_endpoints(fabric: Fabric, links: np.ndarray) -> tuple[int, int]:
     """Source and destination server of a flow from the links of its route (all paths):
     the one node that only sends, and the one that only receives."""
     s = set(np.asarray(fabric.src)[links].tolist())
@@ -108,7 +111,7 @@ def flow_endpoints(fabric, links: np.ndarray) -> tuple[int, int]:
     return a.pop(), b.pop()
 
 
-def _paths(fabric, s: int, d: int, ecmp: str, key: int) -> list[tuple[np.ndarray, float]]:
+def _paths(fabric: Fabric, s: int, d: int, ecmp: str, key: int) -> list[tuple[np.ndarray, float]]:
     options = fabric.paths(s, d)
     if ecmp == "split" or len(options) == 1:
         return options
@@ -197,7 +200,7 @@ def iteration_dag(graph: IterationGraph, fabric: Fabric, network: Ns3Network,
     return b.build(), sub_of, sub_end
 
 
-def replay_iteration(model, strategy, cluster, job, fabric,
+def replay_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: Job, fabric: Fabric,
                      rings: Mapping[tuple[int, ...], Sequence[Sequence[int]]] | None = None,
                      overlap: bool = True, config: Ns3Config = Ns3Config(),
                      worker: Ns3Worker | None = None, iterations: int = 2,

@@ -29,6 +29,7 @@ import numpy as np
 
 from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
+from topoopt.fabrics.fabric import Fabric
 from topoopt.netsim import Background, CompiledWorkload, FlowRoutes, Workload, simulate
 from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
@@ -55,7 +56,7 @@ def _hash(*parts: int) -> int:
     return zlib.crc32(np.asarray(parts, np.int64).tobytes())
 
 
-def ecmp_paths(fabric, a: int, b: int, cache: dict | None = None) -> list[np.ndarray]:
+def ecmp_paths(fabric: Fabric, a: int, b: int, cache: dict | None = None) -> list[np.ndarray]:
     """Equal-cost paths (link-id arrays) from server ``a`` to ``b`` of ``fabric``."""
     key = (a, b)
     if cache is not None and key in cache:
@@ -72,7 +73,7 @@ class EcmpRouter:
     ``(seed, job, epoch)``. Shared by the flow-level and the ns-3 executors, so both
     route an epoch identically."""
 
-    def __init__(self, fabric, ports: int, seed: int) -> None:
+    def __init__(self, fabric: Fabric, ports: int, seed: int) -> None:
         self.fabric, self.ports, self.seed = fabric, int(ports), int(seed)
         self._paths: dict = {}
         self._conns: dict = {}
@@ -120,7 +121,7 @@ def _base_workload(pattern: Pattern, cache: dict):
     return cache[key]
 
 
-def check_placements(fabric, placements: Sequence[Sequence[int]]) -> list[np.ndarray]:
+def check_placements(fabric: Fabric, placements: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """Each job's ranks as server ids, refused unless distinct servers of ``fabric``."""
     out = [np.asarray(p, np.int64) for p in placements]
     for j, p in enumerate(out):
@@ -146,7 +147,7 @@ class JobsExecutor:
         Add packet overheads (wire bytes, ACK load on reverse paths); None: pure fluid.
     """
 
-    def __init__(self, fabric, placements: Sequence[Sequence[int]],
+    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int]],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
                  seed: int = 0, wire=None) -> None:
         self.fabric = fabric
@@ -235,7 +236,7 @@ class SimulatedExecutor:
     ((2, 24), 492)
     """
 
-    def __init__(self, fabric, placement: Sequence[int],
+    def __init__(self, fabric: Fabric, placement: Sequence[int],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
                  seed: int = 0, wire=None) -> None:
         self._jobs = JobsExecutor(fabric, [placement], background, ports, seed, wire)

@@ -20,6 +20,7 @@ import numpy as np
 
 from topoopt.collectives.ten import Pattern, flow_dependencies
 from topoopt.errors import ConfigError
+from topoopt.fabrics.fabric import Fabric
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
@@ -54,7 +55,7 @@ class Ns3JobsExecutor:
         Simulated seconds an epoch may take before it is declared stalled.
     """
 
-    def __init__(self, fabric, placements: Sequence[Sequence[int]],
+    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int]],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4, seed: int = 0,
                  config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
                  limit: float = 5.0) -> None:
@@ -152,7 +153,7 @@ class Ns3Executor:
     >>> ex.run(ring_allreduce(range(4), size=4e6), 2).epoch_time        # doctest: +SKIP
     """
 
-    def __init__(self, fabric, placement: Sequence[int],
+    def __init__(self, fabric: Fabric, placement: Sequence[int],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4, seed: int = 0,
                  config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
                  limit: float = 5.0) -> None:
@@ -173,7 +174,7 @@ class Ns3Executor:
 
 def run_scenario_ns3(sc: Scenario, params: ReactParams = ReactParams(),
                      config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
-                     rings: Sequence[Sequence[int]] | None = None, fabric=None,
+                     rings: Sequence[Sequence[int]] | None = None, fabric: Fabric | None = None,
                      progress: Callable[[str, int], None] | None = None
                      ) -> ScenarioResult:
     """Run a scenario without and with REACT on ns-3 (one after the other, on fresh

@@ -35,14 +35,16 @@ import numpy as np
 
 from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern, multi_ring_allreduce
+from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.fabrics import direct_connect, fat_tree, star
+from topoopt.fabrics.fabric import Fabric
 from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
 from topoopt.topology.topology import Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
-           "compare_runs", "scenario_setup", "load_plan", "plan_fabric", "build_fabric", "run_two_jobs",
+           "compare_runs", "scenario_setup", "load_plan", "scenario_fabric", "run_two_jobs",
            "summarize"]
 
 KINDS = ("external", "spine", "failures", "none")
@@ -177,12 +179,7 @@ def load_plan(directory: str | Path) -> tuple[Topology, list[list[int]]]:
     return topo, rings
 
 
-def plan_fabric(topology: Topology):
-    """The direct-connect fabric of a plan's topology (host-based forwarding)."""
-    return direct_connect(topology, optics="none", name="plan")
-
-
-def build_fabric(spec: str, nodes: int, bandwidth: float = 100e9, latency: float = 1e-6):
+def scenario_fabric(spec: str, nodes: int, bandwidth: float = 100e9, latency: float = 1e-6):
     """``(fabric, rings or None)`` for ``star``, ``fattree`` or ``plan:DIR``."""
     if spec == "star":
         return star(nodes + 8, bandwidth, latency), None
@@ -195,19 +192,19 @@ def build_fabric(spec: str, nodes: int, bandwidth: float = 100e9, latency: float
         topo, rings = load_plan(spec[5:])
         if topo.servers != nodes:
             raise ConfigError("nodes", nodes, f"the plan has {topo.servers} servers")
-        return plan_fabric(topo), rings
+        return direct_connect(topo, optics="none", name="plan"), rings
     raise ConfigError("fabric", spec, "use star, fattree or plan:DIR")
 
 
 # ------------------------------------------------------------------------- set-up
 def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
-                   fabric=None):
+                   fabric: Fabric | None = None):
     """Fabric, placement, background flows and initial pattern of a scenario.
 
     ``rings``/``fabric`` override the plan read from ``plan:DIR`` (for in-memory plans).
     """
     if fabric is None:
-        fabric, plan_rings = build_fabric(sc.fabric, sc.nodes, sc.bandwidth, sc.latency)
+        fabric, plan_rings = scenario_fabric(sc.fabric, sc.nodes, sc.bandwidth, sc.latency)
         rings = rings if rings is not None else plan_rings
     rng = np.random.default_rng([sc.seed, 2024])
     n, servers = sc.nodes, fabric.servers
@@ -253,7 +250,7 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
 
 
 def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),
-                 rings: Sequence[Sequence[int]] | None = None, fabric=None,
+                 rings: Sequence[Sequence[int]] | None = None, fabric: Fabric | None = None,
                  progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
     """Run a scenario without and with REACT (identical executors) and compare.
 
@@ -266,7 +263,7 @@ def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),
                         params, progress)
 
 
-def compare_runs(sc: Scenario, pattern, make_executor: Callable[[], object],
+def compare_runs(sc: Scenario, pattern: Pattern, make_executor: Callable[[], object],
                  params: ReactParams = ReactParams(),
                  progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
     """``sc.epochs`` epochs of ``pattern`` without, then with REACT, each on a fresh

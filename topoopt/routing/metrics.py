@@ -9,6 +9,7 @@ import numpy as np
 
 from topoopt.routing.kshortest import UNREACHABLE, hop_distances, k_shortest_route_arrays
 from topoopt.topology.topology import RouteArrays, Routes, Topology
+from topoopt.traffic import Traffic
 
 __all__ = ["TopologyMetrics", "topology_metrics", "link_loads", "route_traffic",
            "path_length_stats"]
@@ -153,7 +154,7 @@ def _in(pairs, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
                        src.size)
 
 
-def route_traffic(topology: Topology, traffic, rings: Mapping | None = None,
+def route_traffic(topology: Topology, traffic: Traffic, rings: Mapping | None = None,
                   k_paths: int = 4, max_extra_hops: int | None = 0,
                   skip: Container[tuple[int, int]] = ()) -> Routes:
     """Routes for a topology not built for the traffic (e.g. the Expander baseline).
@@ -188,7 +189,7 @@ def route_traffic(topology: Topology, traffic, rings: Mapping | None = None,
     return Routes(found).merge(Routes(extra))
 
 
-def topology_metrics(topology: Topology, traffic, rings: Mapping | None = None,
+def topology_metrics(topology: Topology, traffic: Traffic, rings: Mapping | None = None,
                      routes: Routes | None = None) -> TopologyMetrics:
     """Diameter, average path length, bandwidth tax, MP hops and per-link load.
 

@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from topoopt.errors import PlanCheckError, TopoOptError
+from topoopt.netsim.engine import RoutedNetwork
 from topoopt.netsim.wire import reverse_link_ids
 
 __all__ = ["NetworkSpec", "network_spec", "check_network_spec", "PathPlanes", "plane_address",
@@ -108,7 +109,7 @@ class NetworkSpec:
         return int(self.link_cable.size)
 
 
-def network_spec(fabric) -> NetworkSpec:
+def network_spec(fabric: RoutedNetwork) -> NetworkSpec:
     """The cables of ``fabric`` (same capacities and latencies), see the module docstring.
 
     Parameters

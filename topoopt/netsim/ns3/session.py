@@ -18,6 +18,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from topoopt.errors import TopoOptError
+from topoopt.netsim.engine import RoutedNetwork
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.network import PathPlanes, network_spec, plane_address
 from topoopt.netsim.ns3.worker import Ns3Error, Ns3Worker, default_worker
@@ -172,7 +173,7 @@ class Ns3Network:
     >>> net.run([b.build()])[0].makespan                            # doctest: +SKIP
     """
 
-    def __init__(self, fabric, config: Ns3Config = Ns3Config(),
+    def __init__(self, fabric: RoutedNetwork, config: Ns3Config = Ns3Config(),
                  worker: Ns3Worker | None = None) -> None:
         self.fabric = fabric
         self.config = config
