@@ -150,6 +150,21 @@ def test_written_plan_checks_and_exports_match(planned, tmp_path):
             assert (again / p.relative_to(out)).read_bytes() == p.read_bytes(), p.name
 
 
+def test_plan_files_get_the_usual_permissions(planned, tmp_path):
+    """Every file of a plan folder is readable by others as any new file would be (the
+    umask's permissions), not private like a temporary file."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        write_plan(planned, tmp_path / "plan", plots=False)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "plan").rglob("*")
+             if p.is_file()}
+    assert modes and set(modes.values()) == {0o644}, modes
+
+
 @pytest.mark.parametrize("corrupt, message", [
     (lambda d: d["topology"]["links"].append(list(d["topology"]["links"][0])), "already"),
     (lambda d: d["rings"][0]["order"].pop(), "Hamiltonian"),

@@ -6,17 +6,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from topoopt.cli import main
 from topoopt.collectives import build_pattern, multi_ring_allreduce, ring_allreduce
-
-pytest.importorskip("topoopt.fabrics", reason="needs the fabrics package")
-
-from topoopt.cli import main  # noqa: E402
-from topoopt.fabrics import fat_tree, star  # noqa: E402
-from topoopt.react.analytical import fluid_star  # noqa: E402
-from topoopt.react.execution import StarFluidExecutor  # noqa: E402
-from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor  # noqa: E402
-from topoopt.react.loop import run_react  # noqa: E402
-from topoopt.react.scenarios import Scenario, run_scenario, run_two_jobs, scenario_setup  # noqa: E402
+from topoopt.fabrics import fat_tree, star
+from topoopt.react.analytical import fluid_star
+from topoopt.react.execution import StarFluidExecutor
+from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
+from topoopt.react.loop import run_react
+from topoopt.react.scenarios import Scenario, run_scenario, run_two_jobs, scenario_setup
 
 
 def test_ring_on_a_star_is_the_closed_form():

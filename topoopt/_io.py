@@ -14,17 +14,28 @@ __all__ = ["atomic_write_text", "atomic_write_bytes", "atomic_path", "staging_di
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it into place on success only."""
+    """Yield a temporary path next to ``path``; rename it into place on success only.
+
+    The file gets the permissions of any new file (``0o666`` less the umask), not the
+    private ``0o600`` of a temporary one: exports are meant for other tools and people.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

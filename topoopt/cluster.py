@@ -39,7 +39,7 @@ class GpuSpec:
     nvlink_bandwidth: float
 
 
-#: NVIDIA A100 and H100 SXM 80GB datasheets (see shared REFERENCE-DATA.md):
+#: NVIDIA A100 and H100 SXM 80GB datasheets (docs/reference-data.md):
 #: A100: 312 TFLOP/s FP16/BF16, 156 TF32, 80 GB at 2,039 GB/s, NVLink 600 GB/s.
 #: H100: 989.4 TFLOP/s FP16/BF16, 494.7 TF32, 80 GB at 3.35 TB/s, NVLink 900 GB/s.
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({

@@ -17,7 +17,7 @@ def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dt
 
     Compute-bound kinds take ``FLOPs / (peak x compute_efficiency)``; embeddings are
     memory bound and take ``bytes moved / (HBM bandwidth x memory_efficiency)``
-    (REFERENCE-DATA: no public per-lookup efficiency, so this is an assumption). A
+    (docs/reference-data.md: no public per-lookup efficiency, so this is an assumption). A
     server's GPUs are pooled: the op's share is spread over all ``gpus_per_server``.
 
     Returns

@@ -3,7 +3,7 @@
 Prices (TopoOpt §5.2 and Appendix G compare fabrics by interconnect cost):
 no dated per-component vendor list price could be retrieved for this project
 (the TopoOpt Appendix G, Sirius and SiP-ML cost tables were not reachable as
-text; see ``shared/REFERENCE-DATA.md``). So the default table is RELATIVE: the
+text; see ``docs/reference-data.md``). So the default table is RELATIVE: the
 level is anchored at 100 for one 100 Gb/s transceiver, the speed curves have the
 usual shape (a faster part costs more, less per Gb/s), and the two prices the
 paper's ratios pin down -- the patch-panel port and the OCS port -- are
@@ -41,7 +41,7 @@ __all__ = ["PriceTable", "DEFAULT_PRICES", "COST_KEYS", "price_table", "CostItem
 G = 1e9
 _SHAPE = ("relative price; speed curve assumed (faster parts cost more, less per Gb/s), "
           "anchored at 100 = one 100 Gb/s transceiver; no dated vendor list price "
-          "was retrievable (REFERENCE-DATA.md)")
+          "was retrievable (docs/reference-data.md)")
 _CAL_PP = ("calibrated so Ideal Switch ~= 3.2x patch-panel TopoOpt at d=4, B=100 Gb/s, "
            "averaged over Fat-tree sizes k=4..26 (TopoOpt §5.2, Figure 10)")
 _CAL_OCS = ("calibrated so OCS TopoOpt ~= 1.33x patch-panel TopoOpt at d=4, B=100 Gb/s "

@@ -1,6 +1,6 @@
 """C++ source compiled in the ns-3 worker with ``cppyy.cppdef``: network builder and DAG driver.
 
-Python callables cannot be ns-3 callbacks (NS3-NOTES), so everything that reacts to
+Python callables cannot be ns-3 callbacks (docs/ns3-notes.md), so everything that reacts to
 simulated events lives here: TCP connections that carry flows, receivers that count
 bytes, the dependency-driven start of flows and compute tasks (a TEN step, an
 iteration's task graph), and the stop of the simulator when a DAG is done.

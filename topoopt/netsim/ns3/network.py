@@ -12,7 +12,7 @@ Routing. Every route is a static /32 host route, so each flow follows exactly th
 path chosen for it -- including host-based forwarding through other servers on a
 direct-connect fabric (TopoOpt §3) and one of the equal-cost paths on a switched one
 (REACT §7.3: "4 connections on 4 different ports", one used per epoch). ns-3 3.44 has
-no per-flow ECMP hashing and its per-packet ECMP breaks DCTCP (NS3-NOTES), so paths are
+no per-flow ECMP hashing and its per-packet ECMP breaks DCTCP (docs/ns3-notes.md), so paths are
 pinned with address planes: server ``s`` has one address per plane ``k``
 (:func:`plane_address`); plane ``k`` of destination ``d`` is an in-tree (every node has
 at most one next hop toward ``d``'s plane-``k`` address). :class:`PathPlanes` puts each

@@ -2,7 +2,7 @@
 
 ns-3's Python bindings are heavy to import (10-30 s, ~0.7 GB) and their loader scans
 every ``*.so*`` under the current directory, ``PATH`` and ``LD_LIBRARY_PATH``
-(NS3-NOTES). So ns-3 never runs in the caller's process: :class:`Ns3Worker` starts
+(docs/ns3-notes.md). So ns-3 never runs in the caller's process: :class:`Ns3Worker` starts
 ``python -m topoopt.netsim.ns3._server`` in a fresh temporary directory and talks to
 it over pipes (length-prefixed pickles). One worker holds one ns-3 simulation at a
 time; it is reused across runs (tests share one per session). A crash of the worker
