@@ -10,6 +10,7 @@ import click
 from topoopt.config import Config, load_config
 from topoopt.export.plots import require_matplotlib
 from topoopt.strategy import data_parallel, hybrid
+from topoopt.units import format_time
 from topoopt.workloads import model_of
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
@@ -76,3 +77,16 @@ class ProgressLine:
         if self.enabled and self.line:
             click.echo(("\r" + " " * 78 + "\r") if self.tty else self.line, err=True,
                        nl=not self.tty)
+
+
+def print_react_comparison(res, size: float, warmup: int, epochs: int) -> None:
+    """The without/with REACT table of a run (mean and p95 epoch time, algorithm
+    bandwidth) and the line that says how much it changed."""
+    rows = []
+    for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
+        rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),
+                     f"{size / res.mean(which) / 1e9:.3f}"])
+    print_table(["", "mean time", "p95 time", "algbw GB/s"], rows)
+    click.echo(f"algorithm bandwidth change: {100 * res.improvement:+.1f}% "
+               f"(epochs {warmup}..{epochs - 1}); pattern fixed from epoch "
+               f"{res.converged_epoch}")

@@ -10,7 +10,12 @@ import numpy as np
 
 from topoopt._io import atomic_path, atomic_write_text
 from topoopt.collectives import build_pattern, check_pattern, pattern_to_json
-from topoopt.commands._common import ProgressLine, print_table, require_matplotlib
+from topoopt.commands._common import (
+    ProgressLine,
+    print_react_comparison,
+    print_table,
+    require_matplotlib,
+)
 from topoopt.errors import ConfigError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.react.analytical import alpha_beta_time
@@ -227,14 +232,7 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
     else:
         res = run_scenario(sc, progress=report)
     line.done()
-    rows = []
-    for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
-        rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),
-                     f"{sc.size / res.mean(which) / 1e9:.3f}"])
-    print_table(["", "mean time", "p95 time", "algbw GB/s"], rows)
-    click.echo(f"algorithm bandwidth change: {100 * res.improvement:+.1f}% "
-               f"(epochs {warmup}..{epochs - 1}); pattern fixed from epoch "
-               f"{res.converged_epoch}")
+    print_react_comparison(res, sc.size, warmup, epochs)
     if res.positions_skipped:
         click.echo("note: position swaps off (the pattern is too large for their brute-force "
                    "class search); REACT tried chunk and global swaps only")

@@ -8,7 +8,7 @@ import re
 import click
 
 from topoopt._io import atomic_write_text
-from topoopt.commands._common import print_table
+from topoopt.commands._common import print_react_comparison
 from topoopt.errors import ConfigError
 from topoopt.react.loop import ReactParams
 from topoopt.react.runtime._torch import require_torch
@@ -94,14 +94,7 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
         else f", rank {slow.rank} slowed (link {slow_rate})")
     click.echo(f"{spec.collective}, {nprocs} ranks (gloo, {where}){what}, "
                f"{spec.size / 1e6:g} MB, {epochs} epochs per run")
-    rows = []
-    for label, which in (("without REACT", "baseline"), ("with REACT", "react")):
-        rows.append([label, format_time(res.mean(which)), format_time(res.p95(which)),
-                     f"{spec.size / res.mean(which) / 1e9:.3f}"])
-    print_table(["", "mean time", "p95 time", "algbw GB/s"], rows)
-    click.echo(f"algorithm bandwidth change: {100 * res.improvement:+.1f}% "
-               f"(epochs {warmup}..{epochs - 1}); pattern fixed from epoch "
-               f"{res.converged_epoch}")
+    print_react_comparison(res, spec.size, warmup, epochs)
     for e, _, swaps, rev in res.changes:
         label = ("revert" + (", then " if swaps else "")) if rev else ""
         click.echo(f"  epoch {e:>3}: {label}{' '.join(swaps) if swaps else ''}")

@@ -19,6 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from topoopt.collectives.ten import Pattern, flow_dependencies
+from topoopt.netsim.maxmin import max_min_rates as progressive_filling
 
 __all__ = ["FluidResult", "fluid_star", "alpha_beta_time", "dual_tree_example_time",
            "max_min_rates"]
@@ -49,7 +50,8 @@ class FluidResult:
 
 def max_min_rates(flow_res: np.ndarray, capacity: np.ndarray, external: np.ndarray
                   ) -> np.ndarray:
-    """Max-min fair rates by progressive filling.
+    """Max-min fair rates of star flows (two resources each) with external flows, by
+    the simulator's progressive filling (:func:`topoopt.netsim.max_min_rates`).
 
     Parameters
     ----------
@@ -71,29 +73,14 @@ def max_min_rates(flow_res: np.ndarray, capacity: np.ndarray, external: np.ndarr
     >>> max_min_rates(flows, np.array([2.0, 0.5, 9.0]), np.zeros(3, int)).tolist()
     [0.5, 1.5]
     """
-    F, R = flow_res.shape[0], capacity.shape[0]
-    rate = np.zeros(F)
-    frozen = np.zeros(F, bool)
-    ext_frozen = external == 0
-    ext_rate = np.zeros(R)
-    left = capacity.astype(float).copy()
-    while not (frozen.all() and ext_frozen.all()):
-        users = np.bincount(flow_res[~frozen].ravel(), minlength=R) + \
-            np.where(ext_frozen, 0, external)
-        share = np.full(R, np.inf)
-        busy = users > 0
-        share[busy] = left[busy] / users[busy]
-        inc = share.min()
-        if not np.isfinite(inc):
-            break
-        rate[~frozen] += inc
-        ext_rate[~ext_frozen] += inc
-        np.subtract.at(left, flow_res[~frozen].ravel(), inc)
-        left[~ext_frozen] -= inc * external[~ext_frozen]
-        full = busy & (left <= 1e-12 * np.maximum(capacity, 1.0))
-        frozen |= full[flow_res].any(axis=1)
-        ext_frozen |= full
-    return rate
+    # k external flows on one resource move in lockstep: one entry of weight k
+    F = flow_res.shape[0]
+    ext = np.flatnonzero(external > 0)
+    entry_flow = np.concatenate([np.repeat(np.arange(F), 2), F + np.arange(ext.size)])
+    entry_link = np.concatenate([flow_res.ravel(), ext])
+    weight = np.concatenate([np.ones(2 * F), external[ext].astype(float)])
+    return progressive_filling(capacity.astype(float), entry_flow, entry_link, weight,
+                               F + ext.size)[:F]
 
 
 def fluid_star(pattern: Pattern, bandwidth: float, alpha: float = 0.0,
