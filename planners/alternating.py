@@ -12,20 +12,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from topoopt.cluster import Cluster, Job
+from topoopt.errors import TopoOptError
 from topoopt.executor import SerialExecutor
-from topoopt.finder.topology_finder import extend_plan
+from topoopt.fabrics import direct_connect
+from topoopt.fabrics.catalog import build_fabric
+from topoopt.fabrics.cost import DEFAULT_PRICES
+from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_finder
 from topoopt.interrupt import stop_requested
+from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import DEFAULT_ALPHA, SearchResult, mcmc_search
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy, data_parallel, hybrid
+from topoopt.traffic import derive_traffic
 from topoopt.workloads import model_of
 
 __all__ = ["ChainTask", "run_chain", "search_fabric", "RoundRecord", "AlternatingResult",
            "alternating_optimization", "start_strategy", "plan_topology", "topoopt_fabric"]
 
 
-def start_strategy(model, cluster, job, space: StrategySpace | None = None) -> Strategy:
+def start_strategy(model: Model, cluster: Cluster, job: Job, space: StrategySpace | None = None) -> Strategy:
     """Data parallel if it fits in memory, else DLRM-style hybrid (tables model-parallel).
 
     Raises
@@ -33,8 +40,6 @@ def start_strategy(model, cluster, job, space: StrategySpace | None = None) -> S
     TopoOptError
         When neither fits (the model is too large for the shard).
     """
-    from topoopt.errors import TopoOptError
-
     space = space or StrategySpace.build(model, cluster, job)
     for make in (data_parallel, hybrid):
         strategy = make(model, cluster.servers)
@@ -46,27 +51,21 @@ def start_strategy(model, cluster, job, space: StrategySpace | None = None) -> S
         "use more servers, a smaller model or fp16")
 
 
-def _traffic(model, strategy: Strategy, cluster, job):
-    from topoopt.traffic import derive_traffic
-
+def _traffic(model: Model, strategy: Strategy, cluster: Cluster, job: Job):
     return derive_traffic(model, strategy, cluster.servers, job.global_batch(cluster),
                           job.dtype_bytes)
 
 
-def plan_topology(model, strategy: Strategy, cluster, job, seed: int = 0,
+def plan_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
                   allreduce_degree: int | None = None, **finder_kwargs):
     """TopologyFinder (Algorithm 1) on the traffic of ``strategy``."""
-    from topoopt.finder.topology_finder import topology_finder
-
     return topology_finder(_traffic(model, strategy, cluster, job), cluster.servers,
                            cluster.nics, cluster.link_bandwidth, cluster.link_latency,
                            seed=seed, allreduce_degree=allreduce_degree, **finder_kwargs)
 
 
-def topoopt_fabric(topology_plan):
+def topoopt_fabric(topology_plan: TopologyPlan):
     """The direct-connect fabric (patch panels, host forwarding) of a TopologyFinder plan."""
-    from topoopt.fabrics import direct_connect
-
     return direct_connect(topology_plan.topology, topology_plan.routes, optics="patch_panel",
                           name="topoopt", rings=topology_plan.rings)
 
@@ -92,12 +91,9 @@ class ChainTask:
     overlap: bool = True
 
 
-def _fabric_of(task: ChainTask, model):
+def _fabric_of(task: ChainTask, model: Model):
     if task.topology_plan is not None:
         return topoopt_fabric(task.topology_plan), task.topology_plan.rings
-    from topoopt.fabrics.catalog import build_fabric
-    from topoopt.fabrics.cost import DEFAULT_PRICES
-
     fabric = build_fabric(task.fabric, task.cluster, task.prices or DEFAULT_PRICES,
                           task.fabric_seed, job=task.job, model=model, strategy=task.start)
     return fabric, None
@@ -180,7 +176,7 @@ class AlternatingResult:
     origin: str = "start"
 
 
-def _best_topology(model, strategy, cluster, job, seed, finder_kwargs):
+def _best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed, finder_kwargs):
     """TopologyFinder for ``strategy``, trying Step 1's split and its neighbours.
 
     Algorithm 1 splits d in proportion to traffic; when MP traffic is a sliver, the
@@ -201,7 +197,7 @@ def _best_topology(model, strategy, cluster, job, seed, finder_kwargs):
     return plan, t
 
 
-def alternating_optimization(model, cluster, job, start: Strategy, *, rounds: int = 3,
+def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: Strategy, *, rounds: int = 3,
                              budget: int = 1000, chains: int = 1, seed: int = 0,
                              executor=None, tolerance: float = 1e-3,
                              finder_kwargs: dict | None = None,

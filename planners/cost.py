@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
+from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, FastEstimator, estimate_iteration
+from topoopt.fabrics.fabric import Fabric
+from topoopt.model import Model
 from topoopt.strategy import Strategy
 
 __all__ = ["IterationCost"]
@@ -33,7 +36,7 @@ class IterationCost:
         Use the reference estimator (for checks and benchmarks).
     """
 
-    def __init__(self, model, cluster, job, fabric, rings=None, overlap: bool = True,
+    def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric, rings=None, overlap: bool = True,
                  seed: int = 0, reference: bool = False) -> None:
         self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
         self.rings, self.overlap, self.seed = rings, overlap, seed

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from topoopt.interrupt import stop_requested
+from topoopt.model import Model
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
@@ -172,7 +173,7 @@ def _threshold(current_t: float, draw: float, alpha: float) -> float:
     return current_t * (1.0 - math.log(draw) / alpha) * (1.0 + 1e-9)
 
 
-def _neighbours(model) -> list[list[int]]:
+def _neighbours(model: Model) -> list[list[int]]:
     """Per operator, the operators it exchanges tensors with (inputs excluded)."""
     adj: list[set[int]] = [set() for _ in model.operators]
     for u, v in model.edges:

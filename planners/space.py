@@ -7,6 +7,8 @@ from functools import cached_property
 
 import numpy as np
 
+from topoopt.cluster import Cluster, Job
+from topoopt.model import Model, Operator
 from topoopt.strategy import OpConfig, Strategy, memory_per_server
 
 __all__ = ["StrategySpace", "op_configs", "divisors"]
@@ -18,7 +20,7 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // k for k in small]))
 
 
-def op_configs(op, servers: int, global_batch: int, max_mp: int | None = None
+def op_configs(op: Operator, servers: int, global_batch: int, max_mp: int | None = None
                ) -> tuple[OpConfig, ...]:
     """Every parallel config the search may give ``op``.
 
@@ -89,7 +91,7 @@ class StrategySpace:
     configs: tuple[tuple[OpConfig, ...], ...]
 
     @classmethod
-    def build(cls, model, cluster, job, max_mp: int | None = None) -> "StrategySpace":
+    def build(cls, model: Model, cluster: Cluster, job: Job, max_mp: int | None = None) -> "StrategySpace":
         """The space of ``model`` on ``cluster`` for ``job`` (batch, precision)."""
         batch = job.global_batch(cluster)
         configs = tuple(op_configs(op, cluster.servers, batch, max_mp) for op in model.operators)

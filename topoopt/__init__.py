@@ -4,11 +4,13 @@ The library's face: read a config, plan a shard, estimate an iteration, run
 TopologyFinder, write and check a plan folder.
 
 >>> import topoopt
->>> cfg = topoopt.load_config("configs/dlrm-16.toml")       # doctest: +SKIP
->>> p = topoopt.plan(cfg.cluster, cfg.job, budget=50, seed=0)  # doctest: +SKIP
->>> p.iteration_time_s["topoopt"]                            # doctest: +SKIP
+>>> cluster = topoopt.Cluster(servers=4, nics=2, link_bandwidth=100e9)
+>>> job = topoopt.Job("ncf", 32, size={"tables": 4, "rows": 1000, "top_layers": 2})
+>>> p = topoopt.plan(cluster, job, budget=20, rounds=1, baselines=("ideal",))
+>>> sorted(p.iteration_time_s)
+['ideal', 'topoopt']
 
-See README, "Use as a library", for a worked example.
+README, "Use as a library", has a worked example.
 """
 
 from topoopt.cluster import GPUS, Cluster, GpuSpec, Job

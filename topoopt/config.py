@@ -149,9 +149,9 @@ def load_config(path: str | Path) -> Config:
 
     Examples
     --------
-    >>> cfg = load_config("configs/dlrm-16.toml")  # doctest: +SKIP
-    >>> cfg.cluster.servers
-    16
+    >>> cfg = load_config("configs/dlrm-16.toml")   # from the repository's root
+    >>> cfg.cluster.servers, cfg.job.model
+    (16, 'dlrm')
     """
     path = Path(path)
     try:
