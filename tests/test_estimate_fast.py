@@ -18,13 +18,8 @@ from topoopt.netsim import (
     max_min_rates,
     simulate,
 )
-from topoopt.netsim.dag import (
-    RateMemo,
-    class_rates,
-    refill_after_removal,
-    route_classes,
-    simulate_dag,
-)
+from topoopt.netsim._dag_kernel import _solve
+from topoopt.netsim.dag import route_classes, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import _neighbour_move, _neighbours, _segment_move, mcmc_search
@@ -286,50 +281,61 @@ def test_simulate_dag_closed_forms_and_errors():
     assert simulate_dag(net, w).finish[t] == pytest.approx(3.0)
 
 
-def test_class_rates_equal_max_min_on_the_expanded_flows():
-    rng = np.random.default_rng(4)
-    L = 8
-    cap = rng.choice([1.0, 2.0, 5.0], size=L)
-    rows = [rng.choice(L, size=int(rng.integers(1, 4)), replace=False) for _ in range(5)]
-    weights = [rng.choice([0.5, 1.0], size=r.size) for r in rows]
-    routes = FlowRoutes.from_lists(rows, weights)
-    mult = np.array([1, 3, 2, 1, 4])
-    classes = np.arange(5)
-    per_class = class_rates(cap, routes, classes, mult)
-    flows = np.repeat(classes, mult)
-    ef = np.concatenate([np.full(len(rows[c]), i) for i, c in enumerate(flows)])
-    el = np.concatenate([routes.row(c)[0] for c in flows])
-    ew = np.concatenate([routes.row(c)[1] for c in flows])
-    np.testing.assert_allclose(per_class[flows], max_min_rates(cap, ef, el, ew, flows.size),
-                               rtol=1e-12)
-    memo = RateMemo()
-    assert memo.rates(cap, routes, classes, mult) is memo.rates(cap, routes, classes, mult)
-    assert (memo.hits, memo.misses) == (1, 1)
+def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False):
+    """Rates of the active flows ``act`` from the compiled engine's max-min solve."""
+    C, L = len(routes), cap.size
+    if state is None:
+        state = [np.zeros(C, np.int64), np.zeros(C, np.int64), np.empty(flow_class.size,
+                 np.int64), 0, np.zeros(C)]
+    mult, pmult, prev_cls, nprev, crate = state
+    rate = np.empty(act.size)
+    state[3] = _solve(act, act.size, flow_class, routes.ptr, routes.link, routes.weight, cap,
+                      warm, mult, pmult, prev_cls, nprev, crate, np.zeros(L), np.zeros(L),
+                      np.zeros(L, bool), np.zeros(L, bool), rate)
+    return rate, state
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_warm_started_refill_equals_a_fresh_filling(seed):
-    # remove random flows from a solved problem: resuming the filling below the
-    # first level that lost a flow gives the fresh solution
+def _random_problem(seed):
     rng = np.random.default_rng(seed)
     L, C = 10, 12
     cap = rng.choice([1.0, 2.0, 3.0, 5.0], size=L)
     rows = [rng.choice(L, size=int(rng.integers(1, 5)), replace=False) for _ in range(C)]
     routes = FlowRoutes.from_lists(rows, [rng.choice([0.5, 1.0, 2.0], size=r.size)
                                           for r in rows])
-    classes = np.arange(C)
-    mult = rng.integers(1, 4, size=C)
-    rates = class_rates(cap, routes, classes, mult)
+    flow_class = np.repeat(np.arange(C), rng.integers(1, 4, size=C))
+    return rng, cap, rows, routes, flow_class
+
+
+def _expanded(cap, rows, routes, flows):
+    ef = np.concatenate([np.full(len(rows[c]), i) for i, c in enumerate(flows)])
+    el = np.concatenate([routes.row(c)[0] for c in flows])
+    ew = np.concatenate([routes.row(c)[1] for c in flows])
+    return max_min_rates(cap, ef, el, ew, flows.size)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_class_rows_weighted_by_count_equal_max_min_on_the_expanded_flows(seed):
+    # the compiled engine solves one row per route class, weighted by its active count
+    rng, cap, rows, routes, flow_class = _random_problem(seed)
+    act = rng.permutation(flow_class.size)
+    rate, _ = _kernel_rates(cap, routes, flow_class, act)
+    np.testing.assert_allclose(rate, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_warm_started_filling_equals_a_fresh_filling(seed):
+    # remove random flows from a solved problem: resuming the filling below the
+    # first level that lost a flow gives the fresh solution
+    rng, cap, rows, routes, flow_class = _random_problem(seed)
+    act = rng.permutation(flow_class.size)
+    _, state = _kernel_rates(cap, routes, flow_class, act)
     for _ in range(5):
-        new_mult = mult - rng.integers(0, 2, size=C) * rng.integers(0, 2, size=C)
-        keep = new_mult > 0
-        got = refill_after_removal(cap, routes, classes[keep], new_mult[keep], classes, mult,
-                                   rates)
-        fresh = class_rates(cap, routes, classes[keep], new_mult[keep])
-        if got is not None:
-            np.testing.assert_allclose(got, fresh, rtol=1e-12)
-    # not a removal: no warm start
-    assert refill_after_removal(cap, routes, classes, mult + 1, classes, mult, rates) is None
+        act = act[rng.random(act.size) < 0.8]
+        if not act.size:
+            break
+        warm, state = _kernel_rates(cap, routes, flow_class, act, state, warm=True)
+        np.testing.assert_allclose(warm, _expanded(cap, rows, routes, flow_class[act]),
+                                   rtol=1e-12)
 
 
 def test_route_classes_merge_identical_rows_only():

@@ -10,7 +10,7 @@ route is computed once per builder and kept: segment compute times
 (:class:`~topoopt.estimate.segments.EstimateCache`), the local positions two configs
 share, AllReduce templates with their ring routes, coflow routes and per-pair routes.
 Routes are *route classes* (one row per distinct route), which lets the simulator
-solve max-min per class and memoize it (:class:`~topoopt.netsim.dag.RateMemo`).
+solve max-min per class (flows of one class freeze together).
 """
 
 from __future__ import annotations

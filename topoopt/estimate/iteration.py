@@ -22,7 +22,7 @@ from topoopt.estimate.graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, Iter
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
-from topoopt.netsim.dag import HorizonExceeded, RateMemo, run_dag
+from topoopt.netsim.dag import HorizonExceeded, run_dag
 from topoopt.netsim.engine import simulate
 from topoopt.strategy import Strategy
 
@@ -75,8 +75,7 @@ class FastEstimator:
     """Iteration times of many strategies of one job on one fabric (the planner's cost).
 
     One :class:`~topoopt.estimate.graph.IterationGraphBuilder` (its caches kept across
-    strategies) and one :class:`~topoopt.netsim.dag.RateMemo` (max-min rates by active
-    route classes), on the DAG engine.
+    strategies) on the DAG engine.
 
     Parameters
     ----------
@@ -104,21 +103,15 @@ class FastEstimator:
         self.builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
                                              mp_flows, cache)
         self.fabric = fabric
-        self.memo = RateMemo()
-        self._routes = self.builder.routes
 
     def graph(self, strategy: Strategy) -> IterationGraph:
         """The task graph of ``strategy``."""
-        graph = self.builder.build(strategy)
-        if self.builder.routes is not self._routes:   # the builder dropped its classes
-            self._routes = self.builder.routes
-            self.memo = RateMemo()
-        return graph
+        return self.builder.build(strategy)
 
     def estimate(self, strategy: Strategy) -> "IterationEstimate":
         """Simulated iteration of ``strategy`` (as :func:`estimate_iteration`)."""
         graph = self.graph(strategy)
-        start, finish, _, events = run_dag(self.fabric.capacity, graph.dag, self.memo)
+        start, finish, _, events = run_dag(self.fabric.capacity, graph.dag)
         return summarize(graph, start, finish, events, self.fabric.name)
 
     def total(self, strategy: Strategy) -> float:
@@ -132,7 +125,7 @@ class FastEstimator:
         simulation there (``exact`` False)."""
         graph = self.graph(strategy)
         try:
-            _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, self.memo, bound)
+            _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, bound)
         except HorizonExceeded as past:
             return past.time, False
         return _makespan(finish), True

@@ -1,0 +1,375 @@
+"""The compiled event loop of :func:`topoopt.netsim.dag.run_dag` (numba, cached on disk).
+
+Same model and event grouping as :func:`topoopt.netsim.simulate`: max-min fair rates
+re-solved whenever the set of transmitting flows changes, events within 1e-9 relative
+processed together, ready tasks dispatched per resource in (priority, node id) order.
+Flows of one route class are one row of the max-min problem with their count as weight.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numba import njit
+
+__all__ = ["run_kernel", "OK", "PAST_HORIZON", "STUCK"]
+
+#: Status codes of :func:`run_kernel`.
+OK, PAST_HORIZON, STUCK = 0, 1, 2
+
+_RTOL = 1e-9
+
+
+@njit(cache=True)
+def _fill(e_cls, e_link, e_w, alive, links, nlinks, residual, load, sat, crate, level):
+    """Progressive filling from ``level`` on ``residual``: every class in ``e_cls``
+    (rate ``inf`` on entry) freezes at the level where one of its links saturates."""
+    while alive > 0:
+        for q in range(nlinks):
+            load[links[q]] = 0.0
+        for q in range(alive):
+            load[e_link[q]] += e_w[q]
+        step = np.inf
+        for q in range(nlinks):
+            lk = links[q]
+            if load[lk] > 0.0 and residual[lk] / load[lk] < step:
+                step = residual[lk] / load[lk]
+        if step < 0.0:
+            step = 0.0
+        level += step
+        lim = step * (1.0 + _RTOL) + 1e-300
+        for q in range(nlinks):
+            lk = links[q]
+            sat[lk] = False
+            if load[lk] > 0.0:
+                share = residual[lk] / load[lk]
+                residual[lk] -= step * load[lk]
+                if share <= lim:
+                    residual[lk] = 0.0
+                    sat[lk] = True
+        for q in range(alive):
+            if sat[e_link[q]]:
+                crate[e_cls[q]] = level
+        w = 0
+        for q in range(alive):
+            if crate[e_cls[q]] == np.inf:
+                e_cls[w] = e_cls[q]
+                e_link[w] = e_link[q]
+                e_w[w] = e_w[q]
+                w += 1
+        alive = w
+
+
+@njit(cache=True)
+def _solve(act, nact, flow_class, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
+           nprev, crate, residual, load, seen, sat, out_rate):
+    """Max-min rate of each active flow by progressive filling on class rows: the flows
+    of one class freeze together, so a class is one row weighted by its count (as
+    :func:`topoopt.netsim.max_min_rates` on the expanded flows).
+
+    ``warm``: the active flows are the last solve's minus some. Progressive filling
+    froze every class at its rate, lowest first; let ``lam`` be the lowest old rate of
+    a class that lost flows. No link that saturated below ``lam`` carries such a class,
+    and removing load only raises the other links' shares, so every level below
+    ``lam`` is unchanged: the filling resumes from the last of those levels on what the
+    classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
+    ``crate`` keep the last solve; the count of classes is returned.)"""
+    cls = np.empty(nact, np.int64)
+    ncls = 0
+    for i in range(nact):
+        c = flow_class[act[i]]
+        if mult[c] == 0:
+            cls[ncls] = c
+            ncls += 1
+        mult[c] += 1
+    fixed_n = 0
+    level0 = 0.0
+    lam = -np.inf           # a class is kept frozen iff its old rate is below lam
+    if warm:
+        lam = np.inf
+        for k in range(nprev):
+            c = prev_cls[k]
+            if mult[c] < pmult[c] and crate[c] < lam:
+                lam = crate[c]
+        for k in range(ncls):
+            c = cls[k]
+            if crate[c] < lam:
+                fixed_n += 1
+                if crate[c] > level0:
+                    level0 = crate[c]
+    if fixed_n < ncls:
+        # entries of the classes still to fill (all of them on a cold start)
+        nent = 0
+        for k in range(ncls):
+            c = cls[k]
+            if not crate[c] < lam:
+                nent += cptr[c + 1] - cptr[c]
+        e_cls = np.empty(nent, np.int64)
+        e_link = np.empty(nent, np.int64)
+        e_w = np.empty(nent)
+        links = np.empty(nent, np.int64)
+        nlinks = 0
+        j = 0
+        for k in range(ncls):
+            c = cls[k]
+            if crate[c] < lam:
+                continue
+            for e in range(cptr[c], cptr[c + 1]):
+                lk = clink[e]
+                e_cls[j] = c
+                e_link[j] = lk
+                e_w[j] = cweight[e] * mult[c]
+                j += 1
+                if not seen[lk]:
+                    seen[lk] = True
+                    links[nlinks] = lk
+                    nlinks += 1
+                    residual[lk] = cap[lk]
+        if fixed_n > 0:
+            # what the frozen classes and the common level0 already take
+            for k in range(ncls):
+                c = cls[k]
+                if crate[c] < lam:
+                    for e in range(cptr[c], cptr[c + 1]):
+                        lk = clink[e]
+                        if seen[lk]:
+                            residual[lk] -= crate[c] * cweight[e] * mult[c]
+            for q in range(nent):
+                residual[e_link[q]] -= level0 * e_w[q]
+            for q in range(nlinks):
+                if residual[links[q]] < 0.0:
+                    residual[links[q]] = 0.0
+        for k in range(ncls):
+            c = cls[k]
+            if not crate[c] < lam:
+                crate[c] = np.inf
+        _fill(e_cls, e_link, e_w, nent, links, nlinks, residual, load, sat, crate, level0)
+        for q in range(nlinks):
+            seen[links[q]] = False
+    for i in range(nact):
+        out_rate[i] = crate[flow_class[act[i]]]
+    for k in range(nprev):
+        pmult[prev_cls[k]] = 0
+    for k in range(ncls):
+        c = cls[k]
+        pmult[c] = mult[c]
+        prev_cls[k] = c
+        mult[c] = 0
+    return ncls
+
+
+@njit(cache=True)
+def _activate(v, t, is_flow, local, instant, flow_lat, node_res, node_dur, slot, qflag,
+              qcount, start, tx_end, heap, seq, new_flows, nnew, touched, ntouched):
+    if is_flow[v]:
+        start[v] = t
+        f = local[v]
+        if instant[f]:
+            tx_end[v] = t
+            heapq.heappush(heap, (t + flow_lat[f], seq, v))
+            seq += 1
+        else:
+            new_flows[nnew] = f
+            nnew += 1
+    else:
+        r = node_res[v]
+        if r < 0:
+            start[v] = t
+            heapq.heappush(heap, (t + node_dur[v], seq, v))
+            seq += 1
+        else:
+            qflag[r, slot[v]] = True
+            qcount[r] += 1
+            touched[ntouched] = r
+            ntouched += 1
+    return seq, nnew, ntouched
+
+
+@njit(cache=True)
+def _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start, heap, seq):
+    for q in range(ntouched):
+        r = touched[q]
+        if busy[r] or qcount[r] == 0:
+            continue
+        row = qflag[r]
+        h = 0
+        while not row[h]:
+            h += 1
+        row[h] = False
+        qcount[r] -= 1
+        busy[r] = True
+        v = table[r, h]
+        start[v] = t
+        heapq.heappush(heap, (t + node_dur[v], seq, v))
+        seq += 1
+    return seq
+
+
+@njit(cache=True)
+def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, cptr, clink, cweight,
+               node_res, node_dur, succ_ptr, succ, pending0, table, slot, cap, horizon):
+    """Run the DAG; returns ``(start, finish, tx_end, events, status, value)``: status
+    :data:`OK`; :data:`PAST_HORIZON` with the next event's time as ``value``; or
+    :data:`STUCK` with a flow's local id that cannot progress as ``value`` (-1: no
+    transmitting flow, the dependencies contain a cycle)."""
+    nres = table.shape[0]
+    nflows = flow_node.size
+    nclass = cptr.size - 1
+    pending = pending0.copy()
+    start = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    tx_end = np.full(n, np.nan)
+    qflag = np.zeros(table.shape, np.bool_)
+    qcount = np.zeros(nres, np.int64)
+    busy = np.zeros(nres, np.bool_)
+    instant = np.empty(nflows, np.bool_)
+    for f in range(nflows):
+        c = flow_class[f]
+        instant[f] = cptr[c + 1] == cptr[c] or bits[f] == 0.0
+    heap = [(0.0, 0, 0)]
+    heap.pop()
+    seq = 0
+    new_flows = np.empty(nflows, np.int64)
+    nnew = 0
+    touched = np.empty(n + nres, np.int64)
+    ntouched = 0
+    # max-min scratch
+    L = cap.size
+    mult = np.zeros(max(nclass, 1), np.int64)
+    pmult = np.zeros(max(nclass, 1), np.int64)
+    prev_cls = np.empty(nflows, np.int64)
+    nprev = 0
+    crate = np.zeros(max(nclass, 1))
+    residual = np.zeros(L)
+    load = np.zeros(L)
+    seen = np.zeros(L, np.bool_)
+    sat = np.zeros(L, np.bool_)
+    # transmitting flows
+    act = np.empty(nflows, np.int64)
+    arem = np.empty(nflows)
+    arate = np.empty(nflows)
+    nact = 0
+    t_ref = 0.0
+    flow_next = np.inf
+    sent_next = np.inf
+    dirty = False
+    done = 0
+    batch_v = np.empty(n, np.int64)
+    batch_t = np.empty(n)
+    newly = np.empty(n, np.int64)
+    freed = np.empty(n, np.int64)
+
+    t = 0.0
+    for v in range(n):
+        if pending[v] == 0:
+            seq, nnew, ntouched = _activate(v, t, is_flow, local, instant, flow_lat, node_res,
+                                            node_dur, slot, qflag, qcount, start, tx_end,
+                                            heap, seq, new_flows, nnew, touched, ntouched)
+    seq = _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start, heap, seq)
+    ntouched = 0
+    lim = t + 1e-15
+    events = 0
+    while True:
+        # -- fire everything due by lim, round after round --------------------------
+        while len(heap) > 0 and heap[0][0] <= lim:
+            nb = 0
+            while len(heap) > 0 and heap[0][0] <= lim:
+                when, _, v = heapq.heappop(heap)
+                batch_v[nb] = v
+                batch_t[nb] = when
+                nb += 1
+            nnewly = 0
+            nfreed = 0
+            for b in range(nb):
+                v = batch_v[b]
+                finish[v] = batch_t[b]
+                done += 1
+                r = node_res[v]
+                if r >= 0:
+                    busy[r] = False
+                    freed[nfreed] = r
+                    nfreed += 1
+                for k in range(succ_ptr[v], succ_ptr[v + 1]):
+                    u = succ[k]
+                    pending[u] -= 1
+                    if pending[u] == 0:
+                        newly[nnewly] = u
+                        nnewly += 1
+            ntouched = 0
+            for b in range(nfreed):
+                touched[ntouched] = freed[b]
+                ntouched += 1
+            for b in range(nnewly):
+                seq, nnew, ntouched = _activate(newly[b], t, is_flow, local, instant, flow_lat,
+                                                node_res, node_dur, slot, qflag, qcount, start,
+                                                tx_end, heap, seq, new_flows, nnew, touched,
+                                                ntouched)
+            seq = _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
+                            heap, seq)
+        if done >= n:
+            break
+        # -- the set of transmitting flows changed: re-solve max-min ------------------
+        if nnew > 0 or dirty:
+            warm = nnew == 0 and nprev > 0
+            if nact > 0 and t > t_ref:
+                for i in range(nact):
+                    arem[i] = arem[i] - arate[i] * (t - t_ref)
+            for i in range(nnew):
+                act[nact] = new_flows[i]
+                arem[nact] = bits[new_flows[i]]
+                nact += 1
+            nnew = 0
+            dirty = False
+            t_ref = t
+            nprev = _solve(act, nact, flow_class, cptr, clink, cweight, cap, warm, mult, pmult,
+                           prev_cls, nprev, crate, residual, load, seen, sat, arate)
+            flow_next = np.inf
+            sent_next = np.inf
+            for i in range(nact):
+                if arate[i] > 0.0:
+                    a = t + arem[i] / arate[i]
+                    if a < flow_next:
+                        flow_next = a
+                    b = t + (arem[i] - 1e-6) / arate[i]
+                    if b < sent_next:
+                        sent_next = b
+        t_next = flow_next
+        if len(heap) > 0 and heap[0][0] < t_next:
+            t_next = heap[0][0]
+        if not np.isfinite(t_next):
+            for i in range(nact):
+                if arate[i] <= 0.0:
+                    return start, finish, tx_end, events, STUCK, float(act[i])
+            return start, finish, tx_end, events, STUCK, -1.0
+        if t_next > horizon:
+            return start, finish, tx_end, events, PAST_HORIZON, t_next
+        t = t_next
+        eps = 1e-9 * max(abs(t), 1e-6)
+        events += 1
+        if nact > 0 and t + 2.0 * eps >= sent_next:   # (slack: this is only a filter)
+            any_sent = False
+            for i in range(nact):
+                if arem[i] - arate[i] * (t - t_ref) <= arate[i] * eps + 1e-6:
+                    any_sent = True
+                    break
+            if any_sent:
+                w = 0
+                for i in range(nact):
+                    rem = arem[i] - arate[i] * (t - t_ref)
+                    if rem <= arate[i] * eps + 1e-6:
+                        f = act[i]
+                        node = flow_node[f]
+                        tx_end[node] = t
+                        heapq.heappush(heap, (t + flow_lat[f], seq, node))
+                        seq += 1
+                    else:
+                        act[w] = act[i]
+                        arem[w] = rem
+                        arate[w] = arate[i]
+                        w += 1
+                nact = w
+                t_ref = t
+                dirty = True
+        lim = t + eps
+    return start, finish, tx_end, events, OK, 0.0
