@@ -1,35 +1,44 @@
 """Alternating optimization of strategy and topology (TopoOpt §4, Figure 6).
 
-Comp x Comm plane: MCMC over strategies on the current topology. Comm x Topo plane:
-TopologyFinder on the traffic of the best strategy. Repeat until the iteration time
-stops improving or ``rounds`` rounds ran. Independent MCMC chains and the searches on
-the baseline fabrics run through :mod:`planners.executor`, so their results do not
-depend on where they ran.
+Comp x Comm plane: MCMC over strategies on the current topology
+(:func:`~topoopt.planners.search.search_space`). Comm x Topo plane: TopologyFinder on
+the traffic of the strategies it found. Repeat until the iteration time stops
+improving or ``rounds`` rounds ran.
+
+MCMC on a fixed topology is myopic: on a topology built for one strategy's traffic,
+moves toward a strategy whose traffic needs other links are rejected even where that
+strategy on *its* topology is much faster (the 128-server DLRM shard built for the
+hybrid's AllReduce has no MP ports, so every MLP move adds forwarded transfers). So
+candidates are judged on a topology that fits them: before the first round, the
+start, the given seeds and the structured strategies that are fastest on the Ideal
+Switch (a relaxation of the shard: same d x B per server, no forwarding) each get
+their own TopologyFinder topology, and after every round so do the chains' bests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import TopoOptError
-from topoopt.executor import SerialExecutor
-from topoopt.fabrics import direct_connect
-from topoopt.fabrics.catalog import build_fabric
-from topoopt.fabrics.cost import DEFAULT_PRICES
+from topoopt.fabrics import direct_connect, ideal_switch
 from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_finder
 from topoopt.interrupt import stop_requested
 from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
-from topoopt.planners.mcmc import DEFAULT_ALPHA, SearchResult, mcmc_search
+from topoopt.planners.search import DEFAULT_TOLERANCE, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.traffic import derive_traffic
-from topoopt.workloads import model_of
 
-__all__ = ["ChainTask", "run_chain", "search_fabric", "RoundRecord", "AlternatingResult",
-           "alternating_optimization", "start_strategy", "plan_topology", "topoopt_fabric"]
+__all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
+           "plan_topology", "topoopt_fabric", "best_topology", "SCREEN"]
+
+#: Structured strategies (fastest on the Ideal Switch first) given their own topology
+#: before the first round.
+SCREEN = 4
 
 
 def start_strategy(model: Model, cluster: Cluster, job: Job, space: StrategySpace | None = None) -> Strategy:
@@ -71,61 +80,6 @@ def topoopt_fabric(topology_plan: TopologyPlan):
 
 
 @dataclass(frozen=True)
-class ChainTask:
-    """One MCMC chain, self-contained so a process pool or Ray can run it.
-
-    ``fabric`` is a catalog name (``"ideal"``, ``"fattree"``, ...) or ``None`` with a
-    ``topology_plan`` for the TopoOpt shard.
-    """
-
-    cluster: Any
-    job: Any
-    start: Strategy
-    budget: int
-    seed: int
-    fabric: str | None = None
-    topology_plan: Any = None
-    prices: Any = None
-    fabric_seed: int = 0
-    alpha: float = DEFAULT_ALPHA
-    overlap: bool = True
-
-
-def _fabric_of(task: ChainTask, model: Model):
-    if task.topology_plan is not None:
-        return topoopt_fabric(task.topology_plan), task.topology_plan.rings
-    fabric = build_fabric(task.fabric, task.cluster, task.prices or DEFAULT_PRICES,
-                          task.fabric_seed, job=task.job, model=model, strategy=task.start)
-    return fabric, None
-
-
-def run_chain(task: ChainTask, progress: Callable[[int, float], None] | None = None
-              ) -> SearchResult:
-    """Run one chain (module-level so pool and Ray workers can import it)."""
-    model = model_of(task.job)
-    space = StrategySpace.build(model, task.cluster, task.job)
-    fabric, rings = _fabric_of(task, model)
-    cost = IterationCost(model, task.cluster, task.job, fabric, rings, task.overlap,
-                         task.fabric_seed)
-    return mcmc_search(space, cost, task.start, task.budget, task.seed, task.alpha,
-                       progress=progress, stop=stop_requested)
-
-
-def search_fabric(tasks: list[ChainTask], executor=None,
-                  progress: Callable[[int, float], None] | None = None) -> SearchResult:
-    """Run chains (one per task) and return the best (ties: lowest seed).
-
-    With the serial executor the first chain reports ``progress``.
-    """
-    executor = executor or SerialExecutor()
-    if executor.name == "serial":
-        results = [run_chain(t, progress if i == 0 else None) for i, t in enumerate(tasks)]
-    else:
-        results = executor.map(run_chain, tasks)
-    return min(results, key=lambda r: (r.best_time, r.seed))
-
-
-@dataclass(frozen=True)
 class RoundRecord:
     """One round of alternating optimization.
 
@@ -161,12 +115,14 @@ class RoundRecord:
 class AlternatingResult:
     """The best (strategy, topology) pair and how the search got there.
 
-    ``origin`` names the strategy the first round started from: ``"start"`` or the
-    key of one of the ``seeds`` given to :func:`alternating_optimization`.
+    ``origin`` names the strategy the first round started from: ``"start"``, the key
+    of one of the ``seeds`` given to :func:`alternating_optimization` or a structured
+    layout's name. ``searches`` are the rounds' MCMC searches and ``screened`` every
+    strategy given its own topology before the first round, with its time there.
     """
 
     strategy: Strategy
-    topology_plan: Any
+    topology_plan: TopologyPlan
     time: float
     start: Strategy
     start_time: float
@@ -174,15 +130,19 @@ class AlternatingResult:
     interrupted: bool = False
     moves: int = 0
     origin: str = "start"
+    searches: tuple[FabricSearch, ...] = ()
+    screened: tuple[tuple[str, float], ...] = ()
 
 
-def _best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed, finder_kwargs):
+def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
+                  finder_kwargs: Mapping | None = None) -> tuple[TopologyPlan, float]:
     """TopologyFinder for ``strategy``, trying Step 1's split and its neighbours.
 
     Algorithm 1 splits d in proportion to traffic; when MP traffic is a sliver, the
     one port it gets may cost AllReduce more than it saves MP. We let the simulator
     judge between the proportional split and one port more or less for AllReduce.
     """
+    finder_kwargs = dict(finder_kwargs or {})
     base = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
     candidates = {base.degree_allreduce: base}
     for d_ar in (base.degree_allreduce - 1, base.degree_allreduce + 1):
@@ -197,11 +157,12 @@ def _best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
     return plan, t
 
 
-def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: Strategy, *, rounds: int = 3,
-                             budget: int = 1000, chains: int = 1, seed: int = 0,
-                             executor=None, tolerance: float = 1e-3,
-                             finder_kwargs: dict | None = None,
+def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: Strategy, *,
+                             rounds: int = 3, budget: int = 200, chains: int = 1, seed: int = 0,
+                             tolerance: float = DEFAULT_TOLERANCE,
+                             finder_kwargs: Mapping | None = None,
                              seeds: Mapping[str, Strategy] | None = None,
+                             layouts: Sequence[Layout] = (), screen: int = SCREEN,
                              progress: Callable[[str, int, float], None] | None = None
                              ) -> AlternatingResult:
     """Co-optimize strategy and topology by alternating MCMC and TopologyFinder.
@@ -217,19 +178,20 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     budget : int
         MCMC moves per chain per round.
     chains : int
-        Independent chains per round (seeds ``seed*1000 + round*100 + c``).
+        Chains per round (:func:`~topoopt.planners.search.search_space`).
     seed : int
-    executor : Executor, optional
-        Where chains run (serial by default).
     tolerance : float
-        A round must improve the best time by this fraction to continue.
+        A round must improve the best time by this fraction to continue; the chains
+        of a round stop when they agree within it.
     finder_kwargs : dict, optional
         Extra TopologyFinder options (routing, k_paths, primes_only, mp_decay).
     seeds : mapping of str to Strategy, optional
         Other strategies the first round may start from, e.g. the best strategy found
-        on the Ideal Switch (a relaxation of any fabric with the same per-server
-        bandwidth). Each gets its TopologyFinder topology; the search starts from the
-        fastest of them and ``start``.
+        on another fabric; each gets its own TopologyFinder topology.
+    layouts : sequence of Layout
+        Structured strategies: the ``screen`` fastest on the Ideal Switch get their own
+        topology too; all of them serve the search's moves.
+    screen : int
     progress : callable, optional
         ``progress(stage, moves_done, best_time)``.
 
@@ -239,55 +201,81 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
 
     Notes
     -----
-    The first topology is built for the start strategy's traffic. Each round runs
-    MCMC on the current topology (Comp x Comm), then TopologyFinder on the traffic of
-    the strategy it found (Comm x Topo); the pair is kept only if the iteration time
-    improved. The topology can never make the result worse than the start: the start
-    strategy on the first topology is the baseline every round must beat.
-
-    MCMC on a fixed topology is myopic: on a topology built for data-parallel
-    traffic, every model-parallel move adds multi-hop transfers and is rejected,
-    even where a hybrid strategy on *its* topology is much faster (NCF at n = 128:
-    193 ms from the data-parallel start, 47 ms from the Ideal Switch's strategy).
-    ``seeds`` lets the first round start from such a strategy instead.
+    Each round runs MCMC on the current topology (Comp x Comm), then TopologyFinder on
+    the traffic of each chain's best (Comm x Topo); a pair is kept only if the
+    iteration time improved. The result is never worse than the start on its own
+    topology, the baseline every candidate must beat.
     """
     finder_kwargs = dict(finder_kwargs or {})
-    plan, start_t = _best_topology(model, start, cluster, job, seed, finder_kwargs)
+    space = StrategySpace.build(model, cluster, job)
+    plan, start_t = best_topology(model, start, cluster, job, seed, finder_kwargs)
     best_strategy, best_plan, best_t, origin = start, plan, start_t, "start"
+    screened = [("start", start_t)]
     tried = {start.configs}
-    for name, strategy in (seeds or {}).items():
+    candidates = list((seeds or {}).items())
+    if layouts and screen > 0:
+        ideal = IterationCost(model, cluster, job,
+                              ideal_switch(cluster.servers, cluster.server_bandwidth,
+                                           cluster.link_latency / 2))
+        ranked = sorted(layouts, key=lambda lay: ideal(lay.strategy))
+        candidates += [(lay.name, lay.strategy) for lay in ranked[:screen]]
+    for name, strategy in candidates:
         if stop_requested():
             break               # Ctrl-C: no more TopologyFinder runs
-        if strategy.configs in tried:
+        if strategy.configs in tried or not space.contains(strategy):
             continue
         tried.add(strategy.configs)
-        seed_plan, seed_t = _best_topology(model, strategy, cluster, job, seed, finder_kwargs)
-        if seed_t < best_t:
-            best_strategy, best_plan, best_t, origin = strategy, seed_plan, seed_t, name
+        cand_plan, cand_t = best_topology(model, strategy, cluster, job, seed, finder_kwargs)
+        screened.append((name, cand_t))
+        if cand_t < best_t:
+            best_strategy, best_plan, best_t, origin = strategy, cand_plan, cand_t, name
     history: list[RoundRecord] = []
+    searches: list[FabricSearch] = []
     moves = 0
-    interrupted = False
+    interrupted = stop_requested()
     for r in range(1, rounds + 1):
-        stage = f"round {r}/{rounds}"
-        tasks = [ChainTask(cluster, job, best_strategy, budget, seed * 1000 + r * 100 + c,
-                           topology_plan=best_plan) for c in range(chains)]
-        chain_progress = (lambda m, t, s=stage: progress(s, m, t)) if progress else None
-        found = search_fabric(tasks, executor, chain_progress)
+        if interrupted:
+            break
+        stage = f"topoopt round {r}/{rounds}"
+        fabric = topoopt_fabric(best_plan)
+        cost = IterationCost(model, cluster, job, fabric, best_plan.rings)
+        found = search_space(space, cost, layouts, extra=[("current", best_strategy)],
+                             chains=chains, budget=budget, seed=seed * 1000 + r,
+                             tolerance=tolerance,
+                             progress=(lambda m, t, s=stage: progress(s, m, t))
+                             if progress else None)
+        searches.append(found)
         moves += found.moves
-        interrupted = interrupted or found.interrupted or stop_requested()
-        # the strategy on the topology it was searched on, with rings and routes for
-        # the traffic it now has, against TopologyFinder's topology for that traffic
-        kept = extend_plan(best_plan, _traffic(model, found.best, cluster, job))
-        kept_t = IterationCost(model, cluster, job, topoopt_fabric(kept), kept.rings)(found.best)
-        new_plan, new_t = _best_topology(model, found.best, cluster, job, seed, finder_kwargs)
-        candidates = [(kept_t, 1, kept), (new_t, 0, new_plan)]
-        t, _, plan = min(candidates, key=lambda c: c[:2])
+        interrupted = found.stop == "interrupted" or stop_requested()
+        # every chain's best on the topology it was searched on (rings and routes
+        # extended to its traffic) and on TopologyFinder's topology for its traffic
+        options = []
+        new_plan = None
+        for res in sorted(found.chains, key=lambda c: (c.best_time, c.seed)):
+            if res.best.configs == best_strategy.configs:
+                continue
+            kept = extend_plan(best_plan, _traffic(model, res.best, cluster, job))
+            kept_t = IterationCost(model, cluster, job, topoopt_fabric(kept),
+                                   kept.rings)(res.best)
+            plan_r, t_r = best_topology(model, res.best, cluster, job, seed, finder_kwargs)
+            new_plan = new_plan or plan_r
+            options += [(kept_t, 1, len(options), res.best, kept),
+                        (t_r, 0, len(options), res.best, plan_r)]
+        if not options:
+            history.append(RoundRecord(r, best_t, best_t, best_plan.degree_allreduce,
+                                       best_plan.degree_mp, found.moves,
+                                       sum(c.accepted for c in found.chains), False))
+            break
+        t, _, _, strategy, plan = min(options, key=lambda o: o[:3])
         improved = t < best_t * (1 - tolerance)
-        history.append(RoundRecord(r, kept_t, new_t, new_plan.degree_allreduce,
-                                   new_plan.degree_mp, found.moves, found.accepted, improved))
+        mcmc_t = min(o[0] for o in options if o[1] == 1)
+        topo_t = min(o[0] for o in options if o[1] == 0)
+        history.append(RoundRecord(r, mcmc_t, topo_t, new_plan.degree_allreduce,
+                                   new_plan.degree_mp, found.moves,
+                                   sum(c.accepted for c in found.chains), improved))
         if t < best_t:
-            best_strategy, best_plan, best_t = found.best, plan, t
-        if not improved or interrupted:
+            best_strategy, best_plan, best_t = strategy, plan, t
+        if not improved:
             break
     return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, tuple(history),
-                             interrupted, moves, origin)
+                             interrupted, moves, origin, tuple(searches), tuple(screened))

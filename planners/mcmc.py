@@ -1,9 +1,13 @@
 """MCMC search over parallelization strategies on a fixed network (TopoOpt §4, Comp x Comm plane).
 
-FlexFlow's search (Jia et al., "Beyond Data and Model Parallelism", MLSys'19, §5):
-a Markov chain whose states are strategies; a move re-configures one operator;
-Metropolis acceptance on the simulated iteration time; the best state is tracked,
-and the chain restarts from it every ``budget / restarts`` moves.
+FlexFlow's search (Jia et al., "Beyond Data and Model Parallelism", MLSys'19, §5): a
+Markov chain whose states are strategies, Metropolis acceptance on the simulated
+iteration time, the best state tracked. Two changes make it converge on our models:
+moves that change repeated structure together (:mod:`topoopt.planners.moves`), and a
+restart to the chain's best every ``restart_every`` moves -- a fixed number, so that a
+larger budget buys more exploration between restarts instead of more restarts.
+A :class:`Chain` runs in blocks, so a search can compare several chains as they go
+(:mod:`topoopt.planners.search`).
 """
 
 from __future__ import annotations
@@ -15,15 +19,18 @@ from typing import Callable
 import numpy as np
 
 from topoopt.interrupt import stop_requested
-from topoopt.model import Model
+from topoopt.planners.moves import MOVE_KINDS, MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
-__all__ = ["SearchResult", "mcmc_search", "DEFAULT_ALPHA"]
+__all__ = ["SearchResult", "Chain", "mcmc_search", "DEFAULT_ALPHA", "RESTART_EVERY"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
 DEFAULT_ALPHA = 20.0
+#: Moves between jumps back to the chain's best state.
+RESTART_EVERY = 40
+
 
 @dataclass(frozen=True)
 class SearchResult:
@@ -39,10 +46,12 @@ class SearchResult:
     moves, accepted : int
         Proposed and accepted moves.
     trace : tuple of float
-        Best time after each block of ``budget // 100`` moves.
+        Best time so far after every ``trace_every`` moves (the convergence curve).
     seed : int
     interrupted : bool
         Stopped early by Ctrl-C (or a stop callback); ``best`` is still valid.
+    improved_by : dict
+        Per move kind, how many accepted moves of that kind set a new best.
     """
 
     best: Strategy
@@ -53,49 +62,115 @@ class SearchResult:
     trace: tuple[float, ...]
     seed: int
     interrupted: bool = False
+    improved_by: tuple[tuple[str, int], ...] = ()
 
 
-def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: Strategy,
-                budget: int,
-                seed: int = 0, alpha: float = DEFAULT_ALPHA, restarts: int = 100,
-                neighbour_moves: float = 0.25, segment_moves: float = 0.25,
-                progress: Callable[[int, float], None] | None = None,
-                stop: Callable[[], bool] = stop_requested) -> SearchResult:
-    """Search strategies by MCMC, keeping the best.
+class Chain:
+    """One Markov chain over strategies, advanced in blocks of moves.
 
     Parameters
     ----------
-    space : planners.space.StrategySpace
-        Valid configs per operator and the memory check.
+    space : StrategySpace
     cost : callable
-        Strategy -> iteration seconds (:class:`IterationCost`). If it has a true
-        ``supports_bound`` attribute it is called as ``cost(strategy, bound)`` with
-        the time above which the next acceptance draw rejects the candidate, and may
-        return any value above ``bound`` for such a candidate instead of its time: the
-        draw is read ahead without being consumed, so the chain (moves, acceptances,
-        best strategy and times) is the same as with exact times.
+        Strategy -> iteration seconds. If it has a true ``supports_bound`` attribute it
+        is called as ``cost(strategy, bound)`` with the time above which the next
+        acceptance draw rejects the candidate, and may return any value above
+        ``bound`` for such a candidate: the draw is read ahead without being consumed,
+        so the chain (moves, acceptances, best) is the same as with exact times.
     start : Strategy
-        Must be in ``space`` (data parallel, or DLRM's hybrid when DP does not fit).
-    budget : int
-        Moves to propose.
+        In ``space``.
     seed : int
     alpha : float
         Acceptance ``exp(-alpha x (new - current) / current)`` for worse moves.
-    restarts : int
-        Jump back to the best state every ``budget // restarts`` moves.
-    neighbour_moves : float
-        Probability that a move copies the config of an adjacent operator instead of
-        drawing a random one. Adjacent operators with one config fuse into one task
-        and exchange no MP traffic, so such moves reach good regions much faster
-        than uniform draws.
-    segment_moves : float
-        Probability that a random config is given to a whole segment: the operator
-        and every operator connected to it through neighbours that share its current
-        config. Moving a fused chain one operator at a time creates MP traffic at each
-        step, a barrier single-operator moves rarely cross. The remaining moves are
-        FlexFlow's uniform single-operator draws, so the chain still covers the space.
+    restart_every : int
+        Jump back to the best state every this many moves.
+    moves : MoveSet, optional
+        The proposals (default: :class:`~topoopt.planners.moves.MoveSet` of ``space``).
+    trace_every : int
+        Record the best time every this many moves.
+    """
+
+    def __init__(self, space: StrategySpace, cost: Callable, start: Strategy, seed: int = 0,
+                 alpha: float = DEFAULT_ALPHA, restart_every: int = RESTART_EVERY,
+                 moves: MoveSet | None = None, trace_every: int = 10,
+                 start_time: float | None = None) -> None:
+        self.space, self.cost, self.seed, self.alpha = space, cost, seed, alpha
+        self.restart_every = max(1, int(restart_every))
+        self.moveset = moves if moves is not None else MoveSet(space)
+        self.trace_every = max(1, int(trace_every))
+        self.rng = np.random.default_rng(seed)
+        self.bounded = bool(getattr(cost, "supports_bound", False))
+        t = cost(start) if start_time is None else start_time
+        self.current, self.current_t, self.memory = start, t, space.memory(start)
+        self.best, self.best_t, self.start_t = start, t, t
+        self.moves = self.accepted = 0
+        self.trace: list[float] = []
+        self.improved = dict.fromkeys(MOVE_KINDS, 0)
+        self.interrupted = False
+
+    def step(self) -> None:
+        """Propose one move and accept or reject it."""
+        rng = self.rng
+        self.moves += 1
+        move = self.moveset.propose(self.current, self.memory, rng)
+        if move is not None:
+            candidate, moved_memory, kind = move
+            if self.bounded:
+                # The acceptance draw comes next (when t > current_t): read it without
+                # consuming it, so the cost can stop once t is sure to be rejected.
+                state = rng.bit_generator.state
+                draw = rng.random()
+                rng.bit_generator.state = state
+                t = self.cost(candidate, _threshold(self.current_t, draw, self.alpha))
+            else:
+                t = self.cost(candidate)
+            cur = self.current_t
+            if t <= cur or rng.random() < math.exp(-self.alpha * (t - cur) / cur):
+                self.current, self.current_t, self.memory = candidate, t, moved_memory
+                self.accepted += 1
+                if t < self.best_t:
+                    self.best, self.best_t = candidate, t
+                    self.improved[kind] += 1
+        if self.moves % self.trace_every == 0:
+            self.trace.append(self.best_t)
+        if self.moves % self.restart_every == 0:
+            self.current, self.current_t = self.best, self.best_t
+            self.memory = self.space.memory(self.best)
+
+    def run(self, count: int, stop: Callable[[], bool] = stop_requested) -> None:
+        """Advance ``count`` moves (fewer when ``stop()`` turns true)."""
+        for _ in range(count):
+            if stop():
+                self.interrupted = True
+                return
+            self.step()
+
+    def result(self) -> SearchResult:
+        return SearchResult(self.best, self.best_t, self.start_t, self.moves, self.accepted,
+                            tuple(self.trace), self.seed, self.interrupted,
+                            tuple((k, v) for k, v in self.improved.items() if v))
+
+
+def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: Strategy,
+                budget: int, seed: int = 0, alpha: float = DEFAULT_ALPHA,
+                restart_every: int = RESTART_EVERY, moves: MoveSet | None = None,
+                progress: Callable[[int, float], None] | None = None,
+                stop: Callable[[], bool] = stop_requested) -> SearchResult:
+    """Search strategies by MCMC from ``start`` for ``budget`` moves, keeping the best.
+
+    Parameters
+    ----------
+    space : StrategySpace
+    cost : callable
+        Strategy -> iteration seconds (:class:`~topoopt.planners.cost.IterationCost`).
+    start : Strategy
+    budget : int
+        Moves to propose.
+    seed : int
+    alpha, restart_every, moves
+        As :class:`Chain`.
     progress : callable, optional
-        Called as ``progress(moves_done, best_time)`` after every block of moves.
+        Called as ``progress(moves_done, best_time)`` every ``budget // 20`` moves.
     stop : callable
         Polled between moves; True ends the search early with the best so far.
 
@@ -111,54 +186,17 @@ def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: 
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
-    rng = np.random.default_rng(seed)
-    current, current_t = start, cost(start)
-    best, best_t, start_t = current, current_t, current_t
-    memory = space.memory(current)
-    block = max(1, budget // max(restarts, 1))
-    trace: list[float] = []
-    accepted = 0
-    interrupted = False
-    neighbours = _neighbours(space.model)
-    bounded = bool(getattr(cost, "supports_bound", False))
-    move = None
-    moves = 0
-    for moves in range(1, budget + 1):
-        if stop():
-            interrupted, moves = True, moves - 1
-            break
-        u = rng.random()
-        if u < neighbour_moves:
-            move = _neighbour_move(space, current, memory, neighbours, rng)
-        elif u < neighbour_moves + segment_moves:
-            move = _segment_move(space, current, memory, neighbours, rng)
-        else:
-            move = space.propose(current, memory, rng)
-            if move is not None:
-                i, config, moved_memory = move
-                move = (current.with_config(i, config, name="mcmc"), moved_memory)
-        if move is not None:
-            candidate, moved_memory = move
-            if bounded:
-                # The acceptance draw comes next (when t > current_t): read it without
-                # consuming it, so the cost can stop once t is sure to be rejected.
-                state = rng.bit_generator.state
-                draw = rng.random()
-                rng.bit_generator.state = state
-                t = cost(candidate, _threshold(current_t, draw, alpha))
-            else:
-                t = cost(candidate)
-            if t <= current_t or rng.random() < math.exp(-alpha * (t - current_t) / current_t):
-                current, current_t, memory = candidate, t, moved_memory
-                accepted += 1
-                if t < best_t:
-                    best, best_t = candidate, t
-        if moves % block == 0:
-            trace.append(best_t)
-            if progress is not None:
-                progress(moves, best_t)
-            current, current_t, memory = best, best_t, space.memory(best)
-    return SearchResult(best, best_t, start_t, moves, accepted, tuple(trace), seed, interrupted)
+    chain = Chain(space, cost, start, seed, alpha, restart_every, moves,
+                  trace_every=max(1, budget // 100))
+    block = max(1, budget // 20)
+    done = 0
+    while done < budget and not chain.interrupted:
+        k = min(block, budget - done)
+        chain.run(k, stop)
+        done += k
+        if progress is not None:
+            progress(chain.moves, chain.best_t)
+    return chain.result()
 
 
 def _threshold(current_t: float, draw: float, alpha: float) -> float:
@@ -171,52 +209,3 @@ def _threshold(current_t: float, draw: float, alpha: float) -> float:
     if not (alpha > 0 and draw > 0 and math.isfinite(current_t) and current_t > 0):
         return math.inf
     return current_t * (1.0 - math.log(draw) / alpha) * (1.0 + 1e-9)
-
-
-def _neighbours(model: Model) -> list[list[int]]:
-    """Per operator, the operators it exchanges tensors with (inputs excluded)."""
-    adj: list[set[int]] = [set() for _ in model.operators]
-    for u, v in model.edges:
-        if model.operators[u].kind != "input":
-            adj[u].add(v)
-            adj[v].add(u)
-    return [sorted(a) for a in adj]
-
-
-def _neighbour_move(space, strategy: Strategy, memory, neighbours, rng):
-    """Operator ``i`` takes the config of an adjacent operator."""
-    movable = space.movable
-    i = movable[int(rng.integers(len(movable)))]
-    if not neighbours[i]:
-        return None
-    j = neighbours[i][int(rng.integers(len(neighbours[i])))]
-    return _apply(space, strategy, memory, [i], strategy.configs[j])
-
-
-def _segment_move(space, strategy: Strategy, memory, neighbours, rng):
-    """A random config for operator ``i`` and the connected operators sharing its config."""
-    movable = space.movable
-    i = movable[int(rng.integers(len(movable)))]
-    old = strategy.configs[i]
-    segment, frontier = {i}, [i]
-    while frontier:
-        u = frontier.pop()
-        for v in neighbours[u]:
-            if v not in segment and strategy.configs[v] == old:
-                segment.add(v)
-                frontier.append(v)
-    cands = space.configs[i]
-    return _apply(space, strategy, memory, sorted(segment), cands[int(rng.integers(len(cands)))])
-
-
-def _apply(space, strategy: Strategy, memory, ops: list[int], config):
-    """``strategy`` with ``config`` on every op of ``ops`` that accepts it, if it fits."""
-    configs = list(strategy.configs)
-    moved = memory
-    for i in ops:
-        if configs[i] != config and config in space.config_sets[i]:
-            moved = space.moved_memory(moved, i, configs[i], config)
-            configs[i] = config
-    if moved is memory or float(moved.max()) > space.memory_limit:
-        return None
-    return Strategy(tuple(configs), "mcmc"), moved

@@ -1,43 +1,142 @@
 """Plan a job's optical shard: co-optimized strategy and topology, compared with every fabric.
 
 :func:`plan` is the library call behind ``topoopt plan CONFIG -o DIR`` (and
-``topoopt.plan``): alternating optimization (TopoOpt §4) for the TopoOpt shard, and an
-MCMC search with the same budget on each baseline fabric (Ideal Switch,
-cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5), so every fabric
-is compared with its own best strategy.
+``topoopt.plan``):
+
+1. every fabric is searched on its own, in parallel through the executor: the TopoOpt
+   shard by alternating optimization (TopoOpt §4,
+   :func:`~topoopt.planners.alternating.alternating_optimization`), each baseline
+   (Ideal Switch, cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5)
+   by :func:`~topoopt.planners.search.search_space` with the same per-chain budget;
+   all start from the same structured strategies
+   (:mod:`~topoopt.planners.structure`);
+2. every fabric's best strategy is then tried on every other fabric and kept where it
+   is faster ("cross-seeding"): a strategy found on one fabric is often good on
+   another, and this is what makes the Ideal Switch -- a relaxation of every fabric
+   here (the same d x B per server, one link latency between any two servers, no
+   forwarding, no blocking) -- come out at least as fast as all of them, so each
+   fabric's gap to it is the price of its network, not of its search.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
 
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.executor import Executor, SerialExecutor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
+from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.interrupt import stop_requested
 from topoopt.planners.alternating import (
-    ChainTask,
+    AlternatingResult,
     alternating_optimization,
-    run_chain,
-    search_fabric,
+    best_topology,
     start_strategy,
     topoopt_fabric,
 )
 from topoopt.planners.cost import IterationCost
+from topoopt.planners.search import DEFAULT_TOLERANCE, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import structured_strategies
 from topoopt.plans.document import BASELINES, FabricResult, Plan
+from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
 
-__all__ = ["plan"]
+__all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric"]
 
 
-def plan(cluster: Cluster, job: Job, *, budget: int = 400, rounds: int = 3, chains: int = 1,
-         seed: int = 0, baselines: Sequence[str] = BASELINES, executor: Executor | None = None,
-         prices: PriceTable | None = None,
-         finder_kwargs: dict | None = None, source: str = "",
-         progress: Callable[[str, int, float], None] | None = None) -> Plan:
+@dataclass(frozen=True)
+class FabricTask:
+    """One fabric's search, self-contained so a process pool or Ray can run it."""
+
+    name: str
+    cluster: Cluster
+    job: Job
+    budget: int
+    rounds: int
+    chains: int
+    seed: int
+    tolerance: float
+    prices: PriceTable
+    finder_kwargs: Mapping = field(default_factory=dict)
+    #: strategies to time on this fabric instead of searching (cross-seeding)
+    candidates: tuple[tuple[str, Strategy], ...] = ()
+
+
+@dataclass(frozen=True)
+class FabricOutcome:
+    """What a :class:`FabricTask` found: the best strategy and time, and the record."""
+
+    name: str
+    strategy: Strategy
+    time: float
+    search: FabricSearch | None = None
+    alternating: AlternatingResult | None = None
+    topology_plan: TopologyPlan | None = None
+    #: per candidate of a cross-seeding task: (name, time, topology plan or None)
+    timed: tuple = ()
+
+
+def _reference_starts(model, cluster, space) -> list[tuple[str, Strategy]]:
+    """The plan's start (data parallel, else DLRM's hybrid) and the other of the two
+    where it is valid: the strategies people compare a plan with."""
+    out: list[tuple[str, Strategy]] = []
+    for name, make in (("data parallel", data_parallel), ("hybrid", hybrid)):
+        s = make(model, cluster.servers)
+        if space.contains(s) and all(s.configs != t.configs for _, t in out):
+            out.append((name, s))
+    return out
+
+
+def search_one_fabric(task: FabricTask,
+                      progress: Callable[[str, int, float], None] | None = None
+                      ) -> FabricOutcome:
+    """Run one fabric's search, or time ``task.candidates`` on it (module-level so pool
+    and Ray workers can import it)."""
+    cluster, job = task.cluster, task.job
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    if task.name == "topoopt":
+        if task.candidates:
+            timed = tuple((n, *reversed(best_topology(model, s, cluster, job, task.seed,
+                                                      task.finder_kwargs)))
+                          for n, s in task.candidates)
+            return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
+        start = start_strategy(model, cluster, job, space)
+        refs = _reference_starts(model, cluster, space)
+        found = alternating_optimization(
+            model, cluster, job, start, rounds=task.rounds, budget=task.budget,
+            chains=task.chains, seed=task.seed, tolerance=task.tolerance,
+            finder_kwargs=task.finder_kwargs,
+            seeds={n: s for n, s in refs if s.configs != start.configs},
+            layouts=structured_strategies(model, space), progress=progress)
+        return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
+                             topology_plan=found.topology_plan)
+    start = start_strategy(model, cluster, job, space)
+    fabric = build_fabric(task.name, cluster, task.prices, task.seed, job=job, model=model,
+                          strategy=start)
+    cost = IterationCost(model, cluster, job, fabric, seed=task.seed)
+    if task.candidates:
+        timed = tuple((n, cost(s), None) for n, s in task.candidates)
+        return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
+    refs = _reference_starts(model, cluster, space)
+    found = search_space(space, cost, structured_strategies(model, space),
+                         extra=[("start", start)] + refs, chains=task.chains,
+                         budget=task.budget * task.rounds, seed=task.seed,
+                         tolerance=task.tolerance,
+                         progress=(lambda m, t: progress(task.name, m, t)) if progress else None)
+    return FabricOutcome(task.name, found.best, found.best_time, search=found)
+
+
+def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chains: int = 2,
+         seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
+         baselines: Sequence[str] = BASELINES, executor: Executor | None = None,
+         prices: PriceTable | None = None, finder_kwargs: dict | None = None,
+         source: str = "", progress: Callable[[str, int, float], None] | None = None,
+         on_fabric: Callable[[str, float, str], None] | None = None) -> Plan:
     """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
 
     Parameters
@@ -50,8 +149,12 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 400, rounds: int = 3, chai
     rounds : int
         k, rounds of alternating optimization.
     chains : int
-        Independent MCMC chains (different seeds); the best is kept.
+        MCMC chains per search, each from a different structured start; a search
+        stops early once they agree within ``tolerance``.
     seed : int
+    tolerance : float
+        Agreement of the chains that ends a search (and the least improvement that
+        keeps the alternation going), as a fraction.
     baselines : sequence of str
         Fabrics to compare (default: ideal, fattree, oversub, expander).
     executor : Executor, optional
@@ -64,7 +167,9 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 400, rounds: int = 3, chai
     source : str
         Config path, echoed in the plan.
     progress : callable, optional
-        ``progress(stage, moves_done, best_seconds)``.
+        ``progress(stage, moves_done, best_seconds)`` (searches run in this process only).
+    on_fabric : callable, optional
+        ``on_fabric(name, best_seconds, how)`` as each fabric's search ends.
 
     Returns
     -------
@@ -78,57 +183,94 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 400, rounds: int = 3, chai
     ...          budget=20, rounds=1)
     >>> p.fabric("topoopt").estimate.total <= p.search.start_time
     True
+    >>> p.iteration_time_s["ideal"] <= min(p.iteration_time_s.values())
+    True
     """
-    for field, value, low in (("plan.budget", budget, 0), ("plan.rounds", rounds, 1),
-                              ("plan.chains", chains, 1)):
+    for name, value, low in (("plan.budget", budget, 0), ("plan.rounds", rounds, 1),
+                             ("plan.chains", chains, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(field, value, f"must be an integer >= {low}")
+            raise ConfigError(name, value, f"must be an integer >= {low}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not 0 <= tolerance < 1:
+        raise ConfigError("plan.tolerance", tolerance, "must be a fraction in [0, 1), "
+                                                       "e.g. 0.01 for 1%")
+    if isinstance(baselines, str):
+        raise ConfigError("plan.baselines", baselines, "must be a list of fabric names, "
+                                                       f"e.g. [\"{baselines}\"]")
     for name in baselines:
         if name not in FABRICS or name == "topoopt":
             raise ConfigError("plan.baselines", name,
                               f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
     prices = prices or DEFAULT_PRICES
     executor = executor or SerialExecutor()
+    finder_kwargs = dict(finder_kwargs or {})
     model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
-
-    # Baselines: each its own search with the same per-chain budget, all through the executor.
-    results = []
-    tasks = [ChainTask(cluster, job, start, budget * rounds, seed * 1000 + 900 + c,
-                       fabric=name, prices=prices, fabric_seed=seed)
-             for name in baselines for c in range(chains)]
+    names = ("topoopt", *dict.fromkeys(baselines))
+    task = (lambda name, budget_=budget, candidates=(): FabricTask(
+        name, cluster, job, budget_, rounds, chains, seed, float(tolerance), prices,
+        finder_kwargs, candidates))
     if stop_requested():
-        tasks = [ChainTask(t.cluster, t.job, t.start, 0, t.seed, t.fabric, prices=prices,
-                           fabric_seed=seed) for t in tasks]
-    if executor.name == "serial":
-        found = []
-        for t in tasks:
-            stage = f"{t.fabric} search"
-            found.append(search_fabric([t], executor,
-                                       (lambda m, b, s=stage: progress(s, m, b))
-                                       if progress else None))
-    else:
-        found = executor.map(run_chain, tasks)
-    for i, name in enumerate(baselines):
-        mine = found[i * chains:(i + 1) * chains]
-        best = min(mine, key=lambda r: (r.best_time, r.seed))
-        fab = build_fabric(name, cluster, prices, seed, job=job, model=model, strategy=start)
-        est = IterationCost(model, cluster, job, fab, seed=seed).estimate(best.best)
-        results.append(FabricResult(name, FABRICS[name].title, best.best, est,
-                                    fabric_cost(fab, prices), best.start_time,
-                                    sum(r.moves for r in mine)))
+        budget = 0
+    tasks = [task(n, budget) for n in names]
 
-    # TopoOpt last: the baselines' best strategies may seed its first round.
-    search = alternating_optimization(model, cluster, job, start, rounds=rounds, budget=budget,
-                                      chains=chains, seed=seed, executor=executor,
-                                      finder_kwargs=finder_kwargs,
-                                      seeds={r.name: r.strategy for r in results},
-                                      progress=progress)
-    fabric = topoopt_fabric(search.topology_plan)
-    est = IterationCost(model, cluster, job, fabric, search.topology_plan.rings).estimate(
-        search.strategy)
-    results.insert(0, FabricResult("topoopt", FABRICS["topoopt"].title, search.strategy, est,
-                                   fabric_cost(fabric, prices), search.start_time, search.moves))
-    return Plan(cluster, job, model, search.topology_plan, tuple(results), search, seed,
-                budget, rounds, chains, source)
+    def done(i: int, out: FabricOutcome) -> None:
+        if on_fabric is not None:
+            s = out.search or (out.alternating.searches[-1] if out.alternating
+                               and out.alternating.searches else None)
+            on_fabric(out.name, out.time, s.stop if s is not None else "start")
+
+    if executor.name == "serial":
+        outcomes = []
+        for i, t in enumerate(tasks):
+            outcomes.append(search_one_fabric(t, progress))
+            done(i, outcomes[-1])
+    else:
+        outcomes = executor.map(search_one_fabric, tasks, on_done=done)
+    best = {o.name: o for o in outcomes}
+
+    # Cross-seeding: each fabric's best strategy timed on every other fabric.
+    adopted: dict[str, str] = {}
+    if not stop_requested():
+        cross = []
+        for n in names:
+            others = [(m, best[m].strategy) for m in names
+                      if m != n and best[m].strategy.configs != best[n].strategy.configs]
+            # one entry per distinct strategy
+            uniq: dict = {}
+            for m, s in others:
+                uniq.setdefault(s.configs, (m, s))
+            if uniq:
+                cross.append(task(n, candidates=tuple(uniq.values())))
+        for out in executor.map(search_one_fabric, cross):
+            for m, t, tp in out.timed:
+                if t < best[out.name].time:
+                    src = best[m]
+                    best[out.name] = FabricOutcome(
+                        out.name, src.strategy, t, search=best[out.name].search,
+                        alternating=best[out.name].alternating,
+                        topology_plan=tp if out.name == "topoopt" else None)
+                    adopted[out.name] = m
+    results = []
+    topo = best["topoopt"]
+    topology_plan = topo.topology_plan
+    for n in names:
+        o = best[n]
+        if n == "topoopt":
+            fabric = topoopt_fabric(topology_plan)
+            est = IterationCost(model, cluster, job, fabric, topology_plan.rings).estimate(
+                o.strategy)
+            start_t = o.alternating.start_time
+            moves = o.alternating.moves
+        else:
+            fabric = build_fabric(n, cluster, prices, seed, job=job, model=model,
+                                  strategy=start)
+            est = IterationCost(model, cluster, job, fabric, seed=seed).estimate(o.strategy)
+            start_t = o.search.start_time
+            moves = o.search.moves
+        results.append(FabricResult(n, FABRICS[n].title, o.strategy, est,
+                                    fabric_cost(fabric, prices), start_t, moves,
+                                    search=o.search, adopted_from=adopted.get(n, "")))
+    return Plan(cluster, job, model, topology_plan, tuple(results), topo.alternating, seed,
+                budget, rounds, chains, source, tolerance=float(tolerance))

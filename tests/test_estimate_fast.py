@@ -22,7 +22,8 @@ from topoopt.netsim._dag_kernel import _solve
 from topoopt.netsim.dag import route_classes, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
-from topoopt.planners.mcmc import _neighbour_move, _neighbours, _segment_move, mcmc_search
+from topoopt.planners.mcmc import mcmc_search
+from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.workloads import model_of
 
@@ -52,25 +53,17 @@ def assert_same(ref, fast):
 
 
 def random_strategies(model, cluster, job, count, seed):
-    """A seeded random walk over the space: uniform, neighbour and segment moves."""
+    """A seeded random walk over the space, through every kind of MCMC move."""
     space = StrategySpace.build(model, cluster, job)
     rng = np.random.default_rng(seed)
     current = start_strategy(model, cluster, job, space)
     memory = space.memory(current)
-    neighbours = _neighbours(model)
+    moves = MoveSet(space)
     out = [current]
     while len(out) < count:
-        u = rng.random()
-        if u < 0.25:
-            move = _neighbour_move(space, current, memory, neighbours, rng)
-        elif u < 0.5:
-            move = _segment_move(space, current, memory, neighbours, rng)
-        else:
-            move = space.propose(current, memory, rng)
-            if move is not None:
-                move = (current.with_config(move[0], move[1]), move[2])
+        move = moves.propose(current, memory, rng)
         if move is not None:
-            current, memory = move
+            current, memory, _ = move
             out.append(current)
     return out
 

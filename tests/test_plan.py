@@ -57,7 +57,7 @@ def test_alternation_starts_from_the_best_seed():
     # MCMC on a fixed topology is myopic; a seed strategy on its own topology that
     # beats the start must be where the first round begins, and the result can
     # be no worse than any seed on its TopologyFinder topology
-    from topoopt.planners.alternating import _best_topology, alternating_optimization
+    from topoopt.planners.alternating import best_topology, alternating_optimization
 
     cluster = Cluster(servers=8, nics=2, link_bandwidth=25e9)
     job = tiny_job()
@@ -67,11 +67,11 @@ def test_alternation_starts_from_the_best_seed():
     fixed, emb, fc = start.configs
     candidates = [Strategy((fixed, emb, b)) for b in space.configs[2]] + \
                  [Strategy((fixed, a, fc)) for a in space.configs[1]]
-    timed = sorted((_best_topology(model, c, cluster, job, 0, {})[1], i)
+    timed = sorted((best_topology(model, c, cluster, job, 0, {})[1], i)
                    for i, c in enumerate(candidates))
     best_t, best = timed[0][0], candidates[timed[0][1]]
     worst = candidates[timed[-1][1]]
-    start_t = _best_topology(model, start, cluster, job, 0, {})[1]
+    start_t = best_topology(model, start, cluster, job, 0, {})[1]
     assert best_t < start_t  # else the test proves nothing
     for budget in (0, 20):
         found = alternating_optimization(model, cluster, job, start, rounds=1, budget=budget,

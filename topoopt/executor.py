@@ -13,16 +13,22 @@ import os
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from topoopt.errors import TopoOptError
+from topoopt.interrupt import stop_on_first_interrupt
 
 __all__ = ["Executor", "SerialExecutor", "PoolExecutor", "RayExecutor", "make_executor"]
 
 
+Done = Callable[[int, Any], None]
+
+
 class Executor(Protocol):
-    """Runs ``fn(item)`` for every item; returns the results in item order."""
+    """Runs ``fn(item)`` for every item; returns the results in item order, and calls
+    ``on_done(index, result)`` as each one finishes (in completion order)."""
 
     name: str
 
-    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]: ...
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any],
+            on_done: Done | None = None) -> list[Any]: ...
 
     def close(self) -> None: ...
 
@@ -32,8 +38,13 @@ class SerialExecutor:
 
     name = "serial"
 
-    def map(self, fn, items):
-        return [fn(item) for item in items]
+    def map(self, fn, items, on_done=None):
+        out = []
+        for i, item in enumerate(items):
+            out.append(fn(item))
+            if on_done is not None:
+                on_done(i, out[-1])
+        return out
 
     def close(self) -> None:
         pass
@@ -46,17 +57,27 @@ class SerialExecutor:
 
 
 class PoolExecutor(SerialExecutor):
-    """A local process pool of ``workers`` processes (spawned, so state never leaks)."""
+    """A local process pool of ``workers`` processes (spawned, so state never leaks).
+
+    In a worker the first Ctrl-C asks its search to stop and return its best so far
+    (:func:`topoopt.interrupt.stop_on_first_interrupt`), as in the parent.
+    """
 
     name = "pool"
 
     def __init__(self, workers: int):
         self.workers = workers
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=stop_on_first_interrupt)
 
-    def map(self, fn, items):
-        return list(self._pool.map(fn, list(items)))
+    def map(self, fn, items, on_done=None):
+        futures = [self._pool.submit(fn, item) for item in items]
+        if on_done is not None:
+            index = {f: i for i, f in enumerate(futures)}
+            for f in concurrent.futures.as_completed(futures):
+                on_done(index[f], f.result())
+        return [f.result() for f in futures]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -87,11 +108,18 @@ class RayExecutor(SerialExecutor):
         ray.init(**kwargs)
         self._remotes: dict[Callable, Any] = {}
 
-    def map(self, fn, items):
+    def map(self, fn, items, on_done=None):
         remote = self._remotes.get(fn)
         if remote is None:
             remote = self._remotes[fn] = self._ray.remote(fn)
-        return self._ray.get([remote.remote(item) for item in items])
+        refs = [remote.remote(item) for item in items]
+        if on_done is not None:
+            index = {r: i for i, r in enumerate(refs)}
+            pending = list(refs)
+            while pending:
+                ready, pending = self._ray.wait(pending, num_returns=1)
+                on_done(index[ready[0]], self._ray.get(ready[0]))
+        return self._ray.get(refs)
 
     def close(self) -> None:
         self._ray.shutdown()

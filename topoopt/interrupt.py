@@ -6,7 +6,7 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["stop_requested", "request_stop", "graceful_interrupt"]
+__all__ = ["stop_requested", "request_stop", "graceful_interrupt", "stop_on_first_interrupt"]
 
 _STOP = threading.Event()
 
@@ -19,6 +19,18 @@ def stop_requested() -> bool:
 def request_stop() -> None:
     """Ask running searches to stop, as the first Ctrl-C does."""
     _STOP.set()
+
+
+def _handler(signum, frame) -> None:
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+    _STOP.set()
+
+
+def stop_on_first_interrupt() -> None:
+    """In this process from now on, the first Ctrl-C sets :func:`stop_requested` and a
+    second raises KeyboardInterrupt (a worker process's initializer)."""
+    signal.signal(signal.SIGINT, _handler)
 
 
 class graceful_interrupt:
@@ -34,13 +46,7 @@ class graceful_interrupt:
         self._previous: Any = None
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.getsignal(signal.SIGINT)
-
-            def handler(signum, frame):
-                if _STOP.is_set():
-                    raise KeyboardInterrupt
-                _STOP.set()
-
-            signal.signal(signal.SIGINT, handler)
+            signal.signal(signal.SIGINT, _handler)
         return self
 
     def __exit__(self, *exc: object) -> bool:

@@ -680,20 +680,28 @@ def _coflow_groups(inv: np.ndarray, preds: np.ndarray, keys: int
     members did not already wait for); grouping by the first predecessor alone made
     cycles when a consumer read two producer segments on one server.
     """
-    pairs = np.unique(inv * (int(preds.max()) + 1) + preds) if preds.size else preds
     width = int(preds.max()) + 1 if preds.size else 1
+    pairs = np.sort(inv * width + preds)
+    if pairs.size:
+        pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
     k_of, p_of = pairs // width, pairs % width
     count = np.bincount(k_of, minlength=keys)
     sig = np.empty(keys, np.int64)
     single = count == 1
     sig[k_of[single[k_of]]] = p_of[single[k_of]]
-    if not single.all():
-        # several predecessors: one id per distinct set, numbered after every task id
-        multi: dict[tuple[int, ...], int] = {}
-        starts = np.concatenate(([0], np.cumsum(count)))
-        for k in np.flatnonzero(~single).tolist():
-            key = tuple(p_of[starts[k]:starts[k + 1]].tolist())
-            sig[k] = width + multi.setdefault(key, len(multi))
+    multi = np.flatnonzero(~single & (count > 0))
+    if multi.size:
+        # several predecessors: one id per distinct set (rows of a padded matrix,
+        # compared exactly), numbered after every task id
+        row = np.full(keys, -1, np.int64)
+        row[multi] = np.arange(multi.size)
+        take = row[k_of] >= 0
+        first = np.concatenate(([0], np.cumsum(count)))[:-1]
+        col = np.arange(k_of.size) - first[k_of]
+        mat = np.full((multi.size, int(count[multi].max())), -1, np.int64)
+        mat[row[k_of[take]], col[take]] = p_of[take]
+        _, set_id = np.unique(mat, axis=0, return_inverse=True)
+        sig[multi] = width + set_id.ravel()
     return _group(sig)
 
 

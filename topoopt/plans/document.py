@@ -46,6 +46,12 @@ class FabricResult:
         The start strategy's iteration time on this fabric.
     moves : int
         MCMC moves spent on it.
+    search : FabricSearch, optional
+        The baseline's search (starts, chains and their curves, why it stopped); the
+        TopoOpt shard's is the plan's ``search``.
+    adopted_from : str
+        The fabric whose best strategy was faster here than this fabric's own ("" if
+        none; see :mod:`topoopt.planners.planner`, cross-seeding).
     """
 
     name: str
@@ -55,6 +61,8 @@ class FabricResult:
     cost: Any
     start_time: float
     moves: int
+    search: Any = None
+    adopted_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class Plan:
     seed, budget, rounds, chains : int
     source : str
         Where the config came from (for reports).
+    tolerance : float
+        The chains' agreement that ended a search early.
     """
 
     cluster: Any
@@ -87,6 +97,7 @@ class Plan:
     rounds: int
     chains: int
     source: str = ""
+    tolerance: float = 0.01
 
     @property
     def strategy(self) -> Strategy:
@@ -121,6 +132,20 @@ def _job_json(job: Job, cluster: Cluster) -> dict:
     if job.operators:
         out["operators"] = [dict(o) for o in job.operators]
     return out
+
+
+def _chains_json(chains) -> list[dict]:
+    return [{"seed": c.seed, "start_time_s": c.start_time, "best_time_s": c.best_time,
+             "moves": c.moves, "accepted": c.accepted, "curve_s": list(c.trace),
+             "improved_by": dict(c.improved_by)} for c in chains]
+
+
+def _search_json(fs) -> dict:
+    """A :class:`~topoopt.planners.search.FabricSearch` as JSON."""
+    return {"stop": fs.stop, "spread": fs.spread, "moves": fs.moves,
+            "evaluations": fs.evaluations,
+            "starts": [{"strategy": n, "time_s": t} for n, t in fs.starts],
+            "chains": _chains_json(fs.chains)}
 
 
 def plan_to_json(p: Plan) -> dict:
@@ -163,21 +188,28 @@ def plan_to_json(p: Plan) -> dict:
                     "max_link_load_bytes": metrics.max_link_load},
         "rings": rings,
         "routes": routes,
-        "iteration_time_s": {f.name: f.estimate.total for f in p.fabrics},
+        "iteration_time_s": p.iteration_time_s,
+        "gap_to_ideal": ({f.name: f.estimate.total / p.iteration_time_s["ideal"]
+                          for f in p.fabrics} if "ideal" in p.iteration_time_s else {}),
         "breakdown": {f.name: {k: getattr(f.estimate, k) for k in
                                ("compute", "mp", "allreduce", "exposed_communication",
                                 "mp_bytes", "allreduce_bytes")} for f in p.fabrics},
         "cost": {f.name: f.cost.total for f in p.fabrics},
         "fabrics": {f.name: {"title": f.title, "start_time_s": f.start_time,
-                             "moves": f.moves,
-                             "strategy": f.strategy.to_json(p.model)}
+                             "moves": f.moves, "adopted_from": f.adopted_from,
+                             "strategy": f.strategy.to_json(p.model),
+                             "search": _search_json(f.search)}
                     for f in p.fabrics if f.name != "topoopt"},
         "search": {"seed": p.seed, "budget": p.budget, "rounds": p.rounds,
-                   "chains": p.chains, "start_strategy": p.search.start.name,
+                   "chains": p.chains, "tolerance": p.tolerance,
+                   "start_strategy": p.search.start.name,
                    "start_time_s": p.search.start_time, "first_round_from": p.search.origin,
                    "best_time_s": p.search.time,
+                   "adopted_from": p.fabric("topoopt").adopted_from,
                    "moves": p.search.moves, "interrupted": p.search.interrupted,
-                   "history": [r.to_json() for r in p.search.history]},
+                   "screened": [{"strategy": n, "time_s": t} for n, t in p.search.screened],
+                   "history": [{**r.to_json(), **_search_json(fs)}
+                               for r, fs in zip(p.search.history, p.search.searches)]},
     }
 
 

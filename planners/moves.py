@@ -1,0 +1,197 @@
+"""The MCMC's moves: one operator, a segment, a run of identical operators, a swap, a layout.
+
+FlexFlow's search (Jia et al., MLSys'19, §5) re-configures one operator per move,
+drawn uniformly. On our models that chain rarely reaches the good strategies: a dense
+layer has ~500 candidate configs at n = 128 and only five use every server, and the
+good strategies change a whole repeated structure at once (every MLP layer split
+``dp x mp2``, the tables moved as a block). So a move here is one of
+
+- ``single``: FlexFlow's move, the config drawn from the *wide* configs (every server
+  or the operator's current block, any ``mp``) half of the time;
+- ``neighbour``: an operator takes an adjacent operator's config (they then fuse and
+  exchange no MP traffic);
+- ``segment``: a random config for an operator and every connected operator sharing
+  its config (a fused chain moves together);
+- ``run``: one config for a run of identical operators (all tables, an MLP's equal
+  layers, BERT's per-block operators), or one shard pattern across it (tables moved
+  to the next block);
+- ``swap``: two operators of a run trade configs (two tables trade servers);
+- ``layout``: the table or body part of the strategy replaced by a structured layout
+  (:mod:`topoopt.planners.structure`).
+
+Every move keeps the strategy inside the space and within memory (or is dropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from topoopt.model import Model
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import Layout, operator_runs
+from topoopt.strategy import OpConfig, Strategy
+
+__all__ = ["MOVE_KINDS", "DEFAULT_MIX", "MoveSet", "neighbours"]
+
+MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "layout")
+#: Probability of each move kind (renormalized over the kinds a model has).
+DEFAULT_MIX = {"single": 0.2, "neighbour": 0.15, "segment": 0.15, "run": 0.25, "swap": 0.1,
+               "layout": 0.15}
+
+
+def neighbours(model: Model) -> list[list[int]]:
+    """Per operator, the operators it exchanges tensors with (inputs excluded)."""
+    adj: list[set[int]] = [set() for _ in model.operators]
+    for u, v in model.edges:
+        if model.operators[u].kind != "input":
+            adj[u].add(v)
+            adj[v].add(u)
+    return [sorted(a) for a in adj]
+
+
+@dataclass
+class MoveSet:
+    """Move proposals for one model and strategy space.
+
+    Parameters
+    ----------
+    space : StrategySpace
+    layouts : sequence of Layout
+        Structured strategies whose table or body parts ``layout`` moves borrow.
+    mix : mapping, optional
+        Probability per move kind (:data:`DEFAULT_MIX`).
+    """
+
+    space: StrategySpace
+    layouts: tuple[Layout, ...] = ()
+    mix: dict | None = None
+
+    def __post_init__(self) -> None:
+        model = self.space.model
+        self.model = model
+        self.neighbours = neighbours(model)
+        movable = set(self.space.movable)
+        self.runs = tuple(r for r in (tuple(i for i in run if i in movable)
+                                      for run in operator_runs(model)) if len(r) > 1)
+        ops = model.operators
+        self.tables = tuple(i for i, op in enumerate(ops) if op.kind == "embedding")
+        self.body = tuple(i for i, op in enumerate(ops)
+                          if op.kind not in ("embedding", "input"))
+        self.wide = tuple(self._wide(i) for i in range(len(ops)))
+        mix = dict(DEFAULT_MIX if self.mix is None else self.mix)
+        if not self.runs:
+            mix.pop("run", None)
+            mix.pop("swap", None)
+        if not self.layouts:
+            mix.pop("layout", None)
+        kinds = [k for k in MOVE_KINDS if mix.get(k, 0) > 0]
+        p = np.array([mix[k] for k in kinds], float)
+        self.kinds = tuple(kinds)
+        self.cum = np.cumsum(p / p.sum())
+
+    def _wide(self, i: int) -> tuple[OpConfig, ...]:
+        """Candidate configs of op ``i`` that use every server (any ``mp``)."""
+        n = self.space.servers
+        return tuple(c for c in self.space.configs[i] if len(c.servers) == n)
+
+    # -- helpers ---------------------------------------------------------------------
+    def _fit(self, strategy: Strategy, memory: np.ndarray, changes: dict[int, OpConfig]):
+        """``strategy`` with ``changes`` applied where the op accepts the config, if it
+        changes anything and fits; else None."""
+        configs = list(strategy.configs)
+        moved = memory
+        for i, cfg in changes.items():
+            if configs[i] != cfg and cfg in self.space.config_sets[i]:
+                moved = self.space.moved_memory(moved, i, configs[i], cfg)
+                configs[i] = cfg
+        if moved is memory or float(moved.max()) > self.space.memory_limit:
+            return None
+        return Strategy(tuple(configs), "mcmc"), moved
+
+    def _draw_config(self, i: int, current: OpConfig, rng: np.random.Generator) -> OpConfig:
+        cands = self.space.configs[i]
+        if rng.random() < 0.5:
+            # wide: every server, or the current block with another mp
+            block = [c for c in cands if c.servers == current.servers]
+            pool = self.wide[i] + tuple(block)
+            if pool:
+                return pool[int(rng.integers(len(pool)))]
+        return cands[int(rng.integers(len(cands)))]
+
+    # -- the moves -------------------------------------------------------------------
+    def propose(self, strategy: Strategy, memory: np.ndarray, rng: np.random.Generator,
+                tries: int = 8):
+        """A random move from ``strategy``: ``(candidate, its memory, kind)`` or None."""
+        movable = self.space.movable
+        if not movable:
+            return None
+        for _ in range(tries):
+            kind = self.kinds[int(np.searchsorted(self.cum, rng.random(), side="right"))
+                              if len(self.kinds) > 1 else 0]
+            out = getattr(self, f"_{kind}")(strategy, memory, rng)
+            if out is not None:
+                return out[0], out[1], kind
+        return None
+
+    def _single(self, strategy, memory, rng):
+        movable = self.space.movable
+        i = movable[int(rng.integers(len(movable)))]
+        return self._fit(strategy, memory, {i: self._draw_config(i, strategy.configs[i], rng)})
+
+    def _neighbour(self, strategy, memory, rng):
+        movable = self.space.movable
+        i = movable[int(rng.integers(len(movable)))]
+        if not self.neighbours[i]:
+            return None
+        j = self.neighbours[i][int(rng.integers(len(self.neighbours[i])))]
+        return self._fit(strategy, memory, {i: strategy.configs[j]})
+
+    def _segment(self, strategy, memory, rng):
+        movable = self.space.movable
+        i = movable[int(rng.integers(len(movable)))]
+        old = strategy.configs[i]
+        segment, frontier = {i}, [i]
+        while frontier:
+            u = frontier.pop()
+            for v in self.neighbours[u]:
+                if v not in segment and strategy.configs[v] == old:
+                    segment.add(v)
+                    frontier.append(v)
+        cfg = self._draw_config(i, old, rng)
+        return self._fit(strategy, memory, {j: cfg for j in sorted(segment)})
+
+    def _run(self, strategy, memory, rng):
+        run = self.runs[int(rng.integers(len(self.runs)))]
+        if rng.random() < 0.5:
+            i = run[int(rng.integers(len(run)))]
+            cfg = self._draw_config(i, strategy.configs[i], rng)
+            return self._fit(strategy, memory, {j: cfg for j in run})
+        # shift the run's shard pattern: every member to the next block of its size
+        n = self.space.servers
+        out = {}
+        step = int(rng.choice([-1, 1]))
+        for j in run:
+            c = strategy.configs[j]
+            k = len(c.servers)
+            if k == n:
+                continue
+            first = (c.servers[0] + step * k) % n
+            out[j] = OpConfig(tuple(range(first, first + k)), c.dp, c.mp) \
+                if first + k <= n else c
+        return self._fit(strategy, memory, out) if out else None
+
+    def _swap(self, strategy, memory, rng):
+        run = self.runs[int(rng.integers(len(self.runs)))]
+        a, b = rng.choice(len(run), size=2, replace=False)
+        i, j = run[int(a)], run[int(b)]
+        ci, cj = strategy.configs[i], strategy.configs[j]
+        if ci == cj:
+            return None
+        return self._fit(strategy, memory, {i: cj, j: ci})
+
+    def _layout(self, strategy, memory, rng):
+        layout = self.layouts[int(rng.integers(len(self.layouts)))]
+        part = self.tables if (self.tables and rng.random() < 0.5) else self.body
+        return self._fit(strategy, memory, {i: layout.strategy.configs[i] for i in part})

@@ -1,0 +1,160 @@
+"""A strategy search on one fabric: structured starts, several MCMC chains, and a stop when
+the chains agree.
+
+1. Every structured strategy (:func:`~topoopt.planners.structure.structured_strategies`)
+   and the given extra starts are timed; they are seed-independent, so every run sees
+   the same ones.
+2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from the best
+   distinct ones (chain ``c`` from the ``c``-th best) and run in blocks of ``block``
+   moves.
+3. After each block the chains' bests are compared: once every chain is within
+   ``tolerance`` of the best of all (after at least two blocks), the search has
+   converged and stops; else it stops when each chain has made ``budget`` moves.
+
+Chains that start apart and end within 1% of each other are the evidence of
+convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
+spirit); the stop reason and each chain's best-so-far curve are kept for the plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from topoopt.interrupt import stop_requested
+from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
+from topoopt.planners.moves import MoveSet
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import Layout
+from topoopt.strategy import Strategy
+
+__all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK"]
+
+#: Chains agree when their bests are within this fraction of the best of all.
+DEFAULT_TOLERANCE = 0.01
+#: Moves per chain between two comparisons of the chains.
+BLOCK = 40
+
+
+@dataclass(frozen=True)
+class FabricSearch:
+    """The outcome of a search on one fabric.
+
+    Attributes
+    ----------
+    best : Strategy
+    best_time : float
+        Seconds per iteration of ``best``.
+    starts : tuple of (str, float)
+        Every start's name and time, in the order they were tried.
+    chains : tuple of SearchResult
+        One per chain (``trace``: its best-so-far curve, one point per block of
+        ``trace_every`` moves).
+    stop : str
+        ``"converged"`` (chains agreed within the tolerance), ``"budget"`` or
+        ``"interrupted"``.
+    spread : float
+        Largest chain best over the smallest (1.0: all found the same time).
+    moves : int
+        Moves of all chains.
+    evaluations : int
+        Strategies timed (starts and chains, each strategy once).
+    """
+
+    best: Strategy
+    best_time: float
+    starts: tuple[tuple[str, float], ...]
+    chains: tuple[SearchResult, ...]
+    stop: str
+    spread: float
+    moves: int
+    evaluations: int
+
+    @property
+    def start_time(self) -> float:
+        """The first start's time (the data-parallel or hybrid start of the plan)."""
+        return self.starts[0][1] if self.starts else self.best_time
+
+
+def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout], *,
+                 extra: Sequence[tuple[str, Strategy]] = (), chains: int = 2,
+                 budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
+                 block: int = BLOCK, alpha: float = DEFAULT_ALPHA,
+                 restart_every: int = RESTART_EVERY,
+                 progress: Callable[[int, float], None] | None = None,
+                 stop: Callable[[], bool] = stop_requested) -> FabricSearch:
+    """Search ``space`` for the fastest strategy under ``cost`` (see the module docstring).
+
+    Parameters
+    ----------
+    space : StrategySpace
+    cost : callable
+        Strategy -> seconds (:class:`~topoopt.planners.cost.IterationCost`).
+    layouts : sequence of Layout
+        Structured starts (also borrowed by the ``layout`` moves).
+    extra : sequence of (str, Strategy)
+        More starts, tried first (e.g. the plan's data-parallel or hybrid start, other
+        fabrics' best strategies).
+    chains : int
+        Chains, each from a different start.
+    budget : int
+        Most moves per chain.
+    seed : int
+        Chain ``c`` draws from ``seed * 1000 + c``.
+    tolerance : float
+        The chains' agreement that ends the search early.
+    block : int
+        Moves per chain between comparisons.
+    alpha, restart_every
+        As :class:`~topoopt.planners.mcmc.Chain`.
+    progress : callable, optional
+        ``progress(moves_done, best_time)`` after every block.
+    stop : callable
+        Ctrl-C: polled between moves.
+
+    Returns
+    -------
+    FabricSearch
+    """
+    if chains < 1:
+        raise ValueError(f"chains must be >= 1, got {chains}")
+    starts: list[tuple[str, Strategy, float]] = []
+    seen: set = set()
+    for name, s in [*extra, *((lay.name, lay.strategy) for lay in layouts)]:
+        if s.configs in seen or not space.contains(s):
+            continue
+        seen.add(s.configs)
+        starts.append((name, s, cost(s)))
+        if stop():
+            break
+    if not starts:
+        raise ValueError("no valid start strategy")
+    ranked = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
+    moveset = MoveSet(space, tuple(layouts))
+    runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
+                  trace_every=max(1, block // 4), start_time=starts[i][2])
+            for c, i in enumerate(ranked[:chains])]
+    stop_reason = "budget"
+    done = 0
+    while done < budget:
+        k = min(block, budget - done)
+        for ch in runs:
+            ch.run(k, stop)
+        done += k
+        bests = [ch.best_t for ch in runs]
+        if progress is not None:
+            progress(done * len(runs), min(bests))
+        if any(ch.interrupted for ch in runs):
+            stop_reason = "interrupted"
+            break
+        if done >= 2 * block and max(bests) <= min(bests) * (1.0 + tolerance):
+            stop_reason = "converged"
+            break
+    results = tuple(ch.result() for ch in runs)
+    best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
+    bests = [r.best_time for r in results]
+    spread = max(bests) / min(bests) if min(bests) > 0 else math.inf
+    return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,
+                        stop_reason, spread, sum(r.moves for r in results),
+                        getattr(cost, "evaluations", 0))

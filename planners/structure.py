@@ -1,0 +1,198 @@
+"""Structured strategies: the families a parallelization search starts from and moves in.
+
+The models repeat structure -- dozens of identical embedding tables, runs of identical
+MLP layers, transformer blocks -- and the best strategies are structured the same way
+(FlexFlow and Alpa search such regular spaces; TopoOpt §2 discusses DLRM's hybrid).
+A strategy here is a *table layout* (how the embedding operators are placed) times a
+*body layout* (how the remaining compute operators are): data parallel on every server,
+tensor-split on every server (``dp x mp``), cut into contiguous stages on disjoint
+server blocks, or kept on one small block. :func:`structured_strategies` lists every
+such strategy that is valid and fits in memory; :func:`operator_runs` finds the runs of
+identical operators the search's group moves act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from topoopt.model import Model
+from topoopt.planners.space import StrategySpace
+from topoopt.strategy import OpConfig, Strategy
+
+__all__ = ["Layout", "operator_runs", "body_stages", "structured_strategies",
+           "TABLE_LAYOUTS", "BODY_LAYOUTS"]
+
+#: Table layouts: ``dp`` (replicated like the body), ``spread`` (table i alone on server
+#: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K).
+TABLE_LAYOUTS = ("dp", "spread", "mp2", "mp4")
+#: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
+#: ``stagesG-mp2`` (G contiguous parts on G blocks of n/G servers), ``blockK`` (the whole
+#: body on servers 0..K-1).
+BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
+                "stages4-mp2", "block1", "block2", "block4")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A named structured strategy."""
+
+    tables: str
+    body: str
+    strategy: Strategy
+
+    @property
+    def name(self) -> str:
+        return f"tables-{self.tables}+body-{self.body}"
+
+
+def operator_runs(model: Model) -> tuple[tuple[int, ...], ...]:
+    """Groups of interchangeable operators: same kind and the same per-sample costs and
+    size (the tables of DLRM, an MLP's equal layers, BERT's per-block operators).
+
+    Returns
+    -------
+    tuple of tuple of int
+        Each group (two operators at least) in model order; groups in order of their
+        first operator.
+
+    Examples
+    --------
+    >>> from topoopt.workloads import build_model
+    >>> runs = operator_runs(build_model("dlrm", {"tables": 4, "rows": 100}))
+    >>> [len(r) for r in runs][:1]
+    [4]
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, op in enumerate(model.operators):
+        if op.kind == "input":
+            continue
+        key = (op.kind, op.params, op.fwd_flops, op.bwd_flops, op.out_elems, op.mem_elems)
+        groups.setdefault(key, []).append(i)
+    return tuple(tuple(g) for g in sorted(groups.values(), key=lambda g: g[0]) if len(g) > 1)
+
+
+def body_stages(model: Model, body: list[int], parts: int) -> list[list[int]]:
+    """``body`` (operator indices in model order) cut into ``parts`` contiguous pieces
+    of about equal work (forward + backward FLOPs plus bytes of parameters, so that
+    parameter-heavy but cheap layers count too)."""
+    ops = model.operators
+    work = np.array([ops[i].fwd_flops + ops[i].bwd_flops + 3.0 * ops[i].params for i in body])
+    total = float(work.sum())
+    if total <= 0:
+        work = np.ones(len(body))
+        total = float(len(body))
+    # cut after the operator where the running share passes g / parts
+    ends = np.cumsum(work) / total
+    cut = np.searchsorted(ends, np.arange(1, parts) / parts, side="left") + 1
+    bounds = [0, *np.clip(cut, 1, len(body) - 1).tolist(), len(body)]
+    return [body[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _table_configs(model: Model, tables: list[int], n: int, layout: str) -> dict[int, OpConfig]:
+    out: dict[int, OpConfig] = {}
+    everyone = OpConfig(tuple(range(n)), dp=n, mp=1)
+    T = len(tables)
+    for t, i in enumerate(tables):
+        if layout == "dp":
+            out[i] = everyone
+            continue
+        home = (t * n) // T
+        if layout == "spread":
+            out[i] = OpConfig((home,), dp=1, mp=1)
+            continue
+        k = int(layout[2:])
+        start = home // k * k
+        out[i] = OpConfig(tuple(range(start, start + k)), dp=1, mp=k)
+    return out
+
+
+def _body_configs(model: Model, body: list[int], n: int, layout: str) -> dict[int, OpConfig]:
+    ops = model.operators
+    out: dict[int, OpConfig] = {}
+
+    def on(servers: tuple[int, ...], mp: int, idx: list[int]) -> None:
+        k = len(servers)
+        for i in idx:
+            m = mp if (mp > 1 and ops[i].splittable and ops[i].params >= mp) else 1
+            out[i] = OpConfig(servers, dp=k // m, mp=m)
+
+    everyone = tuple(range(n))
+    if layout == "dp":
+        on(everyone, 1, body)
+    elif layout.startswith("mp"):
+        on(everyone, int(layout[2:]), body)
+    elif layout.startswith("block"):
+        on(tuple(range(int(layout[5:]))), 1, body)
+    else:
+        name, _, mp = layout.partition("-")
+        parts = int(name[6:])
+        size = n // parts
+        for g, idx in enumerate(body_stages(model, body, parts)):
+            on(tuple(range(g * size, (g + 1) * size)), int(mp[2:]) if mp else 1, idx)
+    return out
+
+
+def _applicable(layout: str, n: int, tables: int, body: int) -> bool:
+    if layout.startswith("stages"):
+        parts = int(layout.split("-")[0][6:])
+        return n % parts == 0 and n // parts >= 1 and body >= parts
+    if layout.startswith("block"):
+        return int(layout[5:]) < n and n % int(layout[5:]) == 0
+    if layout.startswith("mp") and layout != "mp":
+        k = int(layout[2:])
+        return n % k == 0 and k <= n
+    return True
+
+
+def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, ...]:
+    """Every table layout x body layout that is a valid strategy of ``space`` and fits in
+    memory, without duplicates, in a fixed order (:data:`TABLE_LAYOUTS` then
+    :data:`BODY_LAYOUTS`).
+
+    Parameters
+    ----------
+    model : Model
+    space : StrategySpace
+        The valid configs per operator and the memory limit.
+
+    Returns
+    -------
+    tuple of Layout
+
+    Examples
+    --------
+    >>> from topoopt.cluster import Cluster, Job
+    >>> from topoopt.workloads import model_of
+    >>> job = Job("dlrm", 32, size={"tables": 4, "rows": 1000})
+    >>> cluster = Cluster(servers=4, nics=2, link_bandwidth=100e9)
+    >>> model = model_of(job)
+    >>> names = [s.name for s in structured_strategies(model,
+    ...          StrategySpace.build(model, cluster, job))]
+    >>> "tables-spread+body-dp" in names and "tables-dp+body-dp" in names
+    True
+    """
+    n = space.servers
+    ops = model.operators
+    tables = [i for i, op in enumerate(ops) if op.kind == "embedding"]
+    body = [i for i, op in enumerate(ops) if op.kind not in ("embedding", "input")]
+    everyone = OpConfig(tuple(range(n)), dp=n, mp=1)
+    seen: set = set()
+    out: list[Layout] = []
+    for tl in TABLE_LAYOUTS if tables else ("dp",):
+        if tl.startswith("mp") and (n % int(tl[2:]) or int(tl[2:]) > n):
+            continue
+        tcfg = _table_configs(model, tables, n, tl)
+        for bl in BODY_LAYOUTS:
+            if not _applicable(bl, n, len(tables), len(body)):
+                continue
+            bcfg = _body_configs(model, body, n, bl)
+            configs = tuple(tcfg.get(i) or bcfg.get(i) or everyone for i in range(len(ops)))
+            if configs in seen:
+                continue
+            seen.add(configs)
+            s = Strategy(configs, f"{tl}+{bl}")
+            if space.contains(s):
+                out.append(Layout(tl, bl, s))
+    return tuple(out)
