@@ -135,24 +135,32 @@ class AlternatingResult:
 
 
 def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
-                  finder_kwargs: Mapping | None = None) -> tuple[TopologyPlan, float]:
-    """TopologyFinder for ``strategy``, trying Step 1's split and its neighbours.
+                  finder_kwargs: Mapping | None = None, neighbours: bool = True,
+                  base: tuple[TopologyPlan, float] | None = None
+                  ) -> tuple[TopologyPlan, float]:
+    """TopologyFinder for ``strategy``, trying Step 1's split and, with ``neighbours``,
+    one AllReduce port more and one less.
 
     Algorithm 1 splits d in proportion to traffic; when MP traffic is a sliver, the
     one port it gets may cost AllReduce more than it saves MP. We let the simulator
-    judge between the proportional split and one port more or less for AllReduce.
+    judge between the proportional split and its neighbours. ``base``: Step 1's
+    topology and time, when already known.
     """
     finder_kwargs = dict(finder_kwargs or {})
-    base = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
-    candidates = {base.degree_allreduce: base}
-    for d_ar in (base.degree_allreduce - 1, base.degree_allreduce + 1):
-        if 1 <= d_ar <= cluster.nics and d_ar not in candidates:
-            candidates[d_ar] = plan_topology(model, strategy, cluster, job, seed,
-                                             allreduce_degree=d_ar, **finder_kwargs)
-    scored = []
-    for d_ar, plan in sorted(candidates.items()):
-        cost = IterationCost(model, cluster, job, topoopt_fabric(plan), plan.rings)
-        scored.append((cost(strategy), d_ar != base.degree_allreduce, d_ar, plan))
+
+    def timed(plan: TopologyPlan) -> float:
+        return IterationCost(model, cluster, job, topoopt_fabric(plan), plan.rings)(strategy)
+
+    if base is None:
+        plan = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
+        base = (plan, timed(plan))
+    scored = [(base[1], 0, base[0].degree_allreduce, base[0])]
+    if neighbours:
+        for d_ar in (base[0].degree_allreduce - 1, base[0].degree_allreduce + 1):
+            if 1 <= d_ar <= cluster.nics:
+                plan = plan_topology(model, strategy, cluster, job, seed,
+                                     allreduce_degree=d_ar, **finder_kwargs)
+                scored.append((timed(plan), 1, d_ar, plan))
     t, _, _, plan = min(scored, key=lambda s: s[:3])
     return plan, t
 
@@ -208,27 +216,51 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     """
     finder_kwargs = dict(finder_kwargs or {})
     space = StrategySpace.build(model, cluster, job)
-    plan, start_t = best_topology(model, start, cluster, job, seed, finder_kwargs)
-    best_strategy, best_plan, best_t, origin = start, plan, start_t, "start"
-    screened = [("start", start_t)]
+    start_plan = plan_topology(model, start, cluster, job, seed, **finder_kwargs)
+    start_t = IterationCost(model, cluster, job, topoopt_fabric(start_plan),
+                            start_plan.rings)(start)
+    # every candidate on Step 1's topology for its traffic, then the best two with
+    # the neighbouring degree splits too
+    screened: list[tuple[str, Strategy, TopologyPlan, float]] = [
+        ("start", start, start_plan, start_t)]
     tried = {start.configs}
     candidates = list((seeds or {}).items())
     if layouts and screen > 0:
         ideal = IterationCost(model, cluster, job,
                               ideal_switch(cluster.servers, cluster.server_bandwidth,
                                            cluster.link_latency / 2))
-        ranked = sorted(layouts, key=lambda lay: ideal(lay.strategy))
-        candidates += [(lay.name, lay.strategy) for lay in ranked[:screen]]
+        times = [ideal(lay.strategy) for lay in layouts]
+        order = sorted(range(len(layouts)), key=lambda i: (times[i], i))
+        picked: list[int] = []
+        for i in order:         # layouts of equal time are symmetric twins: one each
+            if len(picked) < screen and all(abs(times[i] - times[k]) > 1e-9 * times[k]
+                                            for k in picked):
+                picked.append(i)
+        candidates += [(layouts[i].name, layouts[i].strategy) for i in picked]
     for name, strategy in candidates:
         if stop_requested():
             break               # Ctrl-C: no more TopologyFinder runs
         if strategy.configs in tried or not space.contains(strategy):
             continue
         tried.add(strategy.configs)
-        cand_plan, cand_t = best_topology(model, strategy, cluster, job, seed, finder_kwargs)
-        screened.append((name, cand_t))
-        if cand_t < best_t:
-            best_strategy, best_plan, best_t, origin = strategy, cand_plan, cand_t, name
+        plan_c = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
+        t_c = IterationCost(model, cluster, job, topoopt_fabric(plan_c), plan_c.rings)(strategy)
+        screened.append((name, strategy, plan_c, t_c))
+    # the start (the baseline every result must beat) and the best two others get
+    # the neighbouring degree splits too
+    ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:2]
+    best_strategy, best_plan, best_t, origin = start, start_plan, start_t, "start"
+    for name, strategy, plan_c, t_c in ranked:
+        if stop_requested():
+            break
+        plan_c, t_c = best_topology(model, strategy, cluster, job, seed, finder_kwargs,
+                                    base=(plan_c, t_c))
+        if name == "start":
+            start_plan, start_t = plan_c, t_c
+            best_plan, best_t = plan_c, t_c
+        elif t_c < best_t:
+            best_strategy, best_plan, best_t, origin = strategy, plan_c, t_c, name
+    screened_times = [(n, t) for n, _, _, t in screened]
     history: list[RoundRecord] = []
     searches: list[FabricSearch] = []
     moves = 0
@@ -278,4 +310,4 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         if not improved:
             break
     return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, tuple(history),
-                             interrupted, moves, origin, tuple(searches), tuple(screened))
+                             interrupted, moves, origin, tuple(searches), tuple(screened_times))

@@ -45,7 +45,8 @@ class IterationCost:
         self.fast = FastEstimator(model, cluster, job, fabric, rings, overlap, cache=self.cache)
         self.memo: dict[tuple, float] = {}
         self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
-        self.evaluations = 0
+        self.evaluations = 0   # strategies simulated
+        self.bounded = 0       # candidates rejected by the analytical bound alone
 
     @property
     def supports_bound(self) -> bool:
@@ -65,9 +66,12 @@ class IterationCost:
 
         A :class:`~topoopt.netsim.SimulationError` propagates: every strategy of the
         space has an acyclic task graph, so an error here is a bug to see, not a cost.
-        With a finite ``bound`` the fast path may stop the simulation once the time is
-        sure to exceed it and return a lower bound above ``bound`` instead (the MCMC
-        asks for the acceptance threshold of its next draw, see :func:`mcmc_search`).
+        With a finite ``bound`` the fast path may return a lower bound above ``bound``
+        instead of the time: the analytical bound
+        (:meth:`~topoopt.estimate.graph.IterationGraphBuilder.lower_bound`, no graph
+        built) when it already exceeds ``bound``, else the time at which the simulation
+        passed it (the MCMC asks for the acceptance threshold of its next draw, see
+        :class:`~topoopt.planners.mcmc.Chain`).
         """
         key = strategy.configs
         hit = self.memo.get(key)
@@ -76,6 +80,12 @@ class IterationCost:
         low = self.lower.get(key)
         if low is not None and low > bound:
             return low
+        if math.isfinite(bound) and not self.reference:
+            low = self.fast.builder.lower_bound(strategy)
+            if low > bound:
+                self.bounded += 1
+                self.lower[key] = low
+                return low
         self.evaluations += 1
         if self.reference:
             hit, exact = self.estimate(strategy).total, True

@@ -16,6 +16,8 @@ good strategies change a whole repeated structure at once (every MLP layer split
   layers, BERT's per-block operators), or one shard pattern across it (tables moved
   to the next block);
 - ``swap``: two operators of a run trade configs (two tables trade servers);
+- ``boundary``: every place in the body where the config changes (a stage boundary)
+  moves by one operator the same way -- the shift that rebalances stages together;
 - ``layout``: the table or body part of the strategy replaced by a structured layout
   (:mod:`topoopt.planners.structure`).
 
@@ -35,10 +37,10 @@ from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["MOVE_KINDS", "DEFAULT_MIX", "MoveSet", "neighbours"]
 
-MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "layout")
+MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "boundary", "layout")
 #: Probability of each move kind (renormalized over the kinds a model has).
-DEFAULT_MIX = {"single": 0.2, "neighbour": 0.15, "segment": 0.15, "run": 0.25, "swap": 0.1,
-               "layout": 0.15}
+DEFAULT_MIX = {"single": 0.2, "neighbour": 0.15, "segment": 0.1, "run": 0.2, "swap": 0.1,
+               "boundary": 0.1, "layout": 0.15}
 
 
 def neighbours(model: Model) -> list[list[int]]:
@@ -190,6 +192,25 @@ class MoveSet:
         if ci == cj:
             return None
         return self._fit(strategy, memory, {i: cj, j: ci})
+
+    def _boundary(self, strategy, memory, rng):
+        body, configs = self.body, strategy.configs
+        step = int(rng.choice([-1, 1]))
+        changes = {}
+        for a, b in zip(body, body[1:]):
+            if configs[a] != configs[b]:
+                # step +1: the operator after the boundary joins the one before it
+                if step > 0:
+                    changes.setdefault(b, configs[a])
+                else:
+                    changes.setdefault(a, configs[b])
+        if not changes:
+            return None
+        if len(changes) > 1 and rng.random() < 0.5:   # sometimes just one boundary
+            keys = sorted(changes)
+            k = keys[int(rng.integers(len(keys)))]
+            changes = {k: changes[k]}
+        return self._fit(strategy, memory, changes)
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]

@@ -28,10 +28,14 @@ __all__ = ["Layout", "operator_runs", "body_stages", "structured_strategies",
 #: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K).
 TABLE_LAYOUTS = ("dp", "spread", "mp2", "mp4")
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
-#: ``stagesG-mp2`` (G contiguous parts on G blocks of n/G servers), ``blockK`` (the whole
-#: body on servers 0..K-1).
+#: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
+#: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
+#: instead), ``blockK`` (the whole body on servers 0..K-1).
 BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
-                "stages4-mp2", "block1", "block2", "block4")
+                "stages4-mp2", "stages2@params", "stages4@params", "stages8@params",
+                "stages2@ops", "stages4@ops", "stages8@ops", "block1", "block2", "block4")
+#: What a stage cut balances.
+CUTS = ("work", "params", "ops")
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,20 @@ def operator_runs(model: Model) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(g) for g in sorted(groups.values(), key=lambda g: g[0]) if len(g) > 1)
 
 
-def body_stages(model: Model, body: list[int], parts: int) -> list[list[int]]:
+def body_stages(model: Model, body: list[int], parts: int, cut: str = "work"
+                ) -> list[list[int]]:
     """``body`` (operator indices in model order) cut into ``parts`` contiguous pieces
-    of about equal work (forward + backward FLOPs plus bytes of parameters, so that
-    parameter-heavy but cheap layers count too)."""
+    of about equal ``cut``: ``"work"`` (forward + backward FLOPs plus three FLOPs per
+    parameter, so that parameter-heavy but cheap layers count too), ``"params"`` or
+    ``"ops"`` (operators with parameters)."""
     ops = model.operators
-    work = np.array([ops[i].fwd_flops + ops[i].bwd_flops + 3.0 * ops[i].params for i in body])
+    if cut == "work":
+        work = np.array([ops[i].fwd_flops + ops[i].bwd_flops + 3.0 * ops[i].params
+                         for i in body])
+    elif cut == "params":
+        work = np.array([float(ops[i].params) for i in body])
+    else:
+        work = np.array([1.0 if ops[i].params > 0 else 0.0 for i in body])
     total = float(work.sum())
     if total <= 0:
         work = np.ones(len(body))
@@ -126,17 +138,18 @@ def _body_configs(model: Model, body: list[int], n: int, layout: str) -> dict[in
     elif layout.startswith("block"):
         on(tuple(range(int(layout[5:]))), 1, body)
     else:
+        layout, _, cut = layout.partition("@")
         name, _, mp = layout.partition("-")
         parts = int(name[6:])
         size = n // parts
-        for g, idx in enumerate(body_stages(model, body, parts)):
+        for g, idx in enumerate(body_stages(model, body, parts, cut or "work")):
             on(tuple(range(g * size, (g + 1) * size)), int(mp[2:]) if mp else 1, idx)
     return out
 
 
 def _applicable(layout: str, n: int, tables: int, body: int) -> bool:
     if layout.startswith("stages"):
-        parts = int(layout.split("-")[0][6:])
+        parts = int(layout.split("@")[0].split("-")[0][6:])
         return n % parts == 0 and n // parts >= 1 and body >= parts
     if layout.startswith("block"):
         return int(layout[5:]) < n and n % int(layout[5:]) == 0

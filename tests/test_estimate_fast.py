@@ -387,3 +387,16 @@ def test_cache_resets_keep_the_estimates():
     fast = FastEstimator(model, cluster, job, fabric)
     for s in random_strategies(model, cluster, job, 6, seed=11):
         assert_same(fast.estimate(s), tiny.estimate(s))
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_the_analytical_bound_is_below_every_simulated_time(n):
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    strategies = random_strategies(model, cluster, job, 25, seed=n)
+    for fabric, rings in fabrics_of(n, model, cluster, job).values():
+        fast = FastEstimator(model, cluster, job, fabric, rings)
+        for s in strategies:
+            lb, t = fast.builder.lower_bound(s), fast.total(s)
+            assert 0 < lb <= t * (1 + 1e-12)

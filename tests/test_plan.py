@@ -57,7 +57,7 @@ def test_alternation_starts_from_the_best_seed():
     # MCMC on a fixed topology is myopic; a seed strategy on its own topology that
     # beats the start must be where the first round begins, and the result can
     # be no worse than any seed on its TopologyFinder topology
-    from topoopt.planners.alternating import best_topology, alternating_optimization
+    from topoopt.planners.alternating import alternating_optimization, best_topology
 
     cluster = Cluster(servers=8, nics=2, link_bandwidth=25e9)
     job = tiny_job()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator, Mapping
 
 from topoopt._frozen import FrozenDict
@@ -103,9 +104,9 @@ class Model:
                 return i
         raise KeyError(name)
 
-    @property
+    @cached_property
     def edges(self) -> tuple[tuple[int, int], ...]:
-        """Data edges ``(producer index, consumer index)``."""
+        """Data edges ``(producer index, consumer index)`` (computed once)."""
         pos = {op.name: i for i, op in enumerate(self.operators)}
         return tuple((pos[src], j) for j, op in enumerate(self.operators) for src in op.inputs)
 

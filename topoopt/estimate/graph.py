@@ -299,6 +299,10 @@ class IterationGraphBuilder:
         self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
+        n = self.n
+        src, dst, cap = fabric.src, fabric.dst, fabric.capacity
+        self._out_bps = np.bincount(src[src < n], weights=cap[src < n], minlength=n)
+        self._in_bps = np.bincount(dst[dst < n], weights=cap[dst < n], minlength=n)
         self.reset_routes()
 
     def reset_routes(self) -> None:
@@ -455,6 +459,44 @@ class IterationGraphBuilder:
             for k, c, x in zip(keys, new.tolist(), mlat.tolist()):
                 self._coflows[k] = (c, x)
         return cls, lat
+
+    # -- a bound ----------------------------------------------------------------------
+    def lower_bound(self, strategy: Strategy) -> float:
+        """A lower bound on ``strategy``'s iteration time on this fabric, without building
+        its graph: the busiest server's compute (its tasks run one at a time), and the
+        bytes a server must send or receive -- its MP transfers and its share of every
+        ring AllReduce, ``2(k-1)/k`` of its shard -- over the capacity of its links (host
+        forwarding only adds bytes)."""
+        model, n = self.model, self.n
+        segs, seg_of = fuse_operators(model, strategy, self.cluster, self.job, self.cache)
+        compute = np.zeros(n)
+        nbytes = np.zeros(n)
+        for seg in segs:
+            srv = self._config(seg.config)[1]
+            compute[srv] += seg.fwd + seg.bwd + seg.update
+            cfg = seg.config
+            if seg.params > 0 and cfg.dp >= 2:
+                nbytes[srv] += (2.0 * (cfg.dp - 1) / cfg.dp * seg.params / cfg.mp
+                                * self.dtype_bytes)
+        sent = nbytes.copy()
+        recv = nbytes
+        for e, (u, v) in enumerate(model.edges):
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            if gu < 0 or gu == gv:
+                continue
+            src, dst, b = self.cache.edge(model, e, u, segs[gu].config, segs[gv].config,
+                                          self.cluster, self.job)
+            if src.size:
+                # forward to the consumer, and the gradient back
+                np.add.at(sent, src, b)
+                np.add.at(recv, dst, b)
+                np.add.at(sent, dst, b)
+                np.add.at(recv, src, b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wire = np.maximum(np.where(self._out_bps > 0, sent * 8 / self._out_bps, 0.0),
+                              np.where(self._in_bps > 0, recv * 8 / self._in_bps, 0.0))
+        # (1 - 1e-12): the simulator sums in another order; a bound must not pass it
+        return float(max(compute.max(initial=0.0), wire.max(initial=0.0))) * (1.0 - 1e-12)
 
     # -- the graph ------------------------------------------------------------------
     def build(self, strategy: Strategy) -> IterationGraph:

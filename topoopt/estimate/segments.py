@@ -51,7 +51,16 @@ class EstimateCache:
         self.key = (id(model), cluster, job)
         self.times: dict = {}
         self.transfers: dict = {}
+        self.segments: dict = {}
         self.consumers = _consumers(model)
+        # fusion: v may join the segment of ``chain[v]`` (its only input, whose only
+        # consumer it is), -1 if not; inputs never fuse
+        ops = model.operators
+        pos = {op.name: i for i, op in enumerate(ops)}
+        self.chain = [pos[op.inputs[0]] if (op.kind != "input" and len(op.inputs) == 1
+                                            and self.consumers[pos[op.inputs[0]]] == [v])
+                      else -1 for v, op in enumerate(ops)]
+        self.is_input = [op.kind == "input" for op in ops]
 
     # Keys use the configs' identities (hashing a config hashes its server tuple);
     # the cached entry keeps the config alive, so its id cannot be reused.
@@ -72,6 +81,26 @@ class EstimateCache:
     def update_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster, job: Job) -> float:
         self.op_time(model, i, cfg, cluster, job)
         return self.times[(i, id(cfg))][2]
+
+    def segment(self, model: Model, ops: tuple[int, ...], cfg: OpConfig, cluster: Cluster,
+                job: Job) -> "Segment":
+        """The :class:`Segment` of operators ``ops`` under ``cfg`` (memoized)."""
+        key = (ops, id(cfg))
+        hit = self.segments.get(key)
+        if hit is None or hit.config is not cfg:
+            if len(self.segments) >= self.limit:
+                self.segments.clear()
+            fwd = bwd = upd = 0.0
+            params = 0
+            for i in ops:
+                f, b = self.op_time(model, i, cfg, cluster, job)
+                fwd += f
+                bwd += b
+                upd += self.times[(i, id(cfg))][2]
+                params += model.operators[i].params
+            hit = self.segments[key] = Segment(ops, cfg, float(fwd), float(bwd), float(upd),
+                                               int(params))
+        return hit
 
     def edge(self, model: Model, e: int, u: int, cu: OpConfig, cv: OpConfig, cluster: Cluster, job: Job):
         key = (e, id(cu), id(cv))
@@ -119,30 +148,19 @@ def fuse_operators(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
         Segment index per operator (-1 for inputs).
     """
     cache = cache or EstimateCache(model, cluster, job)
-    ops, cfgs = model.operators, strategy.configs
-    pos = {op.name: i for i, op in enumerate(ops)}
-    consumers = cache.consumers
-    seg_of = np.full(len(ops), -1, np.int64)
+    cfgs = strategy.configs
+    chain, is_input = cache.chain, cache.is_input
+    seg_of = np.full(len(cfgs), -1, np.int64)
     groups: list[list[int]] = []
-    for v, op in enumerate(ops):
-        if op.kind == "input":
+    for v in range(len(cfgs)):
+        if is_input[v]:
             continue
-        if groups:
-            last = groups[-1][-1]
-            if (len(op.inputs) == 1 and pos[op.inputs[0]] == last and consumers[last] == [v]
-                    and cfgs[last] == cfgs[v] and cfgs[v].mp == 1):
-                groups[-1].append(v)
-                seg_of[v] = len(groups) - 1
-                continue
-        groups.append([v])
+        u = chain[v]
+        if groups and u == groups[-1][-1] and cfgs[v].mp == 1 and \
+                (cfgs[u] is cfgs[v] or cfgs[u] == cfgs[v]):
+            groups[-1].append(v)
+        else:
+            groups.append([v])
         seg_of[v] = len(groups) - 1
-    segments = []
-    for g in groups:
-        cfg = cfgs[g[0]]
-        fb = [cache.op_time(model, i, cfg, cluster, job) for i in g]
-        segments.append(Segment(tuple(g), cfg, float(sum(f for f, _ in fb)),
-                                float(sum(b for _, b in fb)),
-                                float(sum(cache.update_time(model, i, cfg, cluster, job)
-                                          for i in g)),
-                                int(sum(ops[i].params for i in g))))
-    return tuple(segments), seg_of
+    segments = tuple(cache.segment(model, tuple(g), cfgs[g[0]], cluster, job) for g in groups)
+    return segments, seg_of
