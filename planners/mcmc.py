@@ -23,7 +23,7 @@ from topoopt.planners.moves import MOVE_KINDS, MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
-__all__ = ["SearchResult", "Chain", "mcmc_search", "DEFAULT_ALPHA", "RESTART_EVERY"]
+__all__ = ["SearchResult", "Chain", "mcmc_search", "descend", "DEFAULT_ALPHA", "RESTART_EVERY"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
@@ -197,6 +197,31 @@ def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: 
         if progress is not None:
             progress(chain.moves, chain.best_t)
     return chain.result()
+
+
+def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: float,
+            moves: MoveSet, limit: int = 400,
+            stop: Callable[[], bool] = stop_requested) -> tuple[Strategy, float, int]:
+    """First-improvement descent over :meth:`MoveSet.neighbourhood` until no neighbour
+    is faster (or ``limit`` candidates were tried): the chains explore, this settles a
+    chain's best into the bottom of its basin, the same bottom whatever the seed.
+    Candidates are timed against the current time as a bound (a cost that supports it
+    stops there). Returns ``(strategy, time, candidates tried)``."""
+    bounded = bool(getattr(cost, "supports_bound", False))
+    memory = space.memory(strategy)
+    tried = 0
+    improved = True
+    while improved and tried < limit and not stop():
+        improved = False
+        for candidate, moved in moves.neighbourhood(strategy, memory):
+            tried += 1
+            t = cost(candidate, time) if bounded else cost(candidate)
+            if t < time * (1.0 - 1e-12):
+                strategy, time, memory, improved = candidate, t, moved, True
+                break
+            if tried >= limit or stop():
+                break
+    return strategy, time, tried
 
 
 def _threshold(current_t: float, draw: float, alpha: float) -> float:

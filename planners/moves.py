@@ -18,6 +18,8 @@ good strategies change a whole repeated structure at once (every MLP layer split
 - ``swap``: two operators of a run trade configs (two tables trade servers);
 - ``boundary``: every place in the body where the config changes (a stage boundary)
   moves by one operator the same way -- the shift that rebalances stages together;
+- ``split``: the body operators from one on, as long as they share its config, get
+  a new config -- a new stage cut off the end of one;
 - ``layout``: the table or body part of the strategy replaced by a structured layout
   (:mod:`topoopt.planners.structure`).
 
@@ -37,10 +39,10 @@ from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["MOVE_KINDS", "DEFAULT_MIX", "MoveSet", "neighbours"]
 
-MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "boundary", "layout")
+MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "boundary", "split", "layout")
 #: Probability of each move kind (renormalized over the kinds a model has).
-DEFAULT_MIX = {"single": 0.2, "neighbour": 0.15, "segment": 0.1, "run": 0.2, "swap": 0.1,
-               "boundary": 0.1, "layout": 0.15}
+DEFAULT_MIX = {"single": 0.15, "neighbour": 0.15, "segment": 0.1, "run": 0.2, "swap": 0.1,
+               "boundary": 0.1, "split": 0.05, "layout": 0.15}
 
 
 def neighbours(model: Model) -> list[list[int]]:
@@ -211,6 +213,61 @@ class MoveSet:
             k = keys[int(rng.integers(len(keys)))]
             changes = {k: changes[k]}
         return self._fit(strategy, memory, changes)
+
+    def _split(self, strategy, memory, rng):
+        body, configs = self.body, strategy.configs
+        if not body:
+            return None
+        k = int(rng.integers(len(body)))
+        old = configs[body[k]]
+        tail = [body[k]]
+        for i in body[k + 1:]:
+            if configs[i] != old:
+                break
+            tail.append(i)
+        cfg = self._draw_config(body[k], old, rng)
+        return self._fit(strategy, memory, {i: cfg for i in tail})
+
+    # -- the deterministic neighbourhood (descent) -----------------------------------
+    def neighbourhood(self, strategy: Strategy, memory: np.ndarray):
+        """Every small structured change of ``strategy``, in a fixed order: each stage
+        boundary of the body moved by one operator either way, all of them at once,
+        each operator taking an adjacent operator's config, and each run of identical
+        operators given one of its members' configs. Yields ``(candidate, memory)``."""
+        configs = strategy.configs
+        body = self.body
+        bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
+        seen = {configs}
+
+        def emit(changes):
+            out = self._fit(strategy, memory, changes)
+            if out is not None and out[0].configs not in seen:
+                seen.add(out[0].configs)
+                return out
+            return None
+
+        for step in (1, -1):
+            every = {}
+            for a, b in bounds:
+                change = {b: configs[a]} if step > 0 else {a: configs[b]}
+                every.update(change)
+                out = emit(change)
+                if out is not None:
+                    yield out
+            if len(bounds) > 1:
+                out = emit(every)
+                if out is not None:
+                    yield out
+        for i in self.space.movable:
+            for j in self.neighbours[i]:
+                out = emit({i: configs[j]})
+                if out is not None:
+                    yield out
+        for run in self.runs:
+            for cfg in dict.fromkeys(configs[i] for i in run):
+                out = emit({i: cfg for i in run})
+                if out is not None:
+                    yield out
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]

@@ -3,14 +3,16 @@
 :func:`plan` is the library call behind ``topoopt plan CONFIG -o DIR`` (and
 ``topoopt.plan``):
 
-1. every fabric is searched on its own, in parallel through the executor: the TopoOpt
-   shard by alternating optimization (TopoOpt §4,
+1. the Ideal Switch is searched first, with :data:`IDEAL_EFFORT` times the budget: it
+   is the cheapest fabric to simulate and the bound of all the others, so its search
+   should converge best, and its chains' bests start every other search;
+2. every other fabric is then searched on its own, in parallel through the executor:
+   the TopoOpt shard by alternating optimization (TopoOpt §4,
    :func:`~topoopt.planners.alternating.alternating_optimization`), each baseline
-   (Ideal Switch, cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5)
-   by :func:`~topoopt.planners.search.search_space` with the same per-chain budget;
-   all start from the same structured strategies
-   (:mod:`~topoopt.planners.structure`);
-2. every fabric's best strategy is then tried on every other fabric and kept where it
+   (cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5) by
+   :func:`~topoopt.planners.search.search_space` with the same per-chain budget; all
+   start from the same structured strategies (:mod:`~topoopt.planners.structure`);
+3. every fabric's best strategy is then tried on every other fabric and kept where it
    is faster ("cross-seeding"): a strategy found on one fabric is often good on
    another, and this is what makes the Ideal Switch -- a relaxation of every fabric
    here (the same d x B per server, one link latency between any two servers, no
@@ -45,7 +47,10 @@ from topoopt.plans.document import BASELINES, FabricResult, Plan
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
 
-__all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric"]
+__all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric", "IDEAL_EFFORT"]
+
+#: The Ideal Switch's budget, in multiples of the others'.
+IDEAL_EFFORT = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class FabricTask:
     finder_kwargs: Mapping = field(default_factory=dict)
     #: strategies to time on this fabric instead of searching (cross-seeding)
     candidates: tuple[tuple[str, Strategy], ...] = ()
+    #: more starts for the search (the Ideal Switch's best strategies)
+    extra: tuple[tuple[str, Strategy], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ def search_one_fabric(task: FabricTask,
             model, cluster, job, start, rounds=task.rounds, budget=task.budget,
             chains=task.chains, seed=task.seed, tolerance=task.tolerance,
             finder_kwargs=task.finder_kwargs,
-            seeds={n: s for n, s in refs if s.configs != start.configs},
+            seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
             layouts=structured_strategies(model, space), progress=progress)
         return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
                              topology_plan=found.topology_plan)
@@ -124,7 +131,7 @@ def search_one_fabric(task: FabricTask,
         return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
     refs = _reference_starts(model, cluster, space)
     found = search_space(space, cost, structured_strategies(model, space),
-                         extra=[("start", start)] + refs, chains=task.chains,
+                         extra=[("start", start), *refs, *task.extra], chains=task.chains,
                          budget=task.budget * task.rounds, seed=task.seed,
                          tolerance=task.tolerance,
                          progress=(lambda m, t: progress(task.name, m, t)) if progress else None)
@@ -208,27 +215,39 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
     names = ("topoopt", *dict.fromkeys(baselines))
-    task = (lambda name, budget_=budget, candidates=(): FabricTask(
+    task = (lambda name, budget_=budget, candidates=(), extra=(): FabricTask(
         name, cluster, job, budget_, rounds, chains, seed, float(tolerance), prices,
-        finder_kwargs, candidates))
+        finder_kwargs, candidates, extra))
     if stop_requested():
         budget = 0
-    tasks = [task(n, budget) for n in names]
 
-    def done(i: int, out: FabricOutcome) -> None:
+    def done(out: FabricOutcome) -> None:
         if on_fabric is not None:
             s = out.search or (out.alternating.searches[-1] if out.alternating
                                and out.alternating.searches else None)
             on_fabric(out.name, out.time, s.stop if s is not None else "start")
 
-    if executor.name == "serial":
-        outcomes = []
-        for i, t in enumerate(tasks):
-            outcomes.append(search_one_fabric(t, progress))
-            done(i, outcomes[-1])
-    else:
-        outcomes = executor.map(search_one_fabric, tasks, on_done=done)
-    best = {o.name: o for o in outcomes}
+    def run(tasks: list[FabricTask]) -> list[FabricOutcome]:
+        if executor.name == "serial":
+            out = []
+            for t in tasks:
+                out.append(search_one_fabric(t, progress))
+                done(out[-1])
+            return out
+        return executor.map(search_one_fabric, tasks, on_done=lambda i, o: done(o))
+
+    best: dict[str, FabricOutcome] = {}
+    extra: tuple = ()
+    if "ideal" in names:
+        best["ideal"] = run([task("ideal", budget * IDEAL_EFFORT)])[0]
+        bests = sorted(best["ideal"].search.chains, key=lambda c: (c.best_time, c.seed))
+        extra = tuple((f"ideal best {k + 1}", c.best) for k, c in enumerate(
+            dict((c.best.configs, c) for c in bests).values()))
+    # the costliest searches first: the pool then ends them about together
+    order = sorted((n for n in names if n != "ideal"),
+                   key=lambda n: (n not in ("topoopt", "expander"), names.index(n)))
+    for out in run([task(n, budget, extra=extra) for n in order]):
+        best[out.name] = out
 
     # Cross-seeding: each fabric's best strategy timed on every other fabric.
     adopted: dict[str, str] = {}
@@ -272,5 +291,14 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         results.append(FabricResult(n, FABRICS[n].title, o.strategy, est,
                                     fabric_cost(fabric, prices), start_t, moves,
                                     search=o.search, adopted_from=adopted.get(n, "")))
+    start_name = "data parallel" if start.name == "dp" else "hybrid"
+    references = {}
+    for n in names:
+        o = best[n]
+        timed = o.alternating.screened if n == "topoopt" else o.search.starts
+        refs = {(start_name if k == "start" else k): t for k, t in timed
+                if k in ("start", "data parallel", "hybrid")}
+        references[n] = {k: refs[k] for k in ("data parallel", "hybrid") if k in refs}
     return Plan(cluster, job, model, topology_plan, tuple(results), topo.alternating, seed,
-                budget, rounds, chains, source, tolerance=float(tolerance))
+                budget, rounds, chains, source, tolerance=float(tolerance),
+                references=references)

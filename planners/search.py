@@ -5,11 +5,16 @@ the chains agree.
    and the given extra starts are timed; they are seed-independent, so every run sees
    the same ones.
 2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from the best
-   distinct ones (chain ``c`` from the ``c``-th best) and run in blocks of ``block``
-   moves.
+   start of as many different families as there are chains (a family: one body layout,
+   whatever its table layout or stage cut -- the basins differ between families far
+   more than within one) and run in blocks of ``block`` moves.
 3. After each block the chains' bests are compared: once every chain is within
-   ``tolerance`` of the best of all (after at least two blocks), the search has
+   ``tolerance`` of the best of all (after at least half the budget), the search has
    converged and stops; else it stops when each chain has made ``budget`` moves.
+4. Each chain's best then descends to the bottom of its basin
+   (:func:`~topoopt.planners.mcmc.descend`: every stage boundary moved by one
+   operator, every operator given a neighbour's config, every run one config, first
+   improvement taken, until none improves).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -19,22 +24,24 @@ spirit); the stop reason and each chain's best-so-far curve are kept for the pla
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from topoopt.interrupt import stop_requested
-from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
+from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult, descend
 from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy
 
-__all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK"]
+__all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
 #: Moves per chain between two comparisons of the chains.
 BLOCK = 40
+#: Candidates each chain's final descent may try.
+DESCENT = 300
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
                  extra: Sequence[tuple[str, Strategy]] = (), chains: int = 2,
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
                  block: int = BLOCK, alpha: float = DEFAULT_ALPHA,
-                 restart_every: int = RESTART_EVERY,
+                 restart_every: int = RESTART_EVERY, descent: int = DESCENT,
                  progress: Callable[[int, float], None] | None = None,
                  stop: Callable[[], bool] = stop_requested) -> FabricSearch:
     """Search ``space`` for the fastest strategy under ``cost`` (see the module docstring).
@@ -108,6 +115,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         Moves per chain between comparisons.
     alpha, restart_every
         As :class:`~topoopt.planners.mcmc.Chain`.
+    descent : int
+        Most candidates each chain's descent tries (0: none).
     progress : callable, optional
         ``progress(moves_done, best_time)`` after every block.
     stop : callable
@@ -131,10 +140,18 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     if not starts:
         raise ValueError("no valid start strategy")
     ranked = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
+    picked = []
+    families: set = set()
+    for i in ranked:                  # the best of each family first
+        fam = _family(starts[i][0])
+        if fam not in families:
+            families.add(fam)
+            picked.append(i)
+    picked += [i for i in ranked if i not in picked]
     moveset = MoveSet(space, tuple(layouts))
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=starts[i][2])
-            for c, i in enumerate(ranked[:chains])]
+            for c, i in enumerate(picked[:chains])]
     stop_reason = "budget"
     done = 0
     while done < budget:
@@ -148,13 +165,30 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if any(ch.interrupted for ch in runs):
             stop_reason = "interrupted"
             break
-        if done >= 2 * block and max(bests) <= min(bests) * (1.0 + tolerance):
+        if done >= max(2 * block, budget // 2) and max(bests) <= min(bests) * (1.0 + tolerance):
             stop_reason = "converged"
             break
-    results = tuple(ch.result() for ch in runs)
+    results = []
+    for ch in runs:
+        res = ch.result()
+        if descent > 0 and stop_reason != "interrupted":
+            s, t, _ = descend(space, cost, res.best, res.best_time, moveset, descent, stop)
+            if t < res.best_time:
+                res = replace(res, best=s, best_time=t,
+                              improved_by=res.improved_by + (("descent", 1),))
+        results.append(res)
+    results = tuple(results)
     best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
     bests = [r.best_time for r in results]
     spread = max(bests) / min(bests) if min(bests) > 0 else math.inf
     return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,
                         stop_reason, spread, sum(r.moves for r in results),
                         getattr(cost, "evaluations", 0))
+
+
+def _family(name: str) -> str:
+    """A start's family: its body layout without the stage cut (``tables-mp2+body-stages4@ops``
+    -> ``stages4``); other starts are their own family."""
+    if "+body-" not in name:
+        return name
+    return name.split("+body-", 1)[1].split("@", 1)[0]

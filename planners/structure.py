@@ -25,8 +25,9 @@ __all__ = ["Layout", "operator_runs", "body_stages", "structured_strategies",
            "TABLE_LAYOUTS", "BODY_LAYOUTS"]
 
 #: Table layouts: ``dp`` (replicated like the body), ``spread`` (table i alone on server
-#: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K).
-TABLE_LAYOUTS = ("dp", "spread", "mp2", "mp4")
+#: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K),
+#: ``mpall`` (every table split over every server).
+TABLE_LAYOUTS = ("dp", "spread", "mp2", "mp4", "mpall")
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
 #: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
@@ -114,7 +115,7 @@ def _table_configs(model: Model, tables: list[int], n: int, layout: str) -> dict
         if layout == "spread":
             out[i] = OpConfig((home,), dp=1, mp=1)
             continue
-        k = int(layout[2:])
+        k = n if layout == "mpall" else int(layout[2:])
         start = home // k * k
         out[i] = OpConfig(tuple(range(start, start + k)), dp=1, mp=k)
     return out
@@ -194,7 +195,7 @@ def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, .
     seen: set = set()
     out: list[Layout] = []
     for tl in TABLE_LAYOUTS if tables else ("dp",):
-        if tl.startswith("mp") and (n % int(tl[2:]) or int(tl[2:]) > n):
+        if tl.startswith("mp") and tl != "mpall" and (n % int(tl[2:]) or int(tl[2:]) >= n):
             continue
         tcfg = _table_configs(model, tables, n, tl)
         for bl in BODY_LAYOUTS:

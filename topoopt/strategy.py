@@ -9,7 +9,7 @@ from topoopt.errors import ConfigError
 from topoopt.model import Model
 
 __all__ = ["OpConfig", "Strategy", "data_parallel", "hybrid", "check_strategy",
-           "memory_per_server"]
+           "memory_per_server", "describe_strategy"]
 
 
 @dataclass(frozen=True)
@@ -164,3 +164,40 @@ def check_strategy(model: Model, strategy: Strategy, servers: int, global_batch:
 def servers_used(strategy: Strategy) -> Sequence[int]:
     """Sorted server ids that run at least one operator."""
     return sorted({s for c in strategy.configs for s in c.servers})
+
+
+def describe_strategy(model: Model, strategy: Strategy, servers: int) -> list[str]:
+    """A short description of ``strategy``: consecutive operators of one kind whose
+    configs have one shape (block size, ``dp``, ``mp``) are one line, with where they
+    run (``all``, one block, or how many distinct blocks).
+
+    Examples
+    --------
+    >>> from topoopt.workloads import build_model
+    >>> m = build_model("dlrm", {"tables": 4, "rows": 100})
+    >>> describe_strategy(m, hybrid(m, 4), 4)[0]
+    'emb0..emb3 (4 embedding): 4 blocks of 1 server, dp1'
+    """
+    out: list[list] = []
+    for op, cfg in zip(model.operators, strategy.configs):
+        if op.kind == "input":
+            continue
+        shape = (op.kind, len(cfg.servers), cfg.dp, cfg.mp)
+        if out and out[-1][0] == shape:
+            out[-1][1].append(op.name)
+            out[-1][2].add(cfg.servers)
+        else:
+            out.append([shape, [op.name], {cfg.servers}])
+    lines = []
+    for (kind, k, dp, mp), names, blocks in out:
+        span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+        if k == servers:
+            where = "all servers"
+        elif len(blocks) == 1:
+            (b,) = blocks
+            where = (f"servers {b[0]}-{b[-1]}" if k > 1 else f"server {b[0]}")
+        else:
+            where = f"{len(blocks)} blocks of {k} server{'s' if k > 1 else ''}"
+        par = f"dp{dp}" + (f" x mp{mp}" if mp > 1 else "")
+        lines.append(f"{span} ({len(names)} {kind}): {where}, {par}")
+    return lines

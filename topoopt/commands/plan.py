@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,18 +16,17 @@ from topoopt.executor import make_executor
 from topoopt.export.plan_dir import check_plan_dir, write_plan
 from topoopt.fabrics.cost import price_table
 from topoopt.interrupt import graceful_interrupt
-from topoopt.model import Model
 from topoopt.planners.planner import plan as make_plan
 from topoopt.plans import BASELINES
-from topoopt.strategy import Strategy
+from topoopt.strategy import describe_strategy
 from topoopt.units import format_time
 
 __all__ = ["plan", "PLAN_KEYS", "plan_settings"]
 
 #: Keys of a config's [plan] table (CLI options override them).
-PLAN_KEYS = ("budget", "rounds", "chains", "seed", "baselines", "routing", "k_paths",
-             "primes_only", "mp_decay")
-DEFAULTS = {"budget": 400, "rounds": 3, "chains": 1, "seed": 0}
+PLAN_KEYS = ("budget", "rounds", "chains", "seed", "tolerance", "baselines", "routing",
+             "k_paths", "primes_only", "mp_decay")
+DEFAULTS = {"budget": 200, "rounds": 2, "chains": 2, "seed": 0, "tolerance": 0.01}
 
 
 def plan_settings(table, **cli) -> dict:
@@ -59,19 +59,60 @@ def plan_settings(table, **cli) -> dict:
 
 
 class _Progress(ProgressLine):
-    """The search's progress: moves and best time per stage."""
+    """The search's progress: moves and best time per stage, and each fabric's end."""
 
-    def __call__(self, stage: str, moves: int, best: float) -> None:
-        self.update(stage, f"{moves} moves, best {format_time(best)}")
+    def __call__(self, stage: str, moves: int, best: float, done: str = "") -> None:
+        if done:
+            self.update(stage, f"done, best {format_time(best)} ({done})")
+        else:
+            self.update(stage, f"{moves} moves, best {format_time(best)}")
 
 
-def _strategy_summary(model: Model, strategy: Strategy, servers: int) -> str:
-    """Operators by kind of config: DP on all servers, DP on fewer, model parallel."""
-    kinds = {"dp-all": 0, "dp-part": 0, "mp": 0}
-    for op, cfg in zip(model.operators, strategy.configs):
-        if op.kind != "input":
-            kinds["mp" if cfg.mp > 1 else "dp-all" if cfg.dp == servers else "dp-part"] += 1
-    return ", ".join(f"{v} {k}" for k, v in kinds.items() if v)
+def _search_summary(f) -> str:
+    """How a fabric's search ended: its stop reason and the chains' spread."""
+    how = f"{f.search.stop}, spread {f.search.spread:.3f}" if f.search is not None else ""
+    return how + (f", from {f.adopted_from}" if f.adopted_from else "")
+
+
+def _report(result, config: str, seed: int, seconds: float) -> None:
+    """What ``topoopt plan`` prints: every fabric's result, how the searches ended,
+    and how the planned strategies compare with data parallel and the hybrid."""
+    c = result.cluster
+    click.echo(f"plan      {config}: {result.job.model} on {c.servers} servers x {c.nics} "
+               f"ports, seed {seed}, {seconds:.1f} s"
+               + (" (interrupted: best so far)" if result.search.interrupted else ""))
+    s = result.search
+    rounds = s.searches
+    topo_how = (f"{rounds[-1].stop}, spread {rounds[-1].spread:.3f}" if rounds else "start")
+    origin = "" if s.origin == "start" else f", first round from {s.origin}"
+    click.echo(f"search    {result.chains} chains x {result.budget} moves per round per fabric "
+               f"(Ideal Switch x2), tolerance {result.tolerance:.0%}; TopoOpt: "
+               f"{len(s.history)} round(s){origin}, AllReduce/MP degree "
+               f"{result.topology_plan.degree_allreduce}/{result.topology_plan.degree_mp}")
+    base = result.fabric("topoopt")
+    ideal = result.iteration_time_s.get("ideal")
+    rows = []
+    for f in result.fabrics:
+        how = (topo_how + (f", from {f.adopted_from}" if f.adopted_from else "")
+               if f.name == "topoopt" else _search_summary(f))
+        rows.append([f.name, format_time(f.estimate.total),
+                     f"{f.estimate.total / ideal:.2f}" if ideal else "-",
+                     format_time(f.estimate.exposed_communication), f"{f.cost.total:,.0f}",
+                     f"{f.cost.total / base.cost.total:.2f}", how])
+    print_table(["fabric", "iteration", "vs ideal", "exposed comm", "cost", "cost ratio",
+                 "search"], rows)
+    refs = result.references
+    names = [f.name for f in result.fabrics]
+    kinds = [k for k in ("data parallel", "hybrid") if any(k in refs.get(n, {}) for n in names)]
+    if kinds:
+        click.echo("iteration time of the planned strategy next to the usual ones:")
+        rows = [[k] + [format_time(refs[n][k]) if k in refs.get(n, {}) else "-" for n in names]
+                for k in kinds]
+        rows.append(["planned"] + [format_time(f.estimate.total) for f in result.fabrics])
+        print_table(["strategy"] + names, rows)
+    click.echo("TopoOpt strategy:")
+    for line in describe_strategy(result.model, base.strategy, c.servers):
+        click.echo(f"  {line}")
 
 
 def _check(directory: str) -> None:
@@ -87,14 +128,17 @@ def _check(directory: str) -> None:
 @click.option("--check", "check_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Instead of planning, re-validate the plan in DIR (ports, degrees, rings, "
                    "routes, strategy, every export) and exit 1 naming the first violation.")
-@click.option("--budget", type=int, help="MCMC moves per chain per round [default: 400, or "
+@click.option("--budget", type=int, help="MCMC moves per chain per round [default: 200, or "
                                          "[plan] budget].")
-@click.option("--rounds", type=int, help="Rounds of alternating optimization, k [default: 3].")
-@click.option("--chains", type=int, help="Independent MCMC chains per search [default: 1].")
+@click.option("--rounds", type=int, help="Rounds of alternating optimization, k [default: 2].")
+@click.option("--chains", type=int, help="MCMC chains per search, each from a different "
+                                         "structured start [default: 2].")
+@click.option("--tolerance", type=float, help="A search stops once its chains agree within "
+                                              "this fraction [default: 0.01 = 1%].")
 @click.option("--seed", type=int, help="Seed of every search [default: 0]; the same seed "
                                        "gives the same plan.json, byte for byte.")
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Local processes for chains and baseline searches.")
+@click.option("--workers", type=int, default=os.cpu_count() or 1, show_default="all cores",
+              help="Local processes: the fabrics are searched in parallel.")
 @click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run chains on Ray: --ray starts a local Ray, --ray HOST:PORT joins a "
                    "cluster (needs the ray extra).")
@@ -105,15 +149,18 @@ def _check(directory: str) -> None:
                    "matplotlib).")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def plan(config: str | None, output: str | None, check_dir: str | None, budget, rounds,
-         chains, seed, workers: int, ray: str | None, exports: bool, plots: bool,
+         chains, tolerance, seed, workers: int, ray: str | None, exports: bool, plots: bool,
          quiet: bool) -> None:
     """Plan CONFIG's job on a TopoOpt shard and compare it with other fabrics.
 
-    Alternates an MCMC search over parallelization strategies (FlexFlow, on the
-    flow-level simulator) with TopologyFinder (TopoOpt §4), then searches each
-    baseline fabric (Ideal Switch, cost-equivalent Fat-tree, 2:1 oversubscribed
-    Fat-tree, Expander) with the same budget. Ctrl-C stops the search and keeps the
-    best plan found so far. Writes DIR/plan.json (schema in README) and the exports:
+    Searches every fabric from the same structured strategies (tables x body
+    layouts) with MCMC chains that stop once they agree: the TopoOpt shard by
+    alternating the search with TopologyFinder (TopoOpt §4), the baselines (Ideal
+    Switch, cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander) with the
+    same budget, the Ideal Switch first and with twice the budget (it bounds the
+    others); then every fabric's best is tried on every other. Ctrl-C stops the search
+    and keeps the best plan found so far. Writes DIR/plan.json (schema in README) and
+    the exports:
 
     \b
       patch_panel.csv        one row per fibre strand, panel port <-> server NIC
@@ -139,7 +186,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     if Path(output).exists() and not Path(output).is_dir():
         raise ConfigError("--output", output, "exists and is not a folder")
     cfg = read_config(config)
-    settings = plan_settings(cfg.plan, budget=budget, rounds=rounds, chains=chains, seed=seed)
+    settings = plan_settings(cfg.plan, budget=budget, rounds=rounds, chains=chains, seed=seed,
+                             tolerance=tolerance)
     if plots:
         try:
             import matplotlib  # noqa: F401
@@ -153,27 +201,13 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     with make_executor(workers, ray) as executor, graceful_interrupt():
         result = make_plan(cfg.cluster, cfg.job, budget=settings["budget"],
                            rounds=settings["rounds"], chains=settings["chains"],
-                           seed=settings["seed"], baselines=settings["baselines"],
+                           seed=settings["seed"], tolerance=settings["tolerance"],
+                           baselines=settings["baselines"],
                            executor=executor, prices=prices,
                            finder_kwargs=settings["finder_kwargs"], source=config,
-                           progress=progress)
+                           progress=progress,
+                           on_fabric=lambda n, t, how: progress(n, 0, t, how))
     progress.done()
     paths = write_plan(result, output, exports=exports, plots=plots)
-    c = cfg.cluster
-    click.echo(f"plan      {config}: {cfg.job.model} on {c.servers} servers x {c.nics} ports, "
-               f"seed {settings['seed']}, {time.monotonic() - started:.1f} s"
-               + (" (interrupted: best so far)" if result.search.interrupted else ""))
-    s = result.search
-    origin = "" if s.origin == "start" else f" (first round from the {s.origin} strategy)"
-    click.echo(f"search    {s.start.name} start {format_time(s.start_time)} -> "
-               f"{format_time(s.time)} on TopoOpt in {len(s.history)} round(s){origin}, "
-               f"{s.moves} moves; AllReduce/MP degree {result.topology_plan.degree_allreduce}/"
-               f"{result.topology_plan.degree_mp}")
-    base = result.fabric("topoopt")
-    rows = [[f.name, format_time(f.estimate.total), f"{f.estimate.total / base.estimate.total:.2f}",
-             format_time(f.estimate.exposed_communication), f"{f.cost.total:,.0f}",
-             f"{f.cost.total / base.cost.total:.2f}", _strategy_summary(result.model, f.strategy, c.servers)]
-            for f in result.fabrics]
-    print_table(["fabric", "iteration", "vs topoopt", "exposed comm", "cost", "cost ratio",
-                 "strategy (operators)"], rows)
+    _report(result, config, settings["seed"], time.monotonic() - started)
     click.echo(f"wrote {len(paths)} files to {output}/ (check them: topoopt plan --check {output})")

@@ -10,9 +10,9 @@ written and checked by :mod:`topoopt.export.plan_dir`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from topoopt.cluster import Cluster, Job
 from topoopt.config import parse_config
@@ -84,6 +84,10 @@ class Plan:
         Where the config came from (for reports).
     tolerance : float
         The chains' agreement that ended a search early.
+    references : Mapping
+        Per fabric, the iteration time of the strategies people compare a plan with
+        (``"data parallel"``, ``"hybrid"``, where they are valid; on TopoOpt each on
+        the TopologyFinder topology for its own traffic).
     """
 
     cluster: Any
@@ -98,6 +102,7 @@ class Plan:
     chains: int
     source: str = ""
     tolerance: float = 0.01
+    references: Mapping = field(default_factory=dict)
 
     @property
     def strategy(self) -> Strategy:
@@ -191,6 +196,7 @@ def plan_to_json(p: Plan) -> dict:
         "iteration_time_s": p.iteration_time_s,
         "gap_to_ideal": ({f.name: f.estimate.total / p.iteration_time_s["ideal"]
                           for f in p.fabrics} if "ideal" in p.iteration_time_s else {}),
+        "reference_time_s": {k: dict(v) for k, v in p.references.items()},
         "breakdown": {f.name: {k: getattr(f.estimate, k) for k in
                                ("compute", "mp", "allreduce", "exposed_communication",
                                 "mp_bytes", "allreduce_bytes")} for f in p.fabrics},

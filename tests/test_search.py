@@ -1,0 +1,146 @@
+"""The strategy search: structured starts, moves, chains that stop when they agree, descent,
+and plans that agree across seeds and put the Ideal Switch below every fabric."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from topoopt.cluster import Cluster, Job
+from topoopt.fabrics import ideal_switch
+from topoopt.planners.alternating import start_strategy
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.mcmc import descend
+from topoopt.planners.moves import MOVE_KINDS, MoveSet
+from topoopt.planners.planner import plan
+from topoopt.planners.search import search_space
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import body_stages, operator_runs, structured_strategies
+from topoopt.strategy import Strategy, hybrid
+from topoopt.workloads import model_of
+
+SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
+              "bottom_width": 256, "top_layers": 4, "top_width": 512}
+
+
+def small(servers=8):
+    cluster = Cluster(servers=servers, nics=2, link_bandwidth=100e9)
+    job = Job("dlrm", batch_per_gpu=32, size=SMALL_DLRM)
+    model = model_of(job)
+    return cluster, job, model, StrategySpace.build(model, cluster, job)
+
+
+def test_structured_strategies_are_valid_distinct_and_include_the_hybrid():
+    cluster, job, model, space = small()
+    layouts = structured_strategies(model, space)
+    assert len(layouts) > 20
+    assert all(space.contains(lay.strategy) for lay in layouts)
+    assert len({lay.strategy.configs for lay in layouts}) == len(layouts)
+    names = {lay.name for lay in layouts}
+    assert "tables-spread+body-dp" in names and "tables-mp2+body-stages4" in names
+    spread = next(lay for lay in layouts if lay.name == "tables-spread+body-dp")
+    assert spread.strategy.configs == hybrid(model, 8).configs
+
+
+def test_stages_cover_the_body_in_order():
+    _, _, model, _ = small()
+    body = [i for i, op in enumerate(model.operators) if op.kind not in ("embedding", "input")]
+    for cut in ("work", "params", "ops"):
+        for parts in (2, 4):
+            stages = body_stages(model, body, parts, cut)
+            assert [i for s in stages for i in s] == body and len(stages) == parts
+
+
+def test_runs_group_identical_operators():
+    _, _, model, _ = small()
+    runs = operator_runs(model)
+    tables = [i for i, op in enumerate(model.operators) if op.kind == "embedding"]
+    assert tuple(tables) in runs
+    for run in runs:
+        ops = [model.operators[i] for i in run]
+        assert len({(o.kind, o.params, o.fwd_flops) for o in ops}) == 1
+
+
+def test_every_move_stays_in_the_space_and_in_memory():
+    cluster, job, model, space = small()
+    moves = MoveSet(space, structured_strategies(model, space))
+    rng = np.random.default_rng(0)
+    current = start_strategy(model, cluster, job, space)
+    memory = space.memory(current)
+    kinds = set()
+    for _ in range(400):
+        out = moves.propose(current, memory, rng)
+        if out is None:
+            continue
+        current, memory, kind = out
+        kinds.add(kind)
+        assert space.contains(current)
+        np.testing.assert_allclose(memory, space.memory(current))
+    assert kinds == set(MOVE_KINDS)
+
+
+def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
+    cluster, job, model, space = small()
+    cost = IterationCost(model, cluster, job, ideal_switch(8, cluster.server_bandwidth))
+    moves = MoveSet(space)
+    start = hybrid(model, 8)
+    s, t, tried = descend(space, cost, start, cost(start), moves, limit=10_000)
+    assert t <= cost(start) and t == cost(s) and tried > 0
+    assert all(cost(c) >= t * (1 - 1e-12) for c, _ in moves.neighbourhood(s, space.memory(s)))
+
+
+def tiny_job():
+    ops = [{"name": "x", "kind": "input", "out_elems": 512},
+           {"name": "emb", "kind": "embedding", "params": 4_000_000, "fwd_flops": 2000,
+            "out_elems": 256, "mem_elems": 2000, "inputs": ["x"]},
+           {"name": "fc", "kind": "dense", "params": 30_000_000, "fwd_flops": 6e7,
+            "out_elems": 1024, "inputs": ["emb"]}]
+    return Job("custom", batch_per_gpu=32, operators=tuple(ops))
+
+
+@pytest.mark.parametrize("servers", [4, 8])
+def test_the_search_finds_the_brute_force_optimum(servers):
+    cluster = Cluster(servers=servers, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(servers, cluster.server_bandwidth))
+    fixed = space.configs[0]
+    best = min(cost(Strategy((fixed[0], a, b)))
+               for a, b in itertools.product(space.configs[1], space.configs[2]))
+    found = search_space(space, cost, structured_strategies(model, space), chains=2,
+                         budget=200, seed=3)
+    assert found.best_time == pytest.approx(best, rel=1e-12)
+
+
+def test_chains_that_agree_stop_early_and_say_so():
+    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    found = search_space(space, cost, structured_strategies(model, space), chains=2,
+                         budget=2000, seed=0, block=20)
+    assert found.stop == "converged" and found.spread <= 1.01
+    assert found.moves < 2 * 2000
+    assert all(len(c.trace) > 0 and list(c.trace) == sorted(c.trace, reverse=True)
+               for c in found.chains)     # best-so-far curves only go down
+
+
+@pytest.fixture(scope="module")
+def plans_by_seed():
+    cluster, job, _, _ = small()
+    return {s: plan(cluster, job, budget=40, rounds=1, chains=2, seed=s) for s in (0, 1, 2)}
+
+
+def test_seeds_agree_on_a_small_shard(plans_by_seed):
+    times = [p.iteration_time_s for p in plans_by_seed.values()]
+    for name in times[0]:
+        values = [t[name] for t in times]
+        assert max(values) <= min(values) * 1.03, (name, values)
+
+
+def test_the_ideal_switch_bounds_every_fabric(plans_by_seed):
+    for p in plans_by_seed.values():
+        ideal = p.iteration_time_s["ideal"]
+        assert all(t >= ideal * (1 - 1e-9) for t in p.iteration_time_s.values())
