@@ -103,7 +103,7 @@ class StrategySpace:
         """Candidate configs per operator as sets (fast membership)."""
         return tuple(frozenset(c) for c in self.configs)
 
-    @property
+    @cached_property
     def movable(self) -> tuple[int, ...]:
         """Operators with more than one candidate config."""
         return tuple(i for i, c in enumerate(self.configs) if len(c) > 1)

@@ -478,8 +478,7 @@ class IterationGraphBuilder:
             if seg.params > 0 and cfg.dp >= 2:
                 nbytes[srv] += (2.0 * (cfg.dp - 1) / cfg.dp * seg.params / cfg.mp
                                 * self.dtype_bytes)
-        sent = nbytes.copy()
-        recv = nbytes
+        srcs, dsts, sizes = [], [], []
         for e, (u, v) in enumerate(model.edges):
             gu, gv = int(seg_of[u]), int(seg_of[v])
             if gu < 0 or gu == gv:
@@ -487,11 +486,17 @@ class IterationGraphBuilder:
             src, dst, b = self.cache.edge(model, e, u, segs[gu].config, segs[gv].config,
                                           self.cluster, self.job)
             if src.size:
-                # forward to the consumer, and the gradient back
-                np.add.at(sent, src, b)
-                np.add.at(recv, dst, b)
-                np.add.at(sent, dst, b)
-                np.add.at(recv, src, b)
+                srcs.append(src)
+                dsts.append(dst)
+                sizes.append(b)
+        sent = nbytes.copy()
+        recv = nbytes
+        if srcs:
+            # forward to the consumer, and the gradient back
+            src, dst, b = np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes)
+            both = np.bincount(src, b, n) + np.bincount(dst, b, n)
+            sent += both
+            recv += both
         with np.errstate(divide="ignore", invalid="ignore"):
             wire = np.maximum(np.where(self._out_bps > 0, sent * 8 / self._out_bps, 0.0),
                               np.where(self._in_bps > 0, recv * 8 / self._in_bps, 0.0))
