@@ -171,6 +171,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
                              finder_kwargs: Mapping | None = None,
                              seeds: Mapping[str, Strategy] | None = None,
                              layouts: Sequence[Layout] = (), screen: int = SCREEN,
+                             topology_seed: int | None = None,
                              progress: Callable[[str, int, float], None] | None = None
                              ) -> AlternatingResult:
     """Co-optimize strategy and topology by alternating MCMC and TopologyFinder.
@@ -188,6 +189,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     chains : int
         Chains per round (:func:`~topoopt.planners.search.search_space`).
     seed : int
+        The chains' seed.
     tolerance : float
         A round must improve the best time by this fraction to continue; the chains
         of a round stop when they agree within it.
@@ -200,6 +202,8 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         Structured strategies: the ``screen`` fastest on the Ideal Switch get their own
         topology too; all of them serve the search's moves.
     screen : int
+    topology_seed : int, optional
+        TopologyFinder's seed (its tie-breaks); default ``seed``.
     progress : callable, optional
         ``progress(stage, moves_done, best_time)``.
 
@@ -215,8 +219,9 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     topology, the baseline every candidate must beat.
     """
     finder_kwargs = dict(finder_kwargs or {})
+    tseed = seed if topology_seed is None else topology_seed
     space = StrategySpace.build(model, cluster, job)
-    start_plan = plan_topology(model, start, cluster, job, seed, **finder_kwargs)
+    start_plan = plan_topology(model, start, cluster, job, tseed, **finder_kwargs)
     start_t = IterationCost(model, cluster, job, topoopt_fabric(start_plan),
                             start_plan.rings)(start)
     # every candidate on Step 1's topology for its traffic, then the best two with
@@ -243,7 +248,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         if strategy.configs in tried or not space.contains(strategy):
             continue
         tried.add(strategy.configs)
-        plan_c = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
+        plan_c = plan_topology(model, strategy, cluster, job, tseed, **finder_kwargs)
         t_c = IterationCost(model, cluster, job, topoopt_fabric(plan_c), plan_c.rings)(strategy)
         screened.append((name, strategy, plan_c, t_c))
     # the start (the baseline every result must beat) and the best two others get
@@ -253,7 +258,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     for name, strategy, plan_c, t_c in ranked:
         if stop_requested():
             break
-        plan_c, t_c = best_topology(model, strategy, cluster, job, seed, finder_kwargs,
+        plan_c, t_c = best_topology(model, strategy, cluster, job, tseed, finder_kwargs,
                                     base=(plan_c, t_c))
         if name == "start":
             start_plan, start_t = plan_c, t_c
@@ -289,7 +294,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
             kept = extend_plan(best_plan, _traffic(model, res.best, cluster, job))
             kept_t = IterationCost(model, cluster, job, topoopt_fabric(kept),
                                    kept.rings)(res.best)
-            plan_r, t_r = best_topology(model, res.best, cluster, job, seed, finder_kwargs)
+            plan_r, t_r = best_topology(model, res.best, cluster, job, tseed, finder_kwargs)
             new_plan = new_plan or plan_r
             options += [(kept_t, 1, len(options), res.best, kept),
                         (t_r, 0, len(options), res.best, plan_r)]

@@ -71,6 +71,8 @@ class FabricTask:
     candidates: tuple[tuple[str, Strategy], ...] = ()
     #: more starts for the search (the Ideal Switch's best strategies)
     extra: tuple[tuple[str, Strategy], ...] = ()
+    #: the Expander's random graph and TopologyFinder's tie-breaks
+    fabric_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ def search_one_fabric(task: FabricTask,
     space = StrategySpace.build(model, cluster, job)
     if task.name == "topoopt":
         if task.candidates:
-            timed = tuple((n, *reversed(best_topology(model, s, cluster, job, task.seed,
+            timed = tuple((n, *reversed(best_topology(model, s, cluster, job, task.fabric_seed,
                                                       task.finder_kwargs)))
                           for n, s in task.candidates)
             return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
@@ -117,15 +119,16 @@ def search_one_fabric(task: FabricTask,
         found = alternating_optimization(
             model, cluster, job, start, rounds=task.rounds, budget=task.budget,
             chains=task.chains, seed=task.seed, tolerance=task.tolerance,
+            topology_seed=task.fabric_seed,
             finder_kwargs=task.finder_kwargs,
             seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
             layouts=structured_strategies(model, space), progress=progress)
         return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
                              topology_plan=found.topology_plan)
     start = start_strategy(model, cluster, job, space)
-    fabric = build_fabric(task.name, cluster, task.prices, task.seed, job=job, model=model,
-                          strategy=start)
-    cost = IterationCost(model, cluster, job, fabric, seed=task.seed)
+    fabric = build_fabric(task.name, cluster, task.prices, task.fabric_seed, job=job,
+                          model=model, strategy=start)
+    cost = IterationCost(model, cluster, job, fabric, seed=task.fabric_seed)
     if task.candidates:
         timed = tuple((n, cost(s), None) for n, s in task.candidates)
         return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
@@ -143,7 +146,8 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
          baselines: Sequence[str] = BASELINES, executor: Executor | None = None,
          prices: PriceTable | None = None, finder_kwargs: dict | None = None,
          source: str = "", progress: Callable[[str, int, float], None] | None = None,
-         on_fabric: Callable[[str, float, str], None] | None = None) -> Plan:
+         on_fabric: Callable[[str, float, str], None] | None = None,
+         fabric_seed: int = 0) -> Plan:
     """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
 
     Parameters
@@ -159,6 +163,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         MCMC chains per search, each from a different structured start; a search
         stops early once they agree within ``tolerance``.
     seed : int
+        The searches' seed (their MCMC chains).
     tolerance : float
         Agreement of the chains that ends a search (and the least improvement that
         keeps the alternation going), as a fraction.
@@ -177,6 +182,10 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         ``progress(stage, moves_done, best_seconds)`` (searches run in this process only).
     on_fabric : callable, optional
         ``on_fabric(name, best_seconds, how)`` as each fabric's search ends.
+    fabric_seed : int
+        The Expander's random graph and TopologyFinder's tie-breaks: part of the
+        fabrics, not of the search, so fixed by default -- another ``seed`` then changes
+        only the search.
 
     Returns
     -------
@@ -217,7 +226,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
     names = ("topoopt", *dict.fromkeys(baselines))
     task = (lambda name, budget_=budget, candidates=(), extra=(): FabricTask(
         name, cluster, job, budget_, rounds, chains, seed, float(tolerance), prices,
-        finder_kwargs, candidates, extra))
+        finder_kwargs, candidates, extra, fabric_seed))
     if stop_requested():
         budget = 0
 
@@ -283,9 +292,10 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
             start_t = o.alternating.start_time
             moves = o.alternating.moves
         else:
-            fabric = build_fabric(n, cluster, prices, seed, job=job, model=model,
+            fabric = build_fabric(n, cluster, prices, fabric_seed, job=job, model=model,
                                   strategy=start)
-            est = IterationCost(model, cluster, job, fabric, seed=seed).estimate(o.strategy)
+            est = IterationCost(model, cluster, job, fabric, seed=fabric_seed).estimate(
+                o.strategy)
             start_t = o.search.start_time
             moves = o.search.moves
         results.append(FabricResult(n, FABRICS[n].title, o.strategy, est,
@@ -301,4 +311,4 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         references[n] = {k: refs[k] for k in ("data parallel", "hybrid") if k in refs}
     return Plan(cluster, job, model, topology_plan, tuple(results), topo.alternating, seed,
                 budget, rounds, chains, source, tolerance=float(tolerance),
-                references=references)
+                references=references, fabric_seed=fabric_seed)

@@ -54,7 +54,9 @@ class FabricSearch:
     best_time : float
         Seconds per iteration of ``best``.
     starts : tuple of (str, float)
-        Every start's name and time, in the order they were tried.
+        Every start's name and time, in the order they were tried (for a structured
+        layout whose simulation stopped once it was sure to be no family's best within
+        2x of the best start, a lower bound of its time).
     chains : tuple of SearchResult
         One per chain (``trace``: its best-so-far curve, one point per block of
         ``trace_every`` moves).
@@ -130,11 +132,22 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         raise ValueError(f"chains must be >= 1, got {chains}")
     starts: list[tuple[str, Strategy, float]] = []
     seen: set = set()
-    for name, s in [*extra, *((lay.name, lay.strategy) for lay in layouts)]:
+    bounded = bool(getattr(cost, "supports_bound", False))
+    family_best: dict[str, float] = {}
+    for k, (name, s) in enumerate([*extra, *((lay.name, lay.strategy) for lay in layouts)]):
         if s.configs in seen or not space.contains(s):
             continue
         seen.add(s.configs)
-        starts.append((name, s, cost(s)))
+        fam = _family(name)
+        if k < len(extra) or not bounded or not starts:
+            t = cost(s)
+        else:
+            # a layout can only matter as its family's best, and only if that is within
+            # 2x of the best start: the simulation may stop past that (a lower bound)
+            best = min(t for _, _, t in starts)
+            t = cost(s, min(family_best.get(fam, math.inf), 2.0 * best))
+        starts.append((name, s, t))
+        family_best[fam] = min(family_best.get(fam, math.inf), t)
         if stop():
             break
     if not starts:
@@ -150,8 +163,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     picked += [i for i in ranked if i not in picked]
     moveset = MoveSet(space, tuple(layouts))
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
-                  trace_every=max(1, block // 4), start_time=starts[i][2])
-            for c, i in enumerate(picked[:chains])]
+                  trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
+            for c, i in enumerate(picked[:chains])]     # cost(): exact, cut short or not
     stop_reason = "budget"
     done = 0
     while done < budget:

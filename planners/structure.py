@@ -34,10 +34,12 @@ MPALL_UP_TO = 32
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
 #: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
-#: instead), ``blockK`` (the whole body on servers 0..K-1).
+#: instead), ``blockK`` (the whole body on servers 0..K-1, data parallel: on a poor network
+#: fewer replicas can beat all of them).
 BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
                 "stages4-mp2", "stages2@params", "stages4@params", "stages8@params",
-                "stages2@ops", "stages4@ops", "stages8@ops", "block1", "block2", "block4")
+                "stages2@ops", "stages4@ops", "stages8@ops", "block1", "block2", "block4",
+                "block8", "block16", "block32", "block64")
 #: What a stage cut balances.
 CUTS = ("work", "params", "ops")
 

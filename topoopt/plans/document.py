@@ -84,6 +84,8 @@ class Plan:
         Where the config came from (for reports).
     tolerance : float
         The chains' agreement that ended a search early.
+    fabric_seed : int
+        The seed of the Expander's random graph and of TopologyFinder's tie-breaks.
     references : Mapping
         Per fabric, the iteration time of the strategies people compare a plan with
         (``"data parallel"``, ``"hybrid"``, where they are valid; on TopoOpt each on
@@ -103,6 +105,7 @@ class Plan:
     source: str = ""
     tolerance: float = 0.01
     references: Mapping = field(default_factory=dict)
+    fabric_seed: int = 0
 
     @property
     def strategy(self) -> Strategy:
@@ -207,7 +210,7 @@ def plan_to_json(p: Plan) -> dict:
                              "search": _search_json(f.search)}
                     for f in p.fabrics if f.name != "topoopt"},
         "search": {"seed": p.seed, "budget": p.budget, "rounds": p.rounds,
-                   "chains": p.chains, "tolerance": p.tolerance,
+                   "chains": p.chains, "tolerance": p.tolerance, "fabric_seed": p.fabric_seed,
                    "start_strategy": p.search.start.name,
                    "start_time_s": p.search.start_time, "first_round_from": p.search.origin,
                    "best_time_s": p.search.time,

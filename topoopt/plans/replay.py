@@ -306,7 +306,7 @@ def plan_inputs(directory: str | Path) -> PlanInputs:
     return PlanInputs(cluster=cluster, job=job, model=model_of(job), strategies=strategies,
                       topology=topology_of(doc), routes=routes_of(doc), rings=rings_of(doc),
                       predicted={k: float(v) for k, v in doc["iteration_time_s"].items()},
-                      seed=int(doc.get("search", {}).get("seed", 0)))
+                      seed=int(doc.get("search", {}).get("fabric_seed", 0)))
 
 
 def plan_fabric(inputs: PlanInputs, name: str):
