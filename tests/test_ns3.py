@@ -205,11 +205,11 @@ def _tiny_plan(directory):
     from topoopt.planners.planner import plan
 
     cluster = Cluster(servers=4, nics=2, link_bandwidth=B)
-    job = Job("dlrm", batch_per_gpu=8, size={"tables": 4, "rows": 100000, "dim": 16, "bag": 4,
-                                             "top_width": 128, "bottom_width": 64,
-                                             "top_layers": 2, "bottom_layers": 2})
-    # no baselines to seed the search: at this size their best strategy may put the
-    # whole model on one server, leaving nothing for ns-3 to carry
+    # a batch large enough that spreading the work beats running it all on one server:
+    # with a small batch the best plan sends nothing and leaves ns-3 nothing to carry
+    job = Job("dlrm", batch_per_gpu=4096, size={"tables": 4, "rows": 100000, "dim": 16,
+                                                "bag": 4, "top_width": 512, "bottom_width": 64,
+                                                "top_layers": 2, "bottom_layers": 2})
     p = plan(cluster, job, budget=10, rounds=1, seed=0, baselines=())
     write_plan(p, directory, exports=False, plots=False)
     return p
