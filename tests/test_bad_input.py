@@ -230,7 +230,7 @@ CONFIG_COMMANDS = [
     ("traffic", ["--png", "{d}/t.png"]),
     ("topology", ["--png", "{d}/t.png"]),
     ("simulate", ["--json", "{d}/s.json", "--fabric", "ideal"]),
-    ("plan", ["-o", "{d}/plan", "--quiet", "--no-plots"]),
+    ("plan", ["-o", "{d}/plan", "--quiet", "--workers", "1", "--no-plots"]),
 ]
 
 
@@ -265,7 +265,7 @@ def world(tmp_path_factory):
     (d / "c.toml").write_text(to_toml(tiny_config()))
     (d / "afile.txt").write_text("user data\n")
     (d / "folder").mkdir()
-    r = cli("plan", d / "c.toml", "-o", d / "plan", "--quiet", "--no-plots")
+    r = cli("plan", d / "c.toml", "-o", d / "plan", "--quiet", "--workers", "1", "--no-plots")
     assert r.exit_code == 0, r.output
     return d
 
@@ -282,7 +282,7 @@ HUGE = st.integers(2 ** 40, 2 ** 80).map(str)
 
 #: command -> (base args, strategy of (option, value), names the error may give).
 BAD_VALUES = {
-    "plan": (["{d}/c.toml", "-o", "{d}/p1", "--quiet", "--no-plots"], st.one_of(
+    "plan": (["{d}/c.toml", "-o", "{d}/p1", "--quiet", "--workers", "1", "--no-plots"], st.one_of(
         st.tuples(st.just("--budget"), st.one_of(NEG, HUGE, NOT_INT_TEXT)),
         st.tuples(st.just("--rounds"), st.one_of(st.just("0"), NEG, HUGE, NOT_INT_TEXT)),
         st.tuples(st.just("--chains"), st.one_of(st.just("0"), NEG, HUGE)),
@@ -390,7 +390,7 @@ def plans(tmp_path_factory):
                              ("dlrm", tiny_config(8, 2, "dlrm"), []),
                              ("bert", tiny_config(6, 3, "bert"), ["--no-plots"])):
         (root / f"{name}.toml").write_text(to_toml(doc))
-        r = cli("plan", root / f"{name}.toml", "-o", root / name, "--quiet", *extra)
+        r = cli("plan", root / f"{name}.toml", "-o", root / name, "--quiet", "--workers", "1", *extra)
         assert r.exit_code == 0, r.output
         check = cli("plan", "--check", root / name)
         assert check.exit_code == 0 and check.output.startswith("ok"), check.output
@@ -689,7 +689,7 @@ def test_plan_never_touches_user_files(tmp_path_factory, user, earlier, flags):
     (d / "c.toml").write_text(to_toml(tiny_config()))
     out = d / "out"
     if earlier:
-        assert cli("plan", d / "c.toml", "-o", out, "--quiet", "--no-plots").exit_code == 0
+        assert cli("plan", d / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots").exit_code == 0
     mine = {}
     for name in user:
         path = out / name.rstrip("/")
@@ -708,7 +708,7 @@ def test_plan_never_touches_user_files(tmp_path_factory, user, earlier, flags):
         mine.update({k: v for k, v in snapshot(out).items()
                      if k == name.rstrip("/") or k.startswith(name.rstrip("/") + "/")})
     before = snapshot(out)
-    r = cli("plan", d / "c.toml", "-o", out, "--quiet", *flags)
+    r = cli("plan", d / "c.toml", "-o", out, "--quiet", "--workers", "1", *flags)
     after = snapshot(out) if out.exists() else {}
     if r.exit_code == 2:
         assert_one_line(r, 2, "in the way")
@@ -726,10 +726,10 @@ def test_replanning_replaces_only_the_plans_files(tmp_path):
     earlier plan's files that the new one does not write are removed."""
     (tmp_path / "c.toml").write_text(to_toml(tiny_config()))
     out = tmp_path / "out"
-    assert cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--no-plots").exit_code == 0
+    assert cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots").exit_code == 0
     (out / "ocs" / "my_notes.txt").write_text("notes")
     (out / "fabrics.png.d").mkdir()
-    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--no-plots", "--no-exports")
+    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports")
     assert r.exit_code == 0, r.output
     assert (out / "ocs" / "my_notes.txt").read_text() == "notes"
     assert (out / "fabrics.png.d").is_dir()
@@ -739,14 +739,14 @@ def test_replanning_replaces_only_the_plans_files(tmp_path):
     # a folder where a file goes: refused before the search, nothing changes
     (out / "hostfile").mkdir()
     before = snapshot(out)
-    line = assert_one_line(cli("plan", tmp_path / "c.toml", "-o", out, "--quiet"), 2,
+    line = assert_one_line(cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1"), 2,
                            "hostfile")
     assert "in the way" in line and snapshot(out) == before
     # someone else's plan.json is never replaced
     other = tmp_path / "other"
     other.mkdir()
     (other / "plan.json").write_text('{"mine": true}')
-    assert_one_line(cli("plan", tmp_path / "c.toml", "-o", other, "--quiet"), 2, "plan.json")
+    assert_one_line(cli("plan", tmp_path / "c.toml", "-o", other, "--quiet", "--workers", "1"), 2, "plan.json")
     assert (other / "plan.json").read_text() == '{"mine": true}'
 
 
@@ -755,13 +755,13 @@ def test_a_plan_from_before_the_files_list(tmp_path):
     the files named like a plan's and nothing else; --check asks for a new plan."""
     (tmp_path / "c.toml").write_text(to_toml(tiny_config()))
     out = tmp_path / "out"
-    assert cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--no-plots").exit_code == 0
+    assert cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots").exit_code == 0
     doc = json.loads((out / "plan.json").read_text())
     del doc["files"], doc["skipped"]
     (out / "plan.json").write_text(json.dumps(doc))
     assert_one_line(cli("plan", "--check", out), 1, "has no files")
     (out / "ocs" / "notes.txt").write_text("mine")
-    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--no-plots", "--no-exports")
+    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports")
     assert r.exit_code == 0, r.output
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == \
         ["ocs/notes.txt", "plan.json"]
@@ -931,7 +931,7 @@ def test_a_deleted_multi_hop_route_is_caught(plans, tmp_path):
 def test_skipped_exports_are_named_with_the_reason(tmp_path):
     (tmp_path / "c.toml").write_text(to_toml(tiny_config(servers=2)))
     r = CliRunner().invoke(main, ["plan", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"),
-                                  "--quiet", "--no-plots"])
+                                  "--quiet", "--workers", "1", "--no-plots"])
     assert r.exit_code == 0, r.output
     assert "note: msccl_allreduce.xml not written: " in r.stderr
     doc = json.loads((tmp_path / "o" / "plan.json").read_text())
