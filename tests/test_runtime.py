@@ -378,11 +378,11 @@ def test_react_run_prints_the_simulate_table(tmp_path):
 
 
 @pytest.mark.parametrize("args, field", [
-    (["--nprocs", "2", "--slow-rank", "1", "--network", "loopback"], "network"),
-    (["--nprocs", "2", "--slow-rank", "2"], "slow_rank"),
-    (["--collective", "multi-ring"], "rings"),
-    (["--ring", "0,1,x"], "--ring"),
-    (["--nprocs", "1"], "nprocs"),
+    (["--nprocs", "2", "--slow-rank", "1", "--network", "loopback"], "--network = "),
+    (["--nprocs", "2", "--slow-rank", "2"], "--slow-rank = "),
+    (["--collective", "multi-ring"], "--ring = "),
+    (["--ring", "0,1,x"], "--ring = "),
+    (["--nprocs", "1"], "Invalid value for '--nprocs'"),
 ])
 def test_react_run_refuses_bad_input_in_one_line(args, field):
     from click.testing import CliRunner
@@ -391,4 +391,6 @@ def test_react_run_refuses_bad_input_in_one_line(args, field):
 
     r = CliRunner().invoke(main, ["react", "run", "--epochs", "2", "--warmup", "1", *args])
     assert r.exit_code == 2
-    assert r.output.strip().startswith(f"error: {field} = ") and "Traceback" not in r.output
+    line = r.output.strip()
+    assert line.startswith("error: ") and field in line and "Traceback" not in r.output
+    assert len(line.splitlines()) == 1

@@ -8,8 +8,10 @@ from typing import Mapping
 
 from topoopt._frozen import FrozenDict
 from topoopt._require import require_choice, require_fraction, require_int, require_positive
+from topoopt.errors import ConfigError
+from topoopt.units import format_bandwidth, format_time
 
-__all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job"]
+__all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job", "LIMITS"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,29 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType({
 PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2})
 
 
+#: Bounds of every cluster and job field (docs/limits.md gives each one's source): the
+#: physically possible, and sizes whose per-pair state (n x n traffic matrices, routes)
+#: fits a workstation. Values outside are refused up front, naming the field.
+LIMITS: Mapping[str, tuple[float, float]] = MappingProxyType({
+    "cluster.servers": (2, 1024),            # TopoOpt's largest cluster: 432 (§5.6)
+    "cluster.nics": (1, 64),                 # DGX A100/H100: 8 NICs; TopoOpt: d = 4, 8
+    "cluster.link_bandwidth": (1e6, 1e13),   # 1 Mb/s .. 10 Tb/s (fastest standard: 1.6T)
+    "cluster.link_latency": (0.0, 1e-2),     # 0 .. 10 ms (2,000 km of fibre)
+    "cluster.gpus_per_server": (1, 72),      # the largest NVLink domain: NVL72
+    "cluster.intra_server_bandwidth": (1e6, 1e14),  # NVLink 5: 14.4 Tb/s per GPU
+    "job.batch_per_gpu": (1, 2 ** 20),       # TopoOpt's largest DLRM batch: 2048 (§5.3)
+})
+
+
+def _within(field: str, value: float) -> None:
+    low, high = LIMITS[field]
+    if not low <= value <= high:
+        show = (format_time if field.endswith("latency") else format_bandwidth
+                if field.endswith("bandwidth") else str)
+        raise ConfigError(field, value, f"must be {show(low)} to {show(high)} "
+                                        "(documented bounds: docs/limits.md)")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """A shard of ``n`` servers with ``d`` NICs of bandwidth ``B`` each (TopoOpt §5).
@@ -58,9 +83,9 @@ class Cluster:
     Attributes
     ----------
     servers : int
-        n, at least 2.
+        n, 2 to 1024 (:data:`LIMITS`).
     nics : int
-        d, NICs (optical ports) per server, at least 1.
+        d, NICs (optical ports) per server, 1 to 64.
     link_bandwidth : float
         B, bits/s per NIC.
     link_latency : float
@@ -96,6 +121,9 @@ class Cluster:
         require_positive("cluster.intra_server_bandwidth", self.intra_server_bandwidth)
         require_fraction("cluster.compute_efficiency", self.compute_efficiency)
         require_fraction("cluster.memory_efficiency", self.memory_efficiency)
+        for name in ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server",
+                     "intra_server_bandwidth"):
+            _within(f"cluster.{name}", getattr(self, name))
 
     @property
     def server_bandwidth(self) -> float:
@@ -141,6 +169,7 @@ class Job:
         object.__setattr__(self, "operators", tuple(FrozenDict(o) if isinstance(o, dict) else o
                                                     for o in self.operators))
         require_int("job.batch_per_gpu", self.batch_per_gpu, minimum=1)
+        _within("job.batch_per_gpu", self.batch_per_gpu)
         require_choice("job.precision", self.precision, tuple(PRECISION_BYTES))
 
     @property

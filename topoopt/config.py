@@ -18,7 +18,7 @@ from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
-from topoopt.workloads import model_of
+from topoopt.workloads import model_defaults, model_of
 
 __all__ = ["Config", "load_config", "parse_config", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
 
@@ -99,6 +99,11 @@ def _job(table: dict) -> Job:
     if not isinstance(operators, list) or not all(isinstance(o, dict) for o in operators):
         raise ConfigError("job.operators", operators, "must be an array of tables [[job.operators]]")
     model = table["model"]
+    if not isinstance(model, str):
+        raise ConfigError("job.model", model, "must be a model name (topoopt workloads) or "
+                                              "'custom'")
+    if model != "custom":
+        model_defaults(model)  # an unknown name, before what depends on it
     if model == "custom":
         if not operators:
             raise ConfigError("job.operators", [], "model = 'custom' needs [[job.operators]]")
@@ -108,8 +113,22 @@ def _job(table: dict) -> Job:
         raise ConfigError("job.operators", "...", "operators are only for model = 'custom'")
     job = Job(model=model, batch_per_gpu=table["batch_per_gpu"],
               precision=table.get("precision", "fp32"), size=size, operators=tuple(operators))
-    model_of(job)  # validates the model name, size overrides and custom operators
+    _require_work(model_of(job))  # validates the model name, size overrides, operators
     return job
+
+
+def _require_work(model: Model) -> None:
+    """A model must compute something: its iteration time is the yardstick of a plan."""
+    ops = [op for op in model.operators if op.kind != "input"]
+    if not ops:
+        raise ConfigError("job.operators", [op.name for op in model.operators],
+                          "the model is only input operators; add one that computes, e.g. "
+                          "kind = \"dense\" with fwd_flops and inputs")
+    if not any(op.mem_elems > 0 if op.kind == "embedding" else op.fwd_flops + op.bwd_flops > 0
+               for op in ops):
+        raise ConfigError("job.operators", [op.name for op in ops],
+                          "no operator does any work (fwd_flops, bwd_flops and, for "
+                          "embeddings, mem_elems are all 0); give one fwd_flops > 0")
 
 
 def parse_config(doc: Mapping[str, Any], source: str = "<memory>") -> Config:

@@ -5,58 +5,33 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
+import warnings
 
 import click
+import numpy as np
 
-from topoopt._require import require_keys
-from topoopt.commands._common import ProgressLine, print_table, read_config
+from topoopt.commands._common import (
+    MAX_WORKERS,
+    PLAN_BOUNDS,
+    PLAN_KEYS,
+    SEED,
+    ProgressLine,
+    plan_settings,
+    print_table,
+    read_config,
+)
 from topoopt.errors import ConfigError, TopoOptError
 from topoopt.executor import make_executor
-from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.export.bundle import ExportSkipped
+from topoopt.export.plan_dir import check_plan_dir, check_plan_output, write_plan
 from topoopt.fabrics.cost import price_table
 from topoopt.interrupt import graceful_interrupt
 from topoopt.planners.planner import plan as make_plan
-from topoopt.plans import BASELINES
-from topoopt.strategy import describe_strategy
+from topoopt.strategy import data_parallel, describe_strategy, hybrid, memory_per_server
 from topoopt.units import format_time
+from topoopt.workloads import model_of
 
 __all__ = ["plan", "PLAN_KEYS", "plan_settings"]
-
-#: Keys of a config's [plan] table (CLI options override them).
-PLAN_KEYS = ("budget", "rounds", "chains", "seed", "tolerance", "baselines", "routing",
-             "k_paths", "primes_only", "mp_decay")
-DEFAULTS = {"budget": 200, "rounds": 2, "chains": 2, "seed": 0, "tolerance": 0.01}
-
-
-def plan_settings(table, **cli) -> dict:
-    """Merge a config's [plan] table with CLI options (CLI wins), validated."""
-    require_keys("plan", table, PLAN_KEYS)
-    out = {**DEFAULTS, **{k: table[k] for k in DEFAULTS if k in table}}
-    out.update({k: v for k, v in cli.items() if v is not None})
-    out["baselines"] = tuple(table.get("baselines", BASELINES))
-    finder = {}
-    if "routing" in table:
-        if table["routing"] not in ("kshortest", "lp"):
-            raise ConfigError("plan.routing", table["routing"], "use 'kshortest' or 'lp'")
-        finder["routing"] = table["routing"]
-    if "k_paths" in table:
-        if isinstance(table["k_paths"], bool) or not isinstance(table["k_paths"], int) \
-                or table["k_paths"] < 1:
-            raise ConfigError("plan.k_paths", table["k_paths"], "must be an integer >= 1")
-        finder["k_paths"] = table["k_paths"]
-    if "primes_only" in table:
-        if not isinstance(table["primes_only"], bool):
-            raise ConfigError("plan.primes_only", table["primes_only"], "must be true or false")
-        finder["primes_only"] = table["primes_only"]
-    if "mp_decay" in table:
-        d = table["mp_decay"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
-            raise ConfigError("plan.mp_decay", d, "must be a factor in (0, 1] (paper: 0.5)")
-        finder["mp_decay"] = float(d)
-    out["finder_kwargs"] = finder
-    return out
-
 
 class _Progress(ProgressLine):
     """The search's progress: moves and best time per stage, and each fabric's end."""
@@ -115,6 +90,35 @@ def _report(result, config: str, seed: int, seconds: float) -> None:
         click.echo(f"  {line}")
 
 
+def _require_batch_fits(cfg) -> None:
+    """Name the batch, not the model, when only the batch's activations do not fit.
+
+    The planner starts from data parallel or hybrid, whichever fits in memory
+    (:func:`topoopt.strategy.memory_per_server`: weights, gradients, activations). A
+    server's bytes are affine in the global batch, so the largest batch that fits
+    follows from two evaluations; if the weights alone fit, the batch is what to change.
+    """
+    c, job = cfg.cluster, cfg.job
+    model = model_of(job)
+    limit = c.gpus_per_server * c.gpu.memory
+    per_gpu_batch = c.servers * c.gpus_per_server
+    best = 0
+    for make in (data_parallel, hybrid):
+        strategy = make(model, c.servers)
+        fixed = np.array(memory_per_server(model, strategy, c.servers, job.dtype_bytes, 0))
+        slope = np.array(memory_per_server(model, strategy, c.servers, job.dtype_bytes, 1)) - fixed
+        if fixed.max() + slope.max() * job.global_batch(c) <= limit:
+            return  # this strategy fits at the configured batch
+        if fixed.max() <= limit and slope.max() > 0:
+            room = (limit - fixed[slope > 0]) / slope[slope > 0]
+            best = max(best, int(room.min() // per_gpu_batch))
+    if best >= 1:
+        raise ConfigError("job.batch_per_gpu", job.batch_per_gpu,
+                          f"its activations do not fit in {c.gpus_per_server} x "
+                          f"{c.gpu.memory / 1e9:.0f} GB per server with data parallel or "
+                          f"hybrid; at most {best} fits")
+
+
 def _check(directory: str) -> None:
     checked = check_plan_dir(directory)
     click.echo(f"ok: {directory}: {len(checked)} files valid ({', '.join(checked)})")
@@ -123,21 +127,26 @@ def _check(directory: str) -> None:
 @click.command()
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(file_okay=False),
-              help="Folder for plan.json, the exports and the pictures (created; files of an "
-                   "earlier plan in it are replaced).")
+              help="Folder for plan.json, the exports and the pictures (created; the files "
+                   "an earlier plan wrote there, listed in its plan.json, are replaced, and "
+                   "nothing else is touched).")
 @click.option("--check", "check_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Instead of planning, re-validate the plan in DIR (ports, degrees, rings, "
                    "routes, strategy, every export) and exit 1 naming the first violation.")
-@click.option("--budget", type=int, help="MCMC moves per chain per round [default: 200, or "
-                                         "[plan] budget].")
-@click.option("--rounds", type=int, help="Rounds of alternating optimization, k [default: 2].")
-@click.option("--chains", type=int, help="MCMC chains per search, each from a different "
-                                         "structured start [default: 2].")
-@click.option("--tolerance", type=float, help="A search stops once its chains agree within "
-                                              "this fraction [default: 0.01 = 1%].")
-@click.option("--seed", type=int, help="Seed of every search [default: 0]; the same seed "
-                                       "gives the same plan.json, byte for byte.")
-@click.option("--workers", type=int, default=os.cpu_count() or 1, show_default="all cores",
+@click.option("--budget", type=click.IntRange(*PLAN_BOUNDS["budget"]),
+              help="MCMC moves per chain per round [default: 200, or [plan] budget].")
+@click.option("--rounds", type=click.IntRange(*PLAN_BOUNDS["rounds"]),
+              help="Rounds of alternating optimization, k [default: 2].")
+@click.option("--chains", type=click.IntRange(*PLAN_BOUNDS["chains"]),
+              help="MCMC chains per search, each from a different structured start "
+                   "[default: 2].")
+@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True),
+              help="A search stops once its chains agree within this fraction "
+                   "[default: 0.01 = 1%].")
+@click.option("--seed", type=SEED, help="Seed of every search [default: 0]; the same seed "
+                                        "gives the same plan.json, byte for byte.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS),
+              default=min(os.cpu_count() or 1, MAX_WORKERS), show_default="all cores",
               help="Local processes: the fabrics are searched in parallel.")
 @click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run chains on Ray: --ray starts a local Ray, --ray HOST:PORT joins a "
@@ -183,8 +192,6 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
         raise TopoOptError("CONFIG is required: topoopt plan CONFIG -o DIR (or --check DIR)")
     if not output:
         raise TopoOptError("-o/--output DIR is required: where to write plan.json and exports")
-    if Path(output).exists() and not Path(output).is_dir():
-        raise ConfigError("--output", output, "exists and is not a folder")
     cfg = read_config(config)
     settings = plan_settings(cfg.plan, budget=budget, rounds=rounds, chains=chains, seed=seed,
                              tolerance=tolerance)
@@ -195,6 +202,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo("note: no matplotlib, skipping pictures (pip install 'topoopt[plot]')",
                        err=True)
             plots = False
+    check_plan_output(output, cfg.cluster, exports, plots)  # before the search, not after
+    _require_batch_fits(cfg)
     prices = price_table(cfg.cost)
     progress = _Progress(not quiet)
     started = time.monotonic()
@@ -208,6 +217,14 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                            progress=progress,
                            on_fabric=lambda n, t, how: progress(n, 0, t, how))
     progress.done()
-    paths = write_plan(result, output, exports=exports, plots=plots)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ExportSkipped)
+        paths = write_plan(result, output, exports=exports, plots=plots)
+    for w in caught:
+        if issubclass(w.category, ExportSkipped):
+            click.echo(f"note: {w.message}", err=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     _report(result, config, settings["seed"], time.monotonic() - started)
-    click.echo(f"wrote {len(paths)} files to {output}/ (check them: topoopt plan --check {output})")
+    click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {output}/ (check them: "
+               f"topoopt plan --check {output})")

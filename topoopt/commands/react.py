@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import click
 import numpy as np
@@ -11,13 +12,18 @@ import numpy as np
 from topoopt._io import atomic_path, atomic_write_text
 from topoopt.collectives import build_pattern, check_pattern, pattern_to_json
 from topoopt.commands._common import (
+    MAX_WORKERS,
+    SEED,
     ProgressLine,
+    options_named,
+    output_file,
     print_react_comparison,
     print_table,
     require_matplotlib,
 )
-from topoopt.errors import ConfigError
+from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.netsim.ns3.config import Ns3Config
+from topoopt.plans.document import FORMAT, check_plan_document
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
 from topoopt.react.scenarios import Scenario, run_scenario
@@ -28,10 +34,48 @@ from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
 __all__ = ["react"]
 
 _COLLECTIVE = click.Choice(["tree", "ring", "rd-allgather"])
+#: Ranks of a collective (--nodes): REACT evaluates 4 to 16 (§7); a ring of 512 ranks is
+#: 523k flows per collective and a recursive-doubling AllGather keeps n^2/2 segments, the
+#: most a pattern here holds in seconds and a few GB (docs/limits.md).
+MAX_NODES = 512
+NODES = click.IntRange(2, MAX_NODES)
+#: Epochs of a simulated run (--epochs): REACT runs 100 (§7.3).
+EPOCHS = click.IntRange(1, 100_000)
+#: Bytes of a collective (--size): up to 1 TB (REACT: 20-100 MB).
+MAX_SIZE = 1e12
+#: Scenario fields -> the options that set them (a Scenario's error names the option).
+_SCENARIO_OPTIONS = {k: f"--{k}" for k in ("collective", "nodes", "size", "fabric",
+                                           "congested", "p", "capacity", "epochs",
+                                           "warmup", "seed")}
+_SCENARIO_OPTIONS["scenario"] = "--scenario"
 
 
 def _size(text: str) -> float:
-    return parse_size(text, "--size")
+    size = parse_size(text, "--size")
+    if size > MAX_SIZE:
+        raise ConfigError("--size", text, "must be at most 1TB (docs/limits.md)")
+    return size
+
+
+def _plan_fabric(fabric: str) -> str:
+    """``--fabric plan:DIR`` must be a valid plan folder: checked before any work, as
+    ``topoopt plan --check`` would (a ring repeating a server is refused, not simulated)."""
+    if fabric.startswith("plan:"):
+        directory = Path(fabric[5:])
+        if not directory.is_dir():
+            raise ConfigError("--fabric", fabric, f"{directory} is not a folder; give "
+                              "plan:DIR, DIR holding a plan.json (topoopt plan -o DIR)")
+        try:
+            doc = json.loads((directory / "plan.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            doc = None  # the scenario's reader says what is wrong
+        if isinstance(doc, dict) and doc.get("format") == FORMAT:
+            try:
+                check_plan_document(doc)
+            except PlanCheckError as exc:
+                raise ConfigError("--fabric", fabric, f"{exc} (see topoopt plan --check "
+                                                      f"{directory})") from None
+    return fabric
 
 
 @click.group()
@@ -54,7 +98,7 @@ def react() -> None:
 @click.option("--collective", type=_COLLECTIVE, default="tree",
               help="tree: NCCL double binary tree AllReduce; ring: ring AllReduce; "
                    "rd-allgather: recursive-doubling AllGather.")
-@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2).")
+@click.option("--nodes", type=NODES, default=8, help="Ranks.")
 @click.option("--size", default="20MB", help="Bytes of the collective (AllGather: output).")
 @click.option("--order", default=None,
               help="Ring order for --collective ring, e.g. 0,2,1,3 (default 0..n-1).")
@@ -71,12 +115,15 @@ def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: 
     The JSON form also lists each segment's element range of the buffer, so a runtime
     knows exactly which data each flow carries (see topoopt/collectives/ten.py).
     """
+    output_file(output, "--output")
     ring = None
     if order is not None:
         try:
             ring = [int(x) for x in order.split(",")]
         except ValueError:
             raise ConfigError("--order", order, "give ranks separated by commas") from None
+        if collective != "ring":
+            raise ConfigError("--order", order, "is for --collective ring only")
     p = build_pattern(collective, nodes, _size(size), order=ring)
     check_pattern(p)
     if as_json or output:
@@ -111,7 +158,7 @@ def _pairs(values, option: str) -> dict[int, int]:
 
 @react.command()
 @click.option("--collective", type=_COLLECTIVE, default="tree")
-@click.option("--nodes", type=int, default=16, help="Ranks (n >= 2).")
+@click.option("--nodes", type=NODES, default=16, help="Ranks.")
 @click.option("--size", default="2MB", help="Bytes of the collective (s).")
 @click.option("--alpha", default="4us", help="Per-flow latency (alpha).")
 @click.option("--bandwidth", default="100Gbps", help="NIC bandwidth (1/beta).")
@@ -149,9 +196,10 @@ def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
             p = apply_swap(p, Swap("chunk", a, b, chunk=c))
     check_pattern(p)
     cin, cout = _pairs(congest, "--congest"), _pairs(congest_out, "--congest-out")
-    for node in list(cin) + list(cout):
-        if not 0 <= node < nodes:
-            raise ConfigError("--congest", node, f"rank must be in 0..{nodes - 1}")
+    for option, pairs in (("--congest", cin), ("--congest-out", cout)):
+        for node in pairs:
+            if not 0 <= node < nodes:
+                raise ConfigError(option, node, f"rank must be in 0..{nodes - 1}")
     r = alpha_beta_time(p, parse_time(alpha, "--alpha"),
                         parse_bandwidth(bandwidth, "--bandwidth"), cin, cout)
     rows = [[name, format_time(end), format_time(dur)]
@@ -185,7 +233,7 @@ def _plot(result, path: str) -> None:
 @react.command()
 @click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather", "plan"]),
               default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR.")
-@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2).")
+@click.option("--nodes", type=NODES, default=8, help="Ranks.")
 @click.option("--size", default="20MB", help="Bytes per collective.")
 @click.option("--fabric", default="fattree",
               help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
@@ -199,18 +247,20 @@ def _plot(result, path: str) -> None:
                                        "to a server outside the job; spine: p flows "
                                        "between outside servers across pods; failures: "
                                        "links degraded to --capacity; none.")
-@click.option("--congested", type=int, default=1,
+@click.option("--congested", type=click.IntRange(0, MAX_NODES), default=1,
               help="Congested source-destination pairs (failed links for failures).")
-@click.option("--p", "p", type=int, default=2, help="External flows per congested pair.")
+@click.option("--p", "p", type=click.IntRange(0, 1024), default=2,
+              help="External flows per congested pair.")
 @click.option("--capacity", default="50Gbps", help="Bandwidth of a failed link.")
-@click.option("--epochs", type=int, default=100)
-@click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
-@click.option("--seed", type=int, default=0, help="Scenario and ECMP seed.")
+@click.option("--epochs", type=EPOCHS, default=100)
+@click.option("--warmup", type=click.IntRange(0), default=25,
+              help="Epochs left out of the means.")
+@click.option("--seed", type=SEED, default=0, help="Scenario and ECMP seed.")
 @click.option("--backend", type=click.Choice(["flow", "ns3"]), default="flow",
               help="flow: the flow-level simulator (max-min fair fluid, milliseconds); "
                    "ns3: packet level, DCTCP over RED/ECN switches (needs the packet "
                    "extra; several seconds per epoch).")
-@click.option("--mtu", type=int, default=1500,
+@click.option("--mtu", type=click.IntRange(576, 65535), default=1500,
               help="IP MTU in bytes for --backend ns3 (9000: jumbo frames, ~5x faster).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write the per-epoch times, summary and swaps to this JSON file.")
@@ -221,16 +271,23 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
     """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
     without and with REACT, under one congestion scenario; print mean and p95
     collective time, algorithm bandwidth and the swaps REACT made."""
-    sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
-                  kind=kind, congested=congested, p=p,
-                  capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
-                  warmup=warmup, seed=seed)
+    output_file(json_out, "--json")
+    output_file(png, "--png")
+    if png:
+        require_matplotlib()
+    with options_named(**_SCENARIO_OPTIONS):
+        sc = Scenario(collective=collective, nodes=nodes, size=_size(size),
+                      fabric=_plan_fabric(fabric), kind=kind, congested=congested, p=p,
+                      capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
+                      warmup=warmup, seed=seed)
+    config = Ns3Config(mtu=mtu) if backend == "ns3" else None
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
-    if backend == "ns3":
-        res = run_scenario_ns3(sc, config=Ns3Config(mtu=mtu), progress=report)
-    else:
-        res = run_scenario(sc, progress=report)
+    with options_named(**_SCENARIO_OPTIONS):
+        if backend == "ns3":
+            res = run_scenario_ns3(sc, config=config, progress=report)
+        else:
+            res = run_scenario(sc, progress=report)
     line.done()
     print_react_comparison(res, sc.size, warmup, epochs)
     if res.positions_skipped:
@@ -246,7 +303,7 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epoc
 
 
 # ------------------------------------------------------------------------ sweep
-def _int_list(text: str, option: str) -> list[int]:
+def _int_list(text: str, option: str, high: int) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         m = re.match(r"^(\d+)(?:-(\d+))?$", part.strip())
@@ -255,8 +312,14 @@ def _int_list(text: str, option: str) -> list[int]:
         lo, hi = int(m[1]), int(m[2] or m[1])
         if hi < lo:
             raise ConfigError(option, text, "a range must go up, e.g. 1-8")
+        if hi > high:
+            raise ConfigError(option, text, f"values must be at most {high}")
         out.extend(range(lo, hi + 1))
     return out
+
+
+#: Scenarios of one sweep (collectives x p x pairs x seeds): 100k runs is days here.
+MAX_SWEEP = 100_000
 
 
 @react.command()
@@ -265,12 +328,14 @@ def _int_list(text: str, option: str) -> list[int]:
               default=("tree", "rd-allgather"), help="Repeatable.")
 @click.option("--p", "ps", default="1,2,4", help="External flows per pair, e.g. 1,2,4.")
 @click.option("--pairs", default="1-8", help="Congested pairs, e.g. 1-8.")
-@click.option("--seeds", type=int, default=10, help="Random scenarios per point.")
-@click.option("--nodes", type=int, default=8)
+@click.option("--seeds", type=click.IntRange(1, 10_000), default=10,
+              help="Random scenarios per point.")
+@click.option("--nodes", type=NODES, default=8)
 @click.option("--size", default="20MB")
 @click.option("--fabric", default="fattree", help="star, fattree or plan:DIR.")
-@click.option("--epochs", type=int, default=100)
-@click.option("--workers", type=int, default=1, help="Local worker processes.")
+@click.option("--epochs", type=EPOCHS, default=100)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1,
+              help="Local worker processes.")
 @click.option("--ray", default=None, metavar="ADDRESS",
               help="Run on Ray instead: 'local' or a cluster address host:port.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
@@ -278,13 +343,18 @@ def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, epochs, workers, r
           json_out) -> None:
     """REACT Figure 5: mean algorithm-bandwidth gain over --seeds random scenarios per
     (collective, p, congested pairs), plus the same seeds without congestion (p = 0)."""
-    base = Scenario(nodes=nodes, size=_size(size), fabric=fabric, epochs=epochs,
-                    warmup=min(25, epochs // 4))
-    if seeds < 1:
-        raise ConfigError("--seeds", seeds, "use 1 or more")
-    grid = figure5_grid(collectives, _int_list(ps, "--p"), _int_list(pairs, "--pairs"),
-                        seeds, base)
-    rows = sweep_table(run_sweep(grid, workers=workers, ray=ray))
+    output_file(json_out, "--json")
+    with options_named(**_SCENARIO_OPTIONS):
+        base = Scenario(nodes=nodes, size=_size(size), fabric=_plan_fabric(fabric),
+                        epochs=epochs, warmup=min(25, epochs // 4))
+    p_list, pair_list = _int_list(ps, "--p", 1024), _int_list(pairs, "--pairs", MAX_NODES)
+    runs = len(collectives) * len(p_list) * len(pair_list) * seeds
+    if runs > MAX_SWEEP:
+        raise ConfigError("--seeds", seeds, f"the sweep would run {runs:,} scenarios "
+                          f"(collectives x --p x --pairs x --seeds); at most {MAX_SWEEP:,}")
+    with options_named(congested="--pairs", p="--p"):
+        grid = figure5_grid(collectives, p_list, pair_list, seeds, base)
+        rows = sweep_table(run_sweep(grid, workers=workers, ray=ray))
     print_table(["collective", "p", "pairs", "mean gain %", "min %", "max %",
                  "converged epoch"],
                 [[r["collective"], r["p"], r["congested"],

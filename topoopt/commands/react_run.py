@@ -8,7 +8,7 @@ import re
 import click
 
 from topoopt._io import atomic_write_text
-from topoopt.commands._common import print_react_comparison
+from topoopt.commands._common import SEED, options_named, output_file, print_react_comparison
 from topoopt.errors import ConfigError
 from topoopt.react.loop import ReactParams
 from topoopt.react.runtime._torch import require_torch
@@ -16,6 +16,9 @@ from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["run"]
+
+#: Local ranks (--nprocs): each is a process with torch loaded (~300 MB).
+MAX_NPROCS = 64
 
 
 def _rings(values: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
@@ -28,7 +31,8 @@ def _rings(values: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
 
 
 @click.command()
-@click.option("--nprocs", type=int, default=8, help="Local ranks to launch (n >= 2).")
+@click.option("--nprocs", type=click.IntRange(2, MAX_NPROCS), default=8,
+              help="Local ranks to launch.")
 @click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather",
                                                  "multi-ring"]),
               default="tree", help="tree: NCCL double binary tree AllReduce; ring: ring "
@@ -38,25 +42,29 @@ def _rings(values: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
 @click.option("--ring", "rings", multiple=True, metavar="ORDER",
               help="Ring order, e.g. 0,3,6,1,4,7,2,5 (repeatable for multi-ring).")
 @click.option("--size", default="20MB", help="Bytes per collective (float32 elements).")
-@click.option("--epochs", type=int, default=100, help="Epochs per run (baseline and REACT).")
-@click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
-@click.option("--slow-rank", type=int, default=None,
+@click.option("--epochs", type=click.IntRange(1, 100_000), default=100,
+              help="Epochs per run (baseline and REACT).")
+@click.option("--warmup", type=click.IntRange(0), default=25,
+              help="Epochs left out of the means.")
+@click.option("--slow-rank", type=click.IntRange(0), default=None,
               help="Slow this rank's traffic: runs every rank in its own network namespace "
                    "with shaped links (needs root and iproute2).")
 @click.option("--slow-mode", type=click.Choice(["flows", "rate"]), default="flows",
               help="flows: --p greedy external TCP flows into the rank; rate: its link "
                    "shaped to --slow-rate.")
-@click.option("--p", "flows", type=int, default=2, help="External flows into the slow rank.")
+@click.option("--p", "flows", type=click.IntRange(1, 1024), default=2,
+              help="External flows into the slow rank.")
 @click.option("--slow-rate", default="100Mbps", help="Link rate of the slow rank (rate mode).")
 @click.option("--link-rate", default="1Gbps",
               help="Rate of every rank's link on the namespace testbed.")
 @click.option("--network", type=click.Choice(["auto", "loopback", "netns"]), default="auto",
               help="loopback: all ranks on 127.0.0.1; netns: the shaped testbed; auto: netns "
                    "when --slow-rank is given.")
-@click.option("--batch", type=int, default=6, help="REACT's B: epochs per measured batch.")
-@click.option("--slack", type=int, default=5,
+@click.option("--batch", type=click.IntRange(1, 10_000), default=6,
+              help="REACT's B: epochs per measured batch.")
+@click.option("--slack", type=click.IntRange(0, 10_000), default=5,
               help="Epochs the old pattern keeps running while the leader decides.")
-@click.option("--seed", type=int, default=0, help="Seed of REACT's random choices.")
+@click.option("--seed", type=SEED, default=0, help="Seed of REACT's random choices.")
 @click.option("--timeout", default="1h", help="Give up (and kill the ranks) after this long.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write per-epoch times, swaps and the final pattern to this JSON file.")
@@ -74,19 +82,25 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
     """
     import os
 
+    output_file(json_out, "--json")
     # the ranks fork from a server that imports torch: quiet c10d's per-socket warnings
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
     require_torch()
-    spec = RunSpec(collective=collective, nprocs=nprocs, size=parse_size(size, "--size"),
-                   epochs=epochs, warmup=warmup, rings=_rings(rings),
-                   params=ReactParams(batch=batch, seed=seed), slack=slack)
-    slow = None
-    if slow_rank is not None:
-        slow = SlowRank(slow_rank, slow_mode, flows, parse_bandwidth(slow_rate, "--slow-rate"))
-    res = run_runtime(spec, slow, network=network,
-                      link_rate=parse_bandwidth(link_rate, "--link-rate"),
-                      timeout=parse_time(timeout, "--timeout"))
+    named = options_named(warmup="--warmup", epochs="--epochs", slow_rank="--slow-rank",
+                          network="--network", size="--size", nprocs="--nprocs",
+                          slack="--slack", rings="--ring", collective="--collective")
+    with named:
+        spec = RunSpec(collective=collective, nprocs=nprocs, size=parse_size(size, "--size"),
+                       epochs=epochs, warmup=warmup, rings=_rings(rings),
+                       params=ReactParams(batch=batch, seed=seed), slack=slack)
+        slow = None
+        if slow_rank is not None:
+            slow = SlowRank(slow_rank, slow_mode, flows,
+                            parse_bandwidth(slow_rate, "--slow-rate"))
+        res = run_runtime(spec, slow, network=network,
+                          link_rate=parse_bandwidth(link_rate, "--link-rate"),
+                          timeout=parse_time(timeout, "--timeout"))
     where = ("127.0.0.1" if res.network == "loopback"
              else f"namespaces, links {link_rate}")
     what = "" if slow is None else (

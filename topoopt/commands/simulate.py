@@ -8,8 +8,10 @@ import click
 
 from topoopt._io import atomic_write_text
 from topoopt.commands._common import (
+    SEED,
     build_strategy,
     config_argument,
+    output_file,
     print_table,
     read_config,
     strategy_option,
@@ -72,7 +74,7 @@ def _fabric_names() -> list[str]:
 @strategy_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write the table, the cost bills and the prices used to this JSON file.")
-@click.option("--seed", type=int, default=0, help="Seed of the expander and TopologyFinder.")
+@click.option("--seed", type=SEED, default=0, help="Seed of the expander and TopologyFinder.")
 @click.option("--overlap/--no-overlap", default=True,
               help="Start each AllReduce when its layers' backward is done, or after the "
                    "whole backward pass.")
@@ -92,6 +94,7 @@ def simulate(config: str, fabric: str, strategy: str, json_path: str | None, see
     table of topoopt.fabrics.cost (calibrated to TopoOpt §5.2), overridable in the
     config's [cost] table.
     """
+    output_file(json_path, "--json")
     cfg = read_config(config)
     names = _fabric_names() if fabric == "all" else [fabric]
     report = simulate_fabrics(cfg, strategy, names, seed, overlap, mp_flows)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import click
 
 from topoopt.commands._common import (
+    PLAN_BOUNDS,
+    SEED,
     build_strategy,
     config_argument,
+    output_file,
     print_table,
     read_config,
     require_matplotlib,
     strategy_option,
 )
-from topoopt.errors import ConfigError
 from topoopt.export.plots import plot_topology
 from topoopt.finder.topology_finder import topology_finder
 from topoopt.routing.metrics import topology_metrics
@@ -30,8 +32,9 @@ __all__ = ["topology"]
               help="MP routing: split evenly over the k shortest paths, or the LP "
                    "(OR-Tools GLOP) that minimizes the largest link load (slow for "
                    "all-to-all traffic above ~64 servers).")
-@click.option("--k", "k_paths", type=int, default=4, help="Paths per MP pair.")
-@click.option("--seed", type=int, default=0, help="Tie-break seed (and the Expander's).")
+@click.option("--k", "k_paths", type=click.IntRange(*PLAN_BOUNDS["k_paths"]), default=4,
+              help="Paths per MP pair.")
+@click.option("--seed", type=SEED, default=0, help="Tie-break seed (and the Expander's).")
 @click.option("--png", type=click.Path(dir_okay=False),
               help="Also draw the topology to this PNG file, rings coloured by stride "
                    "(needs the plot extra).")
@@ -46,8 +49,7 @@ def topology(config: str, strategy: str, routing: str, k_paths: int, seed: int,
     length (hops), bandwidth tax (bytes carried / bytes demanded) and link loads,
     next to a random expander with the same ports.
     """
-    if k_paths < 1:
-        raise ConfigError("--k", k_paths, "must be a positive number of paths")
+    output_file(png, "--png")
     cfg = read_config(config)
     cluster, job = cfg.cluster, cfg.job
     if png:

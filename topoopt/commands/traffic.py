@@ -8,6 +8,7 @@ import numpy as np
 from topoopt.commands._common import (
     build_strategy,
     config_argument,
+    output_file,
     print_table,
     read_config,
     require_matplotlib,
@@ -41,6 +42,7 @@ def traffic(config: str, strategy: str, png: str | None) -> None:
     ring sends per neighbour pair, 2(g-1)/g x S. MP transfers are activations
     (forward) and their gradients (backward) between operators on different servers.
     """
+    output_file(png, "--png")
     cfg = read_config(config)
     cluster, job = cfg.cluster, cfg.job
     if png:

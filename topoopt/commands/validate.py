@@ -7,7 +7,7 @@ import json
 import click
 
 from topoopt._io import atomic_write_text
-from topoopt.commands._common import print_table
+from topoopt.commands._common import output_file, print_table
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.plans.replay import validate_plan
 from topoopt.units import format_time
@@ -19,7 +19,7 @@ __all__ = ["validate"]
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--fabric", "fabrics", multiple=True,
               help="Fabric to replay (repeatable; default: every fabric in plan.json).")
-@click.option("--mtu", type=int, default=9000,
+@click.option("--mtu", type=click.IntRange(576, 65535), default=9000,
               help="IP MTU in bytes (9000: jumbo frames; 1500 is ~5x slower to simulate).")
 @click.option("--rings", "ring_mode", type=click.Choice(["hops", "steps"]), default="hops",
               help="An AllReduce ring as concurrent hop flows (the estimator's pipelined "
@@ -27,7 +27,7 @@ __all__ = ["validate"]
 @click.option("--ecmp", type=click.Choice(["split", "hash"]), default="split",
               help="A multipath route as one TCP flow per path (its share of the bytes) or "
                    "one flow on a path drawn by weight (per-flow ECMP hashing).")
-@click.option("--iterations", type=int, default=2,
+@click.option("--iterations", type=click.IntRange(1, 1000), default=2,
               help="Iterations run back to back in ns-3; the last is reported (warm TCP).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write every row (with breakdowns) to this JSON file.")
@@ -40,6 +40,7 @@ def validate(directory, fabrics, mtu, ring_mode, ecmp, iterations, json_out) -> 
     Needs the packet extra (pip install 'topoopt[packet]'). A DLRM-16 plan takes a few
     minutes per fabric; --fabric picks fewer.
     """
+    output_file(json_out, "--json")
     cfg = Ns3Config(mtu=mtu)
 
     def show(row: dict) -> None:

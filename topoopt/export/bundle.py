@@ -25,10 +25,11 @@ has step and channel limits. ``ocs=None``/``msccl=None`` (default) skip them wit
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import topoopt.export.msccl as _msccl
 from topoopt._io import atomic_write_text
@@ -265,13 +266,14 @@ def _check_msccl_file(text: str, rings: Rings, order: Sequence[int], gpus_per_se
 
 def check_exports(directory: str | Path, topology: Topology, rings: Rings, cluster: Cluster, *,
                   names: Sequence[str] | None = None, panel_ports: int = PANEL_PORTS,
-                  ocs_ports: int = OCS_PORTS, simulate: bool = True) -> list[str]:
+                  ocs_ports: int = OCS_PORTS, simulate: bool = True, ocs: bool | None = None,
+                  msccl: bool | None = None) -> list[str]:
     """Read every export in ``directory`` back and cross-check it against the plan.
 
     ``patch_panel.csv``, ``rank_order.txt`` and ``hostfile`` must exist; the OCS set
-    (when ``ocs/`` exists: the port map and all four formats for every unit, all
-    giving the same cross-connects) and ``msccl_allreduce.xml`` are checked when
-    present. Checks: each link exactly once and no port used twice (patch panel and
+    (the port map and all four formats for every unit, all giving the same
+    cross-connects) and ``msccl_allreduce.xml`` are checked when ``ocs``/``msccl`` is
+    True (they must exist) or, by default, when ``ocs/``/the file exists. Checks: each link exactly once and no port used twice (patch panel and
     every OCS format), the OCS port map bijective and as documented, the rank order a
     permutation on which NCCL rings the planned ring, the MSCCL file valid for MSCCL's
     parser, one channel per ring segment along the planned rings with an even chunk
@@ -290,16 +292,20 @@ def check_exports(directory: str | Path, topology: Topology, rings: Rings, clust
     rings, hosts = check_export_inputs(topology, rings, cluster, names)
     directory = Path(directory)
     checked = ["patch_panel.csv", "rank_order.txt", "hostfile"]
-    check_patch_panel(_read(directory, "patch_panel.csv"), topology, hosts, panel_ports)
-    order = parse_rank_order(_read(directory, "rank_order.txt"), hosts)
-    check_rank_order(order, topology.servers, rings, cluster.gpus_per_server)
-    host_order, slots = parse_hostfile(_read(directory, "hostfile"), hosts)
+    with _naming("patch_panel.csv"):
+        check_patch_panel(_read(directory, "patch_panel.csv"), topology, hosts, panel_ports)
+    with _naming("rank_order.txt"):
+        order = parse_rank_order(_read(directory, "rank_order.txt"), hosts)
+        check_rank_order(order, topology.servers, rings, cluster.gpus_per_server)
+    with _naming("hostfile"):
+        host_order, slots = parse_hostfile(_read(directory, "hostfile"), hosts)
     if host_order != order or slots != cluster.gpus_per_server:
         raise PlanCheckError("hostfile does not list rank_order.txt's hosts with "
                              f"slots={cluster.gpus_per_server}")
-    if (directory / "ocs").exists():
+    if ocs or (ocs is None and (directory / "ocs").exists()):
         layout = ocs_layout(topology.servers, topology.ports, ocs_ports)
-        check_ocs_port_map(_read(directory, "ocs/port_map.csv"), layout, hosts)
+        with _naming("ocs/port_map.csv"):
+            check_ocs_port_map(_read(directory, "ocs/port_map.csv"), layout, hosts)
         checked.append("ocs/port_map.csv")
         readers = {"netconf.xml": parse_polatis_netconf, "scpi": parse_scpi, "tl1": parse_tl1,
                    "sonic.json": lambda text: parse_sonic_ocs(text, layout.ocs_ports)}
@@ -308,15 +314,29 @@ def check_exports(directory: str | Path, topology: Topology, rings: Rings, clust
             pairs = {}
             for unit in range(layout.units):
                 rel = f"ocs/{unit_name(unit)}.{suffix}"
-                pairs[unit] = readers[suffix](_read(directory, rel))
+                with _naming(rel):
+                    pairs[unit] = readers[suffix](_read(directory, rel))
                 checked.append(rel)
-            check_cross_connects(pairs, topology, layout)
+            with _naming(f"ocs/*.{suffix}"):
+                check_cross_connects(pairs, topology, layout)
             as_sets = {u: sorted(p) for u, p in pairs.items()}
             if first is not None and as_sets != first:
                 raise PlanCheckError(f"ocs/*.{suffix} and ocs/*.{OCS_FORMATS[0]} differ")
             first = as_sets
-    if (directory / "msccl_allreduce.xml").exists():
-        _check_msccl_file(_read(directory, "msccl_allreduce.xml"), rings, order,
-                          cluster.gpus_per_server, simulate)
+    if msccl or (msccl is None and (directory / "msccl_allreduce.xml").exists()):
+        with _naming("msccl_allreduce.xml"):
+            _check_msccl_file(_read(directory, "msccl_allreduce.xml"), rings, order,
+                              cluster.gpus_per_server, simulate)
         checked.append("msccl_allreduce.xml")
     return checked
+
+
+@contextlib.contextmanager
+def _naming(rel: str) -> Iterator[None]:
+    """A violation found reading ``rel`` names the file (the readers only know text)."""
+    try:
+        yield
+    except PlanCheckError as exc:
+        if rel in str(exc):
+            raise
+        raise PlanCheckError(f"{rel}: {exc}") from None

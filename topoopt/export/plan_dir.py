@@ -1,17 +1,29 @@
 """A plan folder: ``plan.json`` with the exports and pictures, written atomically and
-checked back against each other (``topoopt plan -o DIR`` and ``topoopt plan --check DIR``)."""
+checked back against each other (``topoopt plan -o DIR`` and ``topoopt plan --check DIR``).
+
+``plan.json`` lists every file the plan wrote (``files``) and every export it left out
+with the reason (``skipped``). A new plan in the same folder replaces exactly those
+files and removes the ones it does not write again; it never touches anything else (a
+user's notes in ``DIR/ocs/``, a folder named like an export): a user object where the
+plan must write is refused, in one line, before the search starts.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import warnings
 from pathlib import Path
 
-from topoopt._io import staging_dir
-from topoopt.export.bundle import ExportSkipped, check_exports, write_exports
+from topoopt._io import check_place, check_writable, staging_dir
+from topoopt.cluster import Cluster
+from topoopt.errors import PlanCheckError, TopoOptError
+from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
+from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.plans.document import (
+    FORMAT,
     Plan,
     check_plan_document,
     cluster_job_of,
@@ -21,13 +33,95 @@ from topoopt.plans.document import (
     topology_of,
 )
 
-__all__ = ["PLAN_FILES", "write_plan", "check_plan_dir"]
+__all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
+           "check_plan_output", "write_plan", "check_plan_dir"]
 
-
-#: Files and folders a plan directory holds; a new plan replaces all of them.
+#: Files of a plan folder outside ``ocs/`` (the OCS set is ``ocs/port_map.csv`` and
+#: ``ocs/ocs{u}.{netconf.xml,scpi,tl1,sonic.json}`` per unit).
 PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
-              "msccl_allreduce.xml", "ocs", "traffic_before.png", "traffic_after.png",
+              "msccl_allreduce.xml", "traffic_before.png", "traffic_after.png",
               "topology.png", "fabrics.png")
+PLOTS = PLAN_FILES[5:]
+_EXPORTS = PLAN_FILES[1:5]
+_OCS = re.compile(r"ocs/(port_map\.csv|ocs(0|[1-9][0-9]*)\.(" +
+                  "|".join(re.escape(f) for f in OCS_FORMATS) + "))")
+#: ``render_exports``' name of an optional export -> the file or folder it writes.
+_SKIPPED = {"ocs": "ocs/", "msccl_allreduce.xml": "msccl_allreduce.xml"}
+_PNG = b"\x89PNG\r\n\x1a\n"
+_PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk (type and CRC) every PNG ends with
+
+
+def is_plan_file(rel: str) -> bool:
+    """Whether ``rel`` (relative to a plan folder) is a name a plan writes."""
+    return rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
+
+
+def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True) -> list[str]:
+    """Every file a plan of ``cluster`` may write (the OCS and MSCCL files included,
+    though a plan that does not fit them skips them)."""
+    names = ["plan.json"]
+    if exports:
+        names += list(_EXPORTS)
+        try:
+            layout = ocs_layout(cluster.servers, cluster.nics)
+        except PlanCheckError:
+            layout = None
+        if layout is not None:
+            names.append("ocs/port_map.csv")
+            names += [f"ocs/{unit_name(u)}.{f}" for u in range(layout.units) for f in OCS_FORMATS]
+    if plots:
+        names += list(PLOTS)
+    return sorted(names)
+
+
+def owned_files(directory: str | Path) -> set[str]:
+    """The files in ``directory`` that an earlier plan wrote: those its ``plan.json``
+    lists (a plan from before the list: the plan file names present).
+
+    Raises
+    ------
+    TopoOptError
+        ``DIR/plan.json`` exists but is not a topoopt plan (it is someone else's file).
+    """
+    directory = Path(directory)
+    path = directory / "plan.json"
+    if not path.is_file() or path.is_symlink():
+        return set()
+    refuse = TopoOptError(f"{path} is in the way: it is not a topoopt plan, so topoopt will "
+                          "not replace it; move it or choose another folder")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise refuse from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise refuse
+    files = doc.get("files")
+    if files is None:  # written before plan.json listed its files
+        present = [str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file()]
+        return {"plan.json", *(rel for rel in present if is_plan_file(rel))}
+    if not isinstance(files, list) or not all(isinstance(f, str) and is_plan_file(f)
+                                              for f in files):
+        raise TopoOptError(f"{path} lists files topoopt does not write; fix or move it "
+                           "before planning into this folder")
+    return {"plan.json", *files}
+
+
+def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = True,
+                      plots: bool = True) -> None:
+    """Before planning: raise unless a plan of ``cluster`` can be written into
+    ``directory`` (writable, and no object topoopt did not write where it writes).
+
+    Raises
+    ------
+    ConfigError
+        ``--output`` is not a folder or cannot be written.
+    TopoOptError
+        A user's file or folder is in the way (named).
+    """
+    check_writable(directory, "--output", folder=True)
+    owned = owned_files(directory)
+    for rel in plan_files(cluster, exports, plots):
+        check_place(directory, rel, rel in owned)
 
 
 def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True
@@ -35,27 +129,48 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
     """Write ``plan.json``, the exports and (with matplotlib) the plots into ``directory``.
 
     All files are rendered in a staging folder first and moved in at the end, so a
-    failure leaves ``directory`` as it was. Returns the paths written, sorted.
+    failure leaves ``directory`` as it was. Files an earlier plan wrote there (its
+    ``plan.json`` lists them) are replaced or removed; nothing else is touched, and a
+    user's file or folder in the way raises before anything moves. An export the
+    plan does not fit (OCS, MSCCL) is listed in ``plan.json``'s ``skipped`` with the
+    reason, and an :class:`~topoopt.export.bundle.ExportSkipped` warning says so.
+
+    Returns
+    -------
+    list of Path
+        The paths written, sorted (``plan.json``'s ``files``).
     """
     directory = Path(directory)
+    owned = owned_files(directory)
     doc = plan_to_json(p)
-    written: list[Path] = []
-    with staging_dir(directory, stale=PLAN_FILES) as stage:
-        (stage / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        written.append(directory / "plan.json")
+    files, skipped = ["plan.json"], {}
+    with staging_dir(directory, owned) as stage:
         if exports:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ExportSkipped)
-                paths = write_exports(stage, p.topology_plan.topology, p.topology_plan.rings,
+            rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
                                       p.cluster)
-            written += [directory / q.relative_to(stage) for q in paths]
+            for rel, text in rendered.files.items():
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                (stage / rel).write_text(text, encoding="utf-8")
+            files += rendered.files
+            skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
         if plots and importlib.util.find_spec("matplotlib") is not None:
-            written += [directory / q.relative_to(stage) for q in write_plan_plots(p, stage)]
-    return sorted(written)
+            files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
+        doc["files"], doc["skipped"] = sorted(files), skipped
+        (stage / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n",
+                                         encoding="utf-8")
+    for what, reason in skipped.items():
+        warnings.warn(f"{what} not written: {reason}", ExportSkipped, stacklevel=2)
+    return [directory / rel for rel in doc["files"]]
 
 
 def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
-    """Validate ``DIR/plan.json`` and every export in ``DIR`` against it.
+    """Validate ``DIR/plan.json`` and every file it lists against each other.
+
+    ``plan.json`` passes :func:`~topoopt.plans.check_plan_document`; every file in its
+    ``files`` exists; the exports it lists and skips are those the plan renders (each
+    skip for the reason given; other files, a user's, are not the plan's business); and
+    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`),
+    every picture a PNG.
 
     Returns
     -------
@@ -67,11 +182,48 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     PlanCheckError
         Naming the first violation.
     """
+    directory = Path(directory)
     doc = read_plan(directory)
     check_plan_document(doc)
+    for key in ("files", "skipped"):
+        if key not in doc:
+            raise PlanCheckError(f"plan.json has no {key} (a plan from before topoopt listed "
+                                 "its files); plan again to check its exports")
+    files = doc["files"]
+    for rel in files:
+        if not is_plan_file(rel):
+            raise PlanCheckError(f"plan.json files lists {rel!r}, not a file a plan writes")
+        if not (directory / rel).is_file():
+            raise PlanCheckError(f"{rel} is listed in plan.json but missing from {directory}")
+    if "plan.json" not in files:
+        raise PlanCheckError("plan.json files does not list plan.json")
     cluster, _ = cluster_job_of(doc)
+    topo, rings = topology_of(doc), rings_of(doc)
+    exports = sorted(f for f in files if f not in PLOTS and f != "plan.json")
+    if exports:
+        rendered = render_exports(topo, rings, cluster)
+        want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+        if exports != sorted(rendered.files):
+            missing = sorted(set(rendered.files) - set(exports))
+            extra = sorted(set(exports) - set(rendered.files))
+            raise PlanCheckError(f"plan.json files {'lacks ' + missing[0] if missing else ''}"
+                                 f"{'lists ' + extra[0] if extra and not missing else ''}: "
+                                 "the plan's exports are " + ", ".join(sorted(rendered.files)))
+        if doc["skipped"] != want:
+            raise PlanCheckError(f"plan.json skipped = {sorted(doc['skipped'])}, but the plan "
+                                 f"skips {sorted(want) or 'nothing'}")
+    elif doc["skipped"]:
+        raise PlanCheckError(f"plan.json skipped lists {sorted(doc['skipped'])} but the plan "
+                             "wrote no exports")
     checked = ["plan.json"]
-    if (Path(directory) / "patch_panel.csv").exists():
-        checked += check_exports(directory, topology_of(doc), rings_of(doc), cluster,
-                                 simulate=simulate)
+    if exports:
+        checked += check_exports(directory, topo, rings, cluster, simulate=simulate,
+                                 ocs="ocs/port_map.csv" in files,
+                                 msccl="msccl_allreduce.xml" in files)
+    for rel in files:
+        if rel in PLOTS:
+            data = (directory / rel).read_bytes()
+            if not (data.startswith(_PNG) and data.endswith(_PNG_END)):
+                raise PlanCheckError(f"{rel} is not a whole PNG picture")
+            checked.append(rel)
     return checked

@@ -36,12 +36,13 @@ import numpy as np
 from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern, multi_ring_allreduce
 from topoopt.collectives.ten import Pattern
-from topoopt.errors import ConfigError
+from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.fabrics import direct_connect, fat_tree, star
 from topoopt.fabrics.fabric import Fabric
+from topoopt.plans.document import topology_of
 from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor
 from topoopt.react.loop import ReactParams, leader_init, leader_step, run_react
-from topoopt.topology.topology import Topology
+from topoopt.topology.topology import Topology, check_topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
            "compare_runs", "scenario_setup", "load_plan", "scenario_fabric", "run_two_jobs",
@@ -158,10 +159,7 @@ def load_plan(directory: str | Path) -> tuple[Topology, list[list[int]]]:
     path = Path(directory) / "plan.json"
     try:
         doc = json.loads(path.read_text())
-        t = doc["topology"]
-        topo = Topology(int(t["servers"]), int(t["ports"]),
-                        tuple(tuple(int(x) for x in link) for link in t["links"]),
-                        float(t["link_bandwidth"]), float(t.get("link_latency", 1e-6)))
+        topo = topology_of(doc)
         rings = [list(r["order"]) if isinstance(r, dict) else list(r) for r in doc["rings"]]
         # A plan lists the rings of every AllReduce group; the runtime's collective is
         # the group over the most servers (the rings of one group share its members).
@@ -171,11 +169,24 @@ def load_plan(directory: str | Path) -> tuple[Topology, list[list[int]]]:
             rings = [r for r in rings if set(r) == set(rings[0])]
     except FileNotFoundError:
         raise ConfigError("fabric", f"plan:{directory}", f"{path} does not exist") from None
+    except PlanCheckError as exc:
+        raise ConfigError("fabric", f"plan:{directory}", str(exc)) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError("fabric", f"plan:{directory}",
                           f"plan.json needs topology.links and rings ({exc!r})") from None
     if not rings:
         raise ConfigError("fabric", f"plan:{directory}", "plan.json has no rings")
+    try:
+        check_topology(topo)
+    except PlanCheckError as exc:
+        raise ConfigError("fabric", f"plan:{directory}", f"plan.json topology: {exc}") from None
+    for r in rings:
+        if len(set(r)) != len(r) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and 0 <= s < topo.servers
+                for s in r):
+            raise ConfigError("fabric", f"plan:{directory}",
+                              f"ring {r} must visit distinct servers of 0..{topo.servers - 1} "
+                              "(each once)")
     return topo, rings
 
 
