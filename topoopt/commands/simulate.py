@@ -87,9 +87,15 @@ def _fabric_names() -> list[str]:
     return list(FABRICS)
 
 
+def _static_names() -> list[str]:
+    """The fabrics whose topology does not change during an iteration."""
+    return [n for n, spec in FABRICS.items() if not spec.reconfigurable]
+
+
 @click.command()
 @config_argument
-@click.option("--fabric", "fabric", type=click.Choice(_fabric_names() + ["all"]), default="all",
+@click.option("--fabric", "fabric", type=click.Choice(_fabric_names() + ["static", "all"]),
+              default="static",
               help="Which fabric (TopoOpt §5): topoopt = TopologyFinder shard on patch "
                    "panels; ideal = d x B per server into one non-blocking switch; fattree = "
                    "full bisection at the cost-equivalent d x B'; oversub = 2:1 Fat-tree with "
@@ -97,7 +103,8 @@ def _fabric_names() -> list[str]:
                    "circuits re-planned from the measured demand every 50 ms, 10 ms per "
                    "change, with (without) host forwarding; sipml = SiP-ML's SiP-Ring, 25 us "
                    "per change (the reconfigurable ones simulate 2 iterations and report the "
-                   "second; sipml can take minutes on MP-heavy jobs); all = every one.")
+                   "second; sipml can take minutes on MP-heavy jobs); static = the first "
+                   "five; all = every one.")
 @strategy_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Also write the table, the cost bills and the prices used to this JSON file.")
@@ -122,7 +129,8 @@ def simulate(config: str, fabric: str, strategy: str, json_path: str | None, see
     config's [cost] table.
     """
     cfg = read_config(config)
-    names = _fabric_names() if fabric == "all" else [fabric]
+    names = (_fabric_names() if fabric == "all" else _static_names() if fabric == "static"
+             else [fabric])
     progress = ProgressLine()
     report = simulate_fabrics(cfg, strategy, names, seed, overlap, mp_flows, progress)
     progress.done()

@@ -60,11 +60,15 @@ class FabricSpec:
         What it is, for tables.
     build : callable
         ``build(ctx: FabricContext) -> Fabric``.
+    reconfigurable : bool
+        Its circuits change within an iteration (the fabric carries a
+        :class:`~topoopt.fabrics.reconfigurable.Reconfiguration`).
     """
 
     name: str
     title: str
     build: Callable[[FabricContext], Fabric]
+    reconfigurable: bool = False
 
 
 def _fattree(ctx: FabricContext) -> Fabric:
@@ -117,17 +121,20 @@ register_fabric(FabricSpec("ocs-reconfig",
                            "host forwarding (d x B ports, OCS)",
                            lambda x: ocs_reconfig(x.cluster.servers, x.cluster.nics,
                                                   x.cluster.link_bandwidth,
-                                                  x.cluster.link_latency, seed=x.seed)))
+                                                  x.cluster.link_latency, seed=x.seed),
+                           reconfigurable=True))
 register_fabric(FabricSpec("ocs-reconfig-nofw",
                            "OCS-reconfig without host forwarding (d x B ports, OCS)",
                            lambda x: ocs_reconfig(x.cluster.servers, x.cluster.nics,
                                                   x.cluster.link_bandwidth,
                                                   x.cluster.link_latency, forwarding=False,
-                                                  seed=x.seed)))
+                                                  seed=x.seed),
+                           reconfigurable=True))
 register_fabric(FabricSpec("sipml", "SiP-ML, SiP-Ring of d wavelengths of B, 25 us per change, "
                                     "no forwarding, one job",
                            lambda x: sip_ml(x.cluster.servers, x.cluster.nics,
-                                            x.cluster.link_bandwidth, x.cluster.link_latency)))
+                                            x.cluster.link_bandwidth, x.cluster.link_latency),
+                           reconfigurable=True))
 
 #: Name -> :class:`FabricSpec`, in table order (read-only view of the registry).
 FABRICS: Mapping[str, FabricSpec] = MappingProxyType(_REGISTRY)

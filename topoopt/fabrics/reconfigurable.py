@@ -54,7 +54,9 @@ class Reconfiguration:
     Every ``interval`` seconds the fabric measures the demand -- the bytes that the
     flows in transmission still have to send, per server pair -- and re-plans its
     circuits for it (``scheme``). The circuits that change carry nothing for
-    ``latency`` seconds; the others keep carrying traffic.
+    ``latency`` seconds; the others keep carrying traffic (the authors' simulator pauses
+    the whole network instead, and re-plans every ``5 x latency`` whether the demand
+    changed or not).
 
     Attributes
     ----------

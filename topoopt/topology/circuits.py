@@ -17,11 +17,14 @@ the traffic demand measured at a reconfiguration:
   greedily to the pair that would take longest to drain.
 
 TopoOpt's App. E.4 (OCS-reconfig) and App. F (SiP-ML) are not in the text this project
-works from; what is implemented and why is said per function (NOTES: §5.1 "we measure
-the traffic demand every 50 ms and adjust the circuits based on a heuristic algorithm
-to satisfy the current traffic demand as much as possible"; the authors' simulator
-allocates bidirectional circuits greedily by halving demand and SiP-Ring wavelengths by
-an LP with rounding).
+works from; what is implemented and why is said per function (§5.1: "we measure the
+traffic demand every 50 ms and adjust the circuits based on a heuristic algorithm to
+satisfy the current traffic demand as much as possible"). The authors' simulator
+(docs/reference-data.md) allocates circuits greedily by halving demand and SiP-Ring
+wavelengths by an LP with random rounding; here circuits are directed (an OCS joins a
+port's transmitter to another port's receiver, as :class:`~topoopt.topology.Topology`
+models them, so a one-way ring gets all d ports, as TopoOpt's permutations do; the
+authors pair both directions) and the rounding is deterministic.
 """
 
 from __future__ import annotations
