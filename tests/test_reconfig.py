@@ -424,3 +424,13 @@ def test_latency_sweep_points():
     fixed = latency_sweep(model, hybrid(model, N), CLUSTER, DLRM, [1e-4], interval=2e-3,
                           forwarding=(False,))
     assert [p.interval for p in fixed.points] == [2e-3]
+
+
+def test_latency_sweep_stops_with_whole_latencies():
+    model = model_of(DLRM)
+    started = []
+    sweep = latency_sweep(model, hybrid(model, N), CLUSTER, DLRM, [1e-4, 1e-3, 1e-2],
+                          progress=started.append, stop=lambda: len(started) >= 3)
+    assert not sweep.complete
+    assert sorted((p.latency, p.forwarding) for p in sweep.points) == [(1e-4, False),
+                                                                     (1e-4, True)]

@@ -20,6 +20,7 @@ from topoopt.commands._common import (
 )
 from topoopt.errors import ConfigError
 from topoopt.export.reconfig_plot import plot_latency_sweep
+from topoopt.interrupt import graceful_interrupt, stop_requested
 from topoopt.reconfig.sweep import latency_sweep
 from topoopt.units import format_time, parse_time
 
@@ -92,7 +93,7 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
     OCS-reconfig re-plans its OCS circuits from the demand measured every --interval;
     a changed circuit carries nothing for the latency. TopoOpt's shard never changes,
     so its time is one number. Small latencies mean many measurements: at 1 us a
-    128-server DLRM point takes minutes.
+    128-server DLRM point takes minutes. Ctrl-C stops and reports the latencies done.
     """
     lats = _latencies(latencies)
     fixed, factor = _interval(interval)
@@ -107,11 +108,16 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
     cfg = read_config(config)
     model, strat = build_strategy(cfg, strategy)
     progress = ProgressLine()
-    sweep = latency_sweep(model, strat, cfg.cluster, cfg.job, lats, interval=fixed,
-                          interval_factor=factor, idle=idle, iterations=iterations,
-                          warmup=1, seed=seed, strategy_name=strategy,
-                          progress=lambda text: progress.update("sweep", text))
+    with graceful_interrupt():
+        sweep = latency_sweep(model, strat, cfg.cluster, cfg.job, lats, interval=fixed,
+                              interval_factor=factor, idle=idle, iterations=iterations,
+                              warmup=1, seed=seed, strategy_name=strategy,
+                              progress=lambda text: progress.update("sweep", text),
+                              stop=stop_requested)
     progress.done()
+    if not sweep.complete:
+        click.echo(f"interrupted: {len(sweep.points) // 2} of {len(lats)} latencies done",
+                   err=True)
     c = cfg.cluster
     click.echo(f"{cfg.job.model} ({strategy}) on {c.servers} servers x {c.nics} x "
                f"{c.link_bandwidth / 1e9:g} Gb/s; TopoOpt {format_time(sweep.topoopt)} "

@@ -34,13 +34,14 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Callable
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from topoopt.cluster import Cluster, Job
-from topoopt.errors import ConfigError
+from topoopt.errors import ConfigError, TopoOptError
 from topoopt.estimate import (
     FLOW_ALLREDUCE,
     EstimateCache,
@@ -62,7 +63,7 @@ from topoopt.strategy import Strategy
 from topoopt.topology.circuits import circuit_topology, ocs_circuits, sip_ring_circuits
 from topoopt.topology.topology import Routes
 
-__all__ = ["Epoch", "ReconfigResult", "ReconfigEstimator", "reconfig_iteration",
+__all__ = ["Epoch", "ReconfigResult", "ReconfigEstimator", "Interrupted", "reconfig_iteration",
            "iteration_estimator", "full_mesh", "MAX_SIMULATED_TIME"]
 
 #: An iteration that has not finished after this much simulated time is reported stuck.
@@ -139,6 +140,10 @@ class ReconfigResult:
     epochs: tuple[Epoch, ...] = field(default=(), repr=False)
 
 
+class Interrupted(TopoOptError):
+    """A run stopped because its ``stop()`` callback asked (Ctrl-C in a command)."""
+
+
 class _Stop(Exception):
     """The measured iterations are sure to exceed the caller's bound."""
 
@@ -202,15 +207,17 @@ class ReconfigEstimator:
         return self.builder.build(strategy)
 
     def run(self, strategy: Strategy, trace: bool = False, bound: float = math.inf,
-            spec: Reconfiguration | None = None) -> ReconfigResult:
+            spec: Reconfiguration | None = None,
+            stop: Callable[[], bool] | None = None) -> ReconfigResult:
         """Simulate ``spec.iterations`` iterations of ``strategy`` (see the module doc);
         ``spec`` overrides the estimator's for this run (same forwarding: the graph's MP
-        flows were chosen for it)."""
+        flows were chosen for it). ``stop()`` is polled at every measurement; when it
+        says so the run ends with :class:`Interrupted`."""
         spec = spec or self.spec
         if spec.forwarding != self.spec.forwarding:
             raise ConfigError("reconfig.forwarding", spec.forwarding,
                               "use an estimator built with that forwarding")
-        return _Run(self, spec, self.graph(strategy), trace, bound).result()
+        return _Run(self, spec, self.graph(strategy), trace, bound, stop).result()
 
     def estimate(self, strategy: Strategy) -> IterationEstimate:
         """The measured iterations' :class:`IterationEstimate` (as FastEstimator's)."""
@@ -379,8 +386,8 @@ class _Run:
     """One simulation of ``spec.iterations`` iterations of a graph (the epoch loop)."""
 
     def __init__(self, est: ReconfigEstimator, spec: Reconfiguration, graph: IterationGraph,
-                 trace: bool, bound: float) -> None:
-        self.est, self.graph, self.spec = est, graph, spec
+                 trace: bool, bound: float, stop: Callable[[], bool] | None = None) -> None:
+        self.est, self.graph, self.spec, self.stop = est, graph, spec, stop
         self.routing = _Routing(est, spec, graph)
         self.trace, self.bound = trace, bound
         self.target = est.initial.copy()      # circuits once any change is done
@@ -477,6 +484,8 @@ class _Run:
                     return True
                 if tc - t0 > limit:
                     raise _Stop(lower(tc - t0))
+                if self.stop is not None and self.stop():
+                    raise Interrupted("the simulation was asked to stop")
                 if tc - t0 > MAX_SIMULATED_TIME:
                     raise SimulationError(
                         f"fabric {self.est.fabric.name!r}: the iteration has not finished "

@@ -20,7 +20,7 @@ from topoopt.estimate import EstimateCache, estimate_iteration
 from topoopt.fabrics.catalog import build_fabric
 from topoopt.fabrics.reconfigurable import INTERVAL_PER_LATENCY, ocs_reconfig, reconfiguration_of
 from topoopt.model import Model
-from topoopt.reconfig.iteration import ReconfigEstimator
+from topoopt.reconfig.iteration import Interrupted, ReconfigEstimator
 from topoopt.strategy import Strategy
 
 __all__ = ["SweepPoint", "LatencySweep", "latency_sweep", "PAPER_LATENCIES"]
@@ -58,7 +58,8 @@ class SweepPoint:
 
 @dataclass(frozen=True)
 class LatencySweep:
-    """The sweep: TopoOpt's iteration time and OCS-reconfig's at every latency."""
+    """The sweep: TopoOpt's iteration time and OCS-reconfig's at every latency
+    (``complete`` False when it was stopped: the latencies done so far)."""
 
     model: str
     strategy: str
@@ -68,6 +69,7 @@ class LatencySweep:
     idle: str
     topoopt: float
     points: tuple[SweepPoint, ...]
+    complete: bool = True
 
     def series(self, forwarding: bool) -> list[SweepPoint]:
         """The points of one curve, by latency."""
@@ -77,7 +79,7 @@ class LatencySweep:
     def to_json(self) -> dict:
         return {"model": self.model, "strategy": self.strategy, "servers": self.servers,
                 "ports": self.ports, "link_bandwidth_bps": self.link_bandwidth,
-                "idle": self.idle, "topoopt_s": self.topoopt,
+                "idle": self.idle, "topoopt_s": self.topoopt, "complete": self.complete,
                 "points": [dataclasses.asdict(p) for p in self.points]}
 
 
@@ -88,7 +90,8 @@ def latency_sweep(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
                   forwarding: Sequence[bool] = (True, False), idle: str = "keep",
                   iterations: int = 2, warmup: int = 1, seed: int = 0,
                   strategy_name: str = "",
-                  progress: Callable[[str], None] | None = None) -> LatencySweep:
+                  progress: Callable[[str], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> LatencySweep:
     """OCS-reconfig's iteration time at every latency, and TopoOpt's (TopoOpt §5.7, Fig. 17).
 
     Parameters
@@ -115,6 +118,9 @@ def latency_sweep(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
         For the report.
     progress : callable, optional
         ``progress(text)`` before each point.
+    stop : callable, optional
+        Polled during the runs (e.g. :func:`topoopt.interrupt.stop_requested`); when it
+        returns True the sweep ends with the latencies done (``complete`` False).
 
     Returns
     -------
@@ -137,22 +143,31 @@ def latency_sweep(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
     cache = EstimateCache(model, cluster, job)
     topo = build_fabric("topoopt", cluster, job=job, model=model, strategy=strategy, seed=seed)
     topoopt = estimate_iteration(model, strategy, cluster, job, topo, cache=cache).total
-    points = []
+    runs = {}
     for fw in forwarding:
         fabric = ocs_reconfig(cluster.servers, cluster.nics, cluster.link_bandwidth,
                               cluster.link_latency, forwarding=fw, idle=idle, seed=seed)
         base = dataclasses.replace(reconfiguration_of(fabric), iterations=iterations,
                                    warmup=warmup)
-        est = ReconfigEstimator(model, cluster, job, fabric, cache=cache, spec=base)
-        for lat in sorted(latencies):
+        runs[fw] = (ReconfigEstimator(model, cluster, job, fabric, cache=cache, spec=base), base)
+    points = []
+    complete = True
+    try:
+        for lat in sorted(latencies):        # by latency: a stop leaves whole rows
             every = interval if interval is not None else interval_factor * lat
-            spec = base.with_latency(lat, every)
-            if progress is not None:
-                progress(f"OCS-reconfig-{'FW' if fw else 'noFW'} at {lat:g} s")
-            run = est.run(strategy, spec=spec)
-            measured = run.reconfigurations[warmup:]
-            points.append(SweepPoint(lat, spec.every, fw, run.estimate.total,
-                                     sum(measured) / len(measured), run.bandwidth_tax,
-                                     run.iteration_times))
+            for fw in forwarding:
+                est, base = runs[fw]
+                spec = base.with_latency(lat, every)
+                if progress is not None:
+                    progress(f"OCS-reconfig-{'FW' if fw else 'noFW'} at {lat:g} s")
+                run = est.run(strategy, spec=spec, stop=stop)
+                measured = run.reconfigurations[warmup:]
+                points.append(SweepPoint(lat, spec.every, fw, run.estimate.total,
+                                         sum(measured) / len(measured), run.bandwidth_tax,
+                                         run.iteration_times))
+    except Interrupted:
+        complete = False
+        points = [p for p in points
+                  if sum(q.latency == p.latency for q in points) == len(forwarding)]
     return LatencySweep(model.name, strategy_name, cluster.servers, cluster.nics,
-                        cluster.link_bandwidth, idle, topoopt, tuple(points))
+                        cluster.link_bandwidth, idle, topoopt, tuple(points), complete)
