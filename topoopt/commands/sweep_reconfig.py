@@ -108,11 +108,16 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
     cfg = read_config(config)
     model, strat = build_strategy(cfg, strategy)
     progress = ProgressLine()
+    started: list[str] = []
+
+    def show(text: str) -> None:   # one stage per point: a line per point off a terminal
+        started.append(text)
+        progress.update(text, f"point {len(started)} of {2 * len(lats)}")
+
     with graceful_interrupt():
         sweep = latency_sweep(model, strat, cfg.cluster, cfg.job, lats, interval=fixed,
                               interval_factor=factor, idle=idle, iterations=iterations,
-                              warmup=1, seed=seed, strategy_name=strategy,
-                              progress=lambda text: progress.update("sweep", text),
+                              warmup=1, seed=seed, strategy_name=strategy, progress=show,
                               stop=stop_requested)
     progress.done()
     if not sweep.complete:
