@@ -346,9 +346,11 @@ def test_plan_searches_reconfigurable_baselines_with_the_same_budget():
     cluster = Cluster(servers=4, nics=2, link_bandwidth=100e9)
     job = Job("ncf", 32, size={"tables": 4, "rows": 1000, "top_layers": 2})
     p = plan(cluster, job, budget=6, rounds=1,
-             baselines=("ideal", "ocs-reconfig", "ocs-reconfig-nofw", "sipml"))
+             baselines=("fattree", "ocs-reconfig", "ocs-reconfig-nofw", "sipml"))
     moves = {f.name: f.moves for f in p.fabrics}
-    assert moves["ocs-reconfig"] == moves["sipml"] == moves["ideal"] == 6
+    # the budget a static baseline gets (here all of it: no early agreement)
+    assert moves["ocs-reconfig"] == moves["ocs-reconfig-nofw"] == moves["sipml"] \
+        == moves["fattree"] > 0
     for name in ("ocs-reconfig", "ocs-reconfig-nofw", "sipml"):
         f = p.fabric(name)
         again = reconfig_iteration(p.model, f.strategy, cluster, job,

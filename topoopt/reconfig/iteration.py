@@ -191,7 +191,10 @@ class ReconfigEstimator:
             raise ConfigError("fabric", fabric.servers, f"has {fabric.servers} servers but the "
                               f"cluster has {cluster.servers}")
         self.fabric = fabric
-        self.mesh = full_mesh(cluster.servers, self.spec.port_bandwidth,
+        # The logical links share a server's d x B: the builder's analytical lower bound
+        # (a server's bytes over its link capacity) then holds for any set of circuits.
+        n = cluster.servers
+        self.mesh = full_mesh(n, self.spec.ports * self.spec.port_bandwidth / max(n - 1, 1),
                               cluster.link_latency)
         if mp_flows == "auto":
             # Without forwarding a coflow would wait for the circuit of its last member
