@@ -17,6 +17,7 @@ from topoopt.commands import (
     react,
     react_run,
     simulate,
+    sweep_reconfig,
     topology,
     traffic,
     validate,
@@ -102,6 +103,7 @@ def _register() -> None:
     react.react.add_command(react_run.run)
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
+    main.add_command(sweep_reconfig.sweep_reconfig)
     main.add_command(plan.plan)
     main.add_command(validate.validate)
 

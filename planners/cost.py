@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from topoopt.cluster import Cluster, Job
-from topoopt.estimate import EstimateCache, FastEstimator, estimate_iteration
+from topoopt.estimate import EstimateCache, estimate_iteration
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
+from topoopt.reconfig import iteration_estimator
 from topoopt.strategy import Strategy
 
 __all__ = ["IterationCost"]
@@ -42,7 +43,9 @@ class IterationCost:
         self.rings, self.overlap, self.seed = rings, overlap, seed
         self.reference = reference
         self.cache = EstimateCache(model, cluster, job)
-        self.fast = FastEstimator(model, cluster, job, fabric, rings, overlap, cache=self.cache)
+        # a reconfigurable fabric (OCS-reconfig, SiP-ML) gets its time-varying simulation
+        self.fast = iteration_estimator(model, cluster, job, fabric, rings, overlap,
+                                        cache=self.cache)
         self.memo: dict[tuple, float] = {}
         self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
         self.evaluations = 0   # strategies simulated

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt.netsim",),
     ("topoopt.fabrics",),
     ("topoopt.estimate",),
+    ("topoopt.reconfig",),
     ("topoopt.plans",),
     ("topoopt.react",),
     ("topoopt.planners",),

@@ -1,4 +1,10 @@
-"""The named fabrics of TopoOpt §5 for a cluster and job: one registry line per fabric."""
+"""The named fabrics of TopoOpt §5 for a cluster and job: one registry line per fabric.
+
+Reconfigurable fabrics (OCS-reconfig, SiP-ML) are fabrics too -- their circuits at the
+start, priced like any other -- with a :class:`~topoopt.fabrics.reconfigurable.Reconfiguration`
+in ``info["reconfig"]``; their iteration time is simulated by :mod:`topoopt.reconfig`
+(:func:`topoopt.reconfig.iteration_estimator` picks the estimator for any fabric).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from topoopt.errors import ConfigError
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, cost_equivalent_bandwidth
 from topoopt.fabrics.direct import direct_connect, expander
 from topoopt.fabrics.fabric import Fabric
+from topoopt.fabrics.reconfigurable import ocs_reconfig, sip_ml
 from topoopt.fabrics.switched import fat_tree, ideal_switch
 from topoopt.finder.topology_finder import topology_finder
 from topoopt.model import Model
@@ -53,11 +60,15 @@ class FabricSpec:
         What it is, for tables.
     build : callable
         ``build(ctx: FabricContext) -> Fabric``.
+    reconfigurable : bool
+        Its circuits change within an iteration (the fabric carries a
+        :class:`~topoopt.fabrics.reconfigurable.Reconfiguration`).
     """
 
     name: str
     title: str
     build: Callable[[FabricContext], Fabric]
+    reconfigurable: bool = False
 
 
 def _fattree(ctx: FabricContext) -> Fabric:
@@ -105,6 +116,25 @@ register_fabric(FabricSpec("expander", "Expander, random d-regular (d x B ports)
                            lambda x: expander(x.cluster.servers, x.cluster.nics,
                                               x.cluster.link_bandwidth, x.cluster.link_latency,
                                               seed=x.seed)))
+register_fabric(FabricSpec("ocs-reconfig",
+                           "OCS-reconfig, circuits re-planned every 50 ms, 10 ms per change, "
+                           "host forwarding (d x B ports, OCS)",
+                           lambda x: ocs_reconfig(x.cluster.servers, x.cluster.nics,
+                                                  x.cluster.link_bandwidth,
+                                                  x.cluster.link_latency, seed=x.seed),
+                           reconfigurable=True))
+register_fabric(FabricSpec("ocs-reconfig-nofw",
+                           "OCS-reconfig without host forwarding (d x B ports, OCS)",
+                           lambda x: ocs_reconfig(x.cluster.servers, x.cluster.nics,
+                                                  x.cluster.link_bandwidth,
+                                                  x.cluster.link_latency, forwarding=False,
+                                                  seed=x.seed),
+                           reconfigurable=True))
+register_fabric(FabricSpec("sipml", "SiP-ML, SiP-Ring of d wavelengths of B, 25 us per change, "
+                                    "no forwarding, one job",
+                           lambda x: sip_ml(x.cluster.servers, x.cluster.nics,
+                                            x.cluster.link_bandwidth, x.cluster.link_latency),
+                           reconfigurable=True))
 
 #: Name -> :class:`FabricSpec`, in table order (read-only view of the registry).
 FABRICS: Mapping[str, FabricSpec] = MappingProxyType(_REGISTRY)

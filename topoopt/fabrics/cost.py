@@ -11,11 +11,14 @@ calibrated so that, for d = 4 NICs of B = 100 Gb/s:
 
 - Ideal Switch (a full-bisection Fat-tree of d x B, §5.2) costs ~3.2x a
   patch-panel TopoOpt shard, averaged over Fat-tree sizes (Figure 10);
-- an OCS-based TopoOpt shard costs ~1.33x a patch-panel one.
+- an OCS-based TopoOpt shard costs ~1.33x a patch-panel one;
+- SiP-ML (d wavelengths of B per server on a silicon-photonic ring) is the most
+  expensive fabric of Figure 10 (§5.2 gives no ratio): its wavelength price is set so
+  that it costs 1.2x the Ideal Switch, an assumption that keeps only that ordering.
 
 Every number carries its source string; every one can be overridden from the
-config's ``[cost]`` table (``transceiver``, ``switch_port``, ``nic_port`` as
-tables keyed by speed, e.g. ``transceiver = {"100Gbps" = 99}``; ``patch_panel_port``,
+config's ``[cost]`` table (``transceiver``, ``switch_port``, ``nic_port``,
+``sip_wavelength`` as tables keyed by speed, e.g. ``transceiver = {"100Gbps" = 99}``; ``patch_panel_port``,
 ``ocs_port``, ``fibre`` as numbers), and a report lists the prices it used.
 """
 
@@ -34,7 +37,7 @@ from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.switched import fat_tree
 from topoopt.units import format_bandwidth, parse_bandwidth
 
-__all__ = ["PriceTable", "DEFAULT_PRICES", "COST_KEYS", "price_table", "CostItem", "CostReport",
+__all__ = ["PriceTable", "DEFAULT_PRICES", "SIP_WAVELENGTH", "COST_KEYS", "price_table", "CostItem", "CostReport",
            "bill_of_materials", "fabric_cost", "topoopt_cost", "fat_tree_cost",
            "cost_equivalent_bandwidth"]
 
@@ -46,9 +49,13 @@ _CAL_PP = ("calibrated so Ideal Switch ~= 3.2x patch-panel TopoOpt at d=4, B=100
            "averaged over Fat-tree sizes k=4..26 (TopoOpt §5.2, Figure 10)")
 _CAL_OCS = ("calibrated so OCS TopoOpt ~= 1.33x patch-panel TopoOpt at d=4, B=100 Gb/s "
             "(TopoOpt §5.2)")
+_CAL_SIP = ("one SiP-ML wavelength (MRR modulator and filter, share of the comb laser); "
+            "28x the transceiver curve, so SiP-ML ~= 1.2x the Ideal Switch at d=4, "
+            "B=100 Gb/s: an assumption keeping §5.2's ordering (SiP-ML the most expensive "
+            "fabric), no ratio published")
 
 #: Price-per-speed components and the fixed-price ones.
-SPEED_COMPONENTS = ("transceiver", "switch_port", "nic_port")
+SPEED_COMPONENTS = ("transceiver", "switch_port", "nic_port", "sip_wavelength")
 FIXED_COMPONENTS = ("patch_panel_port", "ocs_port", "fibre")
 #: Keys accepted in the config's ``[cost]`` table.
 COST_KEYS = SPEED_COMPONENTS + FIXED_COMPONENTS
@@ -64,6 +71,9 @@ class PriceTable:
         Speed (bits/s) -> price of one optical transceiver, one electrical switch
         port, one NIC port. Between listed speeds the price is interpolated
         linearly; beyond them it scales in proportion to the speed.
+    sip_wavelength : Mapping[float, float]
+        Speed -> price of one SiP-ML wavelength interface (default:
+        :data:`SIP_WAVELENGTH`).
     patch_panel_port, ocs_port, fibre : float
         One patch-panel port, one OCS port, one duplex fibre patch cord.
     sources : Mapping[str, str]
@@ -78,6 +88,7 @@ class PriceTable:
     ocs_port: float
     fibre: float
     sources: Mapping[str, str] = field(default_factory=dict)
+    sip_wavelength: Mapping[float, float] = field(default_factory=lambda: dict(SIP_WAVELENGTH))
 
     def __post_init__(self) -> None:
         for name in SPEED_COMPONENTS:
@@ -113,6 +124,10 @@ def _speed_table(prices: dict[float, float]) -> dict[float, float]:
     return {s * G: p for s, p in prices.items()}
 
 
+#: Relative price of one SiP-ML wavelength by speed (28x the transceiver curve, see _CAL_SIP).
+SIP_WAVELENGTH = _speed_table({10: 560, 25: 1120, 40: 1400, 50: 2240, 100: 2800, 200: 8400,
+                               400: 16800, 800: 33600})
+
 #: The default prices (relative; see the module docstring).
 DEFAULT_PRICES = PriceTable(
     transceiver=_speed_table({10: 20, 25: 40, 40: 50, 50: 80, 100: 100, 200: 300,
@@ -124,8 +139,10 @@ DEFAULT_PRICES = PriceTable(
     patch_panel_port=120.0,
     ocs_port=360.0,
     fibre=10.0,
-    sources={**{f"{c}@{s}Gbps": _SHAPE for c in SPEED_COMPONENTS
+    sources={**{f"{c}@{s}Gbps": _SHAPE for c in SPEED_COMPONENTS if c != "sip_wavelength"
                 for s in (10, 25, 40, 50, 100, 200, 400, 800)},
+             **{f"sip_wavelength@{s}Gbps": _CAL_SIP for s in (10, 25, 40, 50, 100, 200, 400,
+                                                              800)},
              "fibre": "relative price of a duplex patch cord (assumption, ~10% of a 100G "
                       "transceiver); " + _SHAPE.split(";")[2].strip(),
              "patch_panel_port": _CAL_PP, "ocs_port": _CAL_OCS},
@@ -264,8 +281,11 @@ def _switched_bill(servers: int, src: np.ndarray, dst: np.ndarray, capacity: np.
 
 def _direct_bill(servers: int, ports: int, port_bandwidth: float, optics: str) -> Bill:
     """Per NIC port: a NIC port, a transceiver, a fibre and, unless cabled directly,
-    a patch-panel or OCS port."""
+    a patch-panel or OCS port. SiP-ML (``optics = "sip"``): per port a SiP-ML
+    wavelength, and one fibre per server (its ring segment)."""
     count = float(servers * ports)
+    if optics == "sip":
+        return {("sip_wavelength", port_bandwidth): count, ("fibre", None): float(servers)}
     bill: Bill = {("nic_port", port_bandwidth): count, ("transceiver", port_bandwidth): count,
                   ("fibre", None): count}
     if optics == "patch_panel":

@@ -19,8 +19,9 @@ __all__ = ["Fabric", "check_fabric", "KINDS", "OPTICS"]
 #: ``switched``: servers hang off switches by one up- and one downlink each;
 #: ``direct``: servers are the routers (host-based forwarding, no switches).
 KINDS = ("switched", "direct")
-#: What connects a direct fabric's ports: nothing (fixed cables), patch panels, OCSes.
-OPTICS = ("none", "patch_panel", "ocs")
+#: What connects a direct fabric's ports: nothing (fixed cables), patch panels, OCSes,
+#: or SiP-ML's silicon-photonic wavelengths on a fibre ring.
+OPTICS = ("none", "patch_panel", "ocs", "sip")
 
 _PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -122,6 +122,13 @@ class SimResult:
         Bytes each link carried, background included.
     background_bytes : ndarray, shape (B,)
         Bytes each background flow sent.
+    stopped_at : float
+        NaN when the workload ran to completion; otherwise the checkpoint time at which
+        ``on_checkpoint`` stopped it (see :func:`simulate`): nodes not finished by then
+        have NaN ``finish`` (and NaN ``tx_end`` when still transmitting).
+    remaining : ndarray, shape (N,), optional
+        With ``stopped_at``: bytes each flow still had to send (its size when not
+        started, 0 once sent; NaN for tasks). None for a run to completion.
     """
 
     start: np.ndarray
@@ -134,6 +141,8 @@ class SimResult:
     events: int
     link_bytes: np.ndarray = field(repr=False)
     background_bytes: np.ndarray = field(repr=False)
+    stopped_at: float = math.nan
+    remaining: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def flow_nodes(self) -> np.ndarray:
@@ -182,7 +191,8 @@ def _state_after(bg: Background, t: float) -> bool:
 def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
              background: Sequence[Background] = (),
              capacity_changes: Sequence[CapacityChange] = (), *, t0: float = 0.0,
-             check: bool = True) -> SimResult:
+             check: bool = True, checkpoints: Iterable[float] | None = None,
+             on_checkpoint: Callable[[float, np.ndarray], bool] | None = None) -> SimResult:
     """Run flows and compute tasks to completion on a network (flow level).
 
     Flow rates are max-min fair (:func:`max_min_rates`) and recomputed at every
@@ -204,6 +214,18 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
         Start of the simulated clock; releases before it count as ``t0``.
     check : bool
         Validate the workload first (:func:`check_workload`).
+    checkpoints : iterable of float
+        Increasing times, consumed lazily (an endless generator is fine), at which
+        ``on_checkpoint(t, remaining)`` is called once the events of ``t`` are
+        processed; ``remaining`` holds the bytes each flow (in flow order, the
+        compiled workload's ``flow_node`` order) still has to send while it
+        transmits, 0 for flows not transmitting. When it returns True the simulation
+        stops at ``t`` and the result says so (``stopped_at``, ``remaining``): a
+        caller can change the network or the routes and run the rest of the workload
+        from that state (epochs of a reconfigurable fabric). Checkpoints at or before
+        ``t0`` are skipped. Without them nothing changes.
+    on_checkpoint : callable, optional
+        Required with ``checkpoints``.
 
     Returns
     -------
@@ -239,6 +261,8 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
     w = workload.compile() if isinstance(workload, Workload) else workload
     if check:
         check_workload(w, links)
+    if checkpoints is not None and on_checkpoint is None:
+        raise TopoOptError("simulate: checkpoints need an on_checkpoint callback")
     n, nf = w.nodes, w.flow_size.size
     routes = w.routes
 
@@ -415,6 +439,10 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
     ready(np.flatnonzero(pending == 0), t, eps0)
     fire_timers(t, eps0)
 
+    cps = iter(checkpoints if checkpoints is not None else ())
+    cp_next = _next_checkpoint(cps, t + eps0)
+    stopped = math.nan
+
     events = 0
     load = np.zeros(cap.size)
     while st["done"] < n:
@@ -443,6 +471,7 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
             t_next = min(t_next, float(bg_next.min()))
         if ci < len(changes):
             t_next = min(t_next, changes[ci].time)
+        t_next = min(t_next, cp_next)
         if not math.isfinite(t_next):
             _raise_stuck(act[act < nf] if act.size else act, rate, rlink, ptr, cap, phase,
                          w.flow_node)
@@ -485,13 +514,37 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
                     st["rates"] = True
                 bg_next[j] = _next_toggle(bgs[j], at + 1e-9 * max(abs(at), 1e-6))
         fire_timers(t, eps)
+        if cp_next <= t + eps:
+            cp_next = _next_checkpoint(cps, t + eps)
+            if st["done"] < n:
+                left = np.zeros(nf)
+                real = st["act"][st["act"] < nf]
+                left[real] = rem[real] / 8.0
+                if on_checkpoint(t, left):
+                    stopped = t
+                    break
 
     done_t = finish[np.isfinite(finish)]
     makespan = float(done_t.max() - t0) if done_t.size else 0.0
     size = np.full(n, np.nan)
     size[w.flow_node] = w.flow_size
+    remaining = None
+    if math.isfinite(stopped):
+        left = np.where(np.isfinite(tx_end[w.flow_node]), 0.0, w.flow_size)
+        real = st["act"][st["act"] < nf]
+        left[real] = rem[real] / 8.0
+        remaining = np.full(n, np.nan)
+        remaining[w.flow_node] = left
     return SimResult(start, finish, tx_end, is_flow.copy(), size, float(t0), makespan, events,
-                     link_bytes[:links], bg_bytes)
+                     link_bytes[:links], bg_bytes, stopped, remaining)
+
+
+def _next_checkpoint(cps, after: float) -> float:
+    """The first checkpoint later than ``after`` (inf when there is none)."""
+    for c in cps:
+        if c > after:
+            return float(c)
+    return math.inf
 
 
 def _raise_stuck(act, rate, rlink, ptr, cap, phase, flow_node) -> None:
