@@ -20,7 +20,7 @@ from topoopt.errors import ConfigError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
-from topoopt.react.scenarios import Scenario, run_scenario
+from topoopt.react.scenarios import KINDS, Scenario, run_scenario
 from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
 from topoopt.react.transforms import Swap, apply_swap
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
@@ -45,6 +45,8 @@ def react() -> None:
       topoopt react estimate --collective tree --nodes 16 --size 2MB \\
           --alpha 4us --bandwidth 100Gbps --congest 3:2 --swap 3:2@1
       topoopt react simulate --collective tree --fabric fattree --congested 2 --p 2
+      topoopt react simulate --collective plan --fabric plan:plan/ --nodes 128 \\
+          --scenario failures --capacity 30Gbps
       topoopt react sweep --workers 2
     """
 
@@ -184,25 +186,33 @@ def _plot(result, path: str) -> None:
 
 @react.command()
 @click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather", "plan"]),
-              default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR.")
-@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2).")
+              default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR, "
+                                   "tuned by the shard tuner (re-split bytes across the "
+                                   "planned rings, switch a ring to another permutation "
+                                   "on fibres, fibre-aware swaps, route moves).")
+@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2; a plan's servers).")
 @click.option("--size", default="20MB", help="Bytes per collective.")
 @click.option("--fabric", default="fattree",
               help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
-                   "(DIR/plan.json's direct-connect topology and the rings of its widest "
-                   "AllReduce group). Large plans are slow: a 128-server plan's 4-ring "
-                   "AllReduce is 130k flows per epoch, ~12 s per epoch here without "
-                   "congestion and ~75 s with 2 congested pairs.")
-@click.option("--scenario", "kind", type=click.Choice(["external", "spine", "failures",
-                                                       "none"]),
-              default="external", help="external: p flows from each congested job node "
-                                       "to a server outside the job; spine: p flows "
-                                       "between outside servers across pods; failures: "
-                                       "links degraded to --capacity; none.")
+                   "(DIR/plan.json's direct-connect shard and the rings of its widest "
+                   "AllReduce group; with --collective plan it runs on the class executor, "
+                   "about a second per 100 epochs of a 128-server plan).")
+@click.option("--scenario", "kind", type=click.Choice(list(KINDS)), default="external",
+              help="external: p flows from each congested job node to a server outside "
+                   "the job; spine: p flows between outside servers across pods; failures: "
+                   "links (on a plan: fibres of its rings) at --capacity; nic: NICs at "
+                   "--capacity both ways; slow-server: a co-located job's p flows on each "
+                   "NIC of a server; forwarded (plan only): a ring fibre at --capacity "
+                   "crossed by p flows of the job's own host-forwarded traffic; none.")
 @click.option("--congested", type=int, default=1,
-              help="Congested source-destination pairs (failed links for failures).")
+              help="Congested pairs (failed links, NICs or servers for failures, nic, "
+                   "slow-server; degraded fibres for forwarded).")
 @click.option("--p", "p", type=int, default=2, help="External flows per congested pair.")
-@click.option("--capacity", default="50Gbps", help="Bandwidth of a failed link.")
+@click.option("--capacity", default="50Gbps",
+              help="Bandwidth of a failed link or NIC (e.g. 30Gbps for a fibre at 30%).")
+@click.option("--optics", type=click.Choice(["patch_panel", "ocs"]), default="patch_panel",
+              help="A plan's optics: patch_panel (fixed fibres) or ocs (REACT may re-wire a "
+                   "ring; the next epoch stalls 10 ms, TopoOpt §5.1).")
 @click.option("--epochs", type=int, default=100)
 @click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
 @click.option("--seed", type=int, default=0, help="Scenario and ECMP seed.")
@@ -216,15 +226,16 @@ def _plot(result, path: str) -> None:
               help="Write the per-epoch times, summary and swaps to this JSON file.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Plot per-epoch time with and without REACT (needs the plot extra).")
-def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epochs,
+def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, optics, epochs,
              warmup, seed, backend, mtu, json_out, png) -> None:
     """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
     without and with REACT, under one congestion scenario; print mean and p95
-    collective time, algorithm bandwidth and the swaps REACT made."""
+    collective time, algorithm bandwidth and the transforms REACT made (swaps; on a
+    plan also re-splits, ring switches and route moves)."""
     sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
                   kind=kind, congested=congested, p=p,
                   capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
-                  warmup=warmup, seed=seed)
+                  warmup=warmup, seed=seed, optics=optics)
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
     if backend == "ns3":

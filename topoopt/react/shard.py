@@ -324,12 +324,14 @@ class Resplit:
 @dataclass(frozen=True)
 class RingSwitch:
     """Ring ``ring`` runs on the permutation of ``stride`` (``order``); ``reconfigure``:
-    the OCS wires it on the ring's own ports first."""
+    the OCS wires it on the ring's own ports first, and ``routes`` are the owned flows'
+    paths on the re-wired fibres (those whose fibres it removes take a shortest path)."""
 
     ring: int
     stride: int
     order: tuple[int, ...]
     reconfigure: bool = False
+    routes: tuple[tuple[int, ...], ...] | None = None
     kind = "switch"
 
     def apply(self, c: ShardConfig) -> ShardConfig:
@@ -337,7 +339,8 @@ class RingSwitch:
         orders[self.ring] = self.order
         patched = list(c.patched)
         patched[self.ring] = self.reconfigure
-        return replace(c, orders=tuple(orders), patched=tuple(patched))
+        return replace(c, orders=tuple(orders), patched=tuple(patched),
+                       routes=c.routes if self.routes is None else self.routes)
 
     def __str__(self) -> str:
         return f"ring{self.ring}->p={self.stride}" + (" (ocs)" if self.reconfigure else "")
@@ -590,7 +593,7 @@ def shard_candidates(layout: ShardLayout, config: ShardConfig, model: ShardModel
             if on_fibres and not config.patched[k]:
                 out.append(RingSwitch(k, s, order))
             elif layout.optics == "ocs" and layout.ports(k) is not None:
-                out.append(RingSwitch(k, s, order, reconfigure=True))
+                out.append(_rewired(layout, config, RingSwitch(k, s, order, reconfigure=True)))
     keep: list[RingSwap] = []
     rest: list[RingSwap] = []
     for x in list(nodes)[:4]:                 # the most congested ranks first
@@ -620,6 +623,22 @@ def shard_candidates(layout: ShardLayout, config: ShardConfig, model: ShardModel
                 if tuple(alt) != tuple(path):
                     out.append(RouteMove(i, tuple(int(x) for x in alt)))
     return [t for t in out if t not in tabu]
+
+
+def _rewired(layout: ShardLayout, config: ShardConfig, t: RingSwitch) -> RingSwitch:
+    """``t`` with the owned flows whose fibres it removes on a shortest new path."""
+    new = t.apply(config)
+    if not layout.owned:
+        return t
+    topo = layout.topology_of(new)
+    fibres = {(a, b) for a, _, b, _ in topo.links}
+    routes = list(new.routes)
+    for i, (flow, path) in enumerate(zip(layout.owned, routes)):
+        if all(h in fibres for h in zip(path, path[1:])):
+            continue
+        nbrs, dist = _routing_tables(layout, new, topo)
+        routes[i] = tuple(int(x) for x in k_shortest_paths(nbrs, dist, flow.src, flow.dst, 1)[0])
+    return replace(t, routes=tuple(routes))
 
 
 def _routing_tables(layout: ShardLayout, config: ShardConfig, topo: Topology):
