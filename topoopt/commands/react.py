@@ -213,6 +213,11 @@ def _plot(result, path: str) -> None:
 @click.option("--optics", type=click.Choice(["patch_panel", "ocs"]), default="patch_panel",
               help="A plan's optics: patch_panel (fixed fibres) or ocs (REACT may re-wire a "
                    "ring; the next epoch stalls 10 ms, TopoOpt §5.1).")
+@click.option("--direction", type=click.Choice(["out", "in"]), default="out",
+              help="external: flows out of the job node (REACT §7.3.1) or into it (§7.1).")
+@click.option("--placement", type=click.Choice(["random", "racks"]), default="random",
+              help="fattree: the job on random servers, or on whole racks in different "
+                   "pods.")
 @click.option("--epochs", type=int, default=100)
 @click.option("--warmup", type=int, default=25, help="Epochs left out of the means.")
 @click.option("--seed", type=int, default=0, help="Scenario and ECMP seed.")
@@ -226,8 +231,8 @@ def _plot(result, path: str) -> None:
               help="Write the per-epoch times, summary and swaps to this JSON file.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Plot per-epoch time with and without REACT (needs the plot extra).")
-def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, optics, epochs,
-             warmup, seed, backend, mtu, json_out, png) -> None:
+def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, optics,
+             direction, placement, epochs, warmup, seed, backend, mtu, json_out, png) -> None:
     """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
     without and with REACT, under one congestion scenario; print mean and p95
     collective time, algorithm bandwidth and the transforms REACT made (swaps; on a
@@ -235,7 +240,8 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, opti
     sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
                   kind=kind, congested=congested, p=p,
                   capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
-                  warmup=warmup, seed=seed, optics=optics)
+                  warmup=warmup, seed=seed, optics=optics, direction=direction,
+                  placement=placement)
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
     if backend == "ns3":
@@ -280,17 +286,22 @@ def _int_list(text: str, option: str) -> list[int]:
 @click.option("--nodes", type=int, default=8)
 @click.option("--size", default="20MB")
 @click.option("--fabric", default="fattree", help="star, fattree or plan:DIR.")
+@click.option("--direction", type=click.Choice(["out", "in"]), default="out",
+              help="External flows out of the job nodes (REACT §7.3.1) or into them (§7.1).")
+@click.option("--placement", type=click.Choice(["random", "racks"]), default="random",
+              help="fattree: the job on random servers, or on whole racks in different "
+                   "pods.")
 @click.option("--epochs", type=int, default=100)
 @click.option("--workers", type=int, default=1, help="Local worker processes.")
 @click.option("--ray", default=None, metavar="ADDRESS",
               help="Run on Ray instead: 'local' or a cluster address host:port.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
-def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, epochs, workers, ray,
-          json_out) -> None:
+def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, direction, placement, epochs,
+          workers, ray, json_out) -> None:
     """REACT Figure 5: mean algorithm-bandwidth gain over --seeds random scenarios per
     (collective, p, congested pairs), plus the same seeds without congestion (p = 0)."""
     base = Scenario(nodes=nodes, size=_size(size), fabric=fabric, epochs=epochs,
-                    warmup=min(25, epochs // 4))
+                    warmup=min(25, epochs // 4), direction=direction, placement=placement)
     if seeds < 1:
         raise ConfigError("--seeds", seeds, "use 1 or more")
     grid = figure5_grid(collectives, _int_list(ps, "--p"), _int_list(pairs, "--pairs"),

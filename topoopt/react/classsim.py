@@ -182,15 +182,28 @@ def simulate_classes(network, work: CompiledWorkload, background: Sequence[Backg
 
     Examples
     --------
+    One ring as one chunk on a star: a rank's flows go out one at a time, so every
+    up- and downlink carries one flow at a time (as on a shard's fibres):
+
     >>> from topoopt.fabrics import star
-    >>> from topoopt.collectives import ring_allreduce
+    >>> from topoopt.collectives import multi_ring_allreduce
     >>> from topoopt.react.flowsim import pattern_workload
-    >>> f, p = star(4, 100e9), ring_allreduce(range(4), size=4e6)
+    >>> f, p = star(4, 100e9), multi_ring_allreduce([range(4)], size=4e6)
     >>> w, _ = pattern_workload(p, {})
     >>> w = dataclasses.replace(w, routes=f.route(p.src, p.dst))
     >>> r = simulate_classes(f, w, (), p.step, p.chunk * 4 + p.src, p.chunk * 4 + p.dst)
     >>> round(r.makespan * 1e6), r.exclusive, r.shared        # 6 steps of 1 MB + 2 us
     (492, 24, 0)
+
+    Ring AllReduce with a chunk per segment: the chunks may overlap on a link, so its
+    flows are shared (and, being all of them, go to the general simulator):
+
+    >>> from topoopt.collectives import ring_allreduce
+    >>> p = ring_allreduce(range(4), size=4e6)
+    >>> w = dataclasses.replace(pattern_workload(p, {})[0], routes=f.route(p.src, p.dst))
+    >>> r = simulate_classes(f, w, (), p.step, p.chunk * 4 + p.src, p.chunk * 4 + p.dst)
+    >>> round(r.makespan * 1e6), r.shared, r.general
+    (492, 24, True)
     """
     cap0 = np.asarray(network.capacity, float)
     link_lat = np.broadcast_to(np.asarray(network.latency, float), cap0.shape)

@@ -59,9 +59,11 @@ from topoopt.topology.topology import Routes, Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
            "compare_runs", "scenario_setup", "load_plan", "scenario_fabric", "run_two_jobs",
-           "summarize", "ShardScenario", "shard_scenario", "compare"]
+           "summarize", "ShardScenario", "shard_scenario", "compare", "PLACEMENTS"]
 
 KINDS = ("external", "spine", "failures", "nic", "slow-server", "forwarded", "none")
+#: Job placements on the Fat-tree.
+PLACEMENTS = ("random", "racks")
 COLLECTIVES = ("tree", "ring", "rd-allgather", "plan")
 
 
@@ -96,6 +98,12 @@ class Scenario:
     optics : str
         A plan's optics: ``patch_panel`` or ``none`` (fixed fibres), ``ocs``
         (REACT may re-wire a ring, stalling one epoch by the reconfiguration time).
+    direction : str
+        ``out``: external flows from the job node to the outside server (§7.3.1's
+        wording, the default); ``in``: from the outside server into the job node (§7.1's).
+    placement : str
+        On the Fat-tree: ``random`` servers (default), or ``racks``: whole racks (ToRs of
+        k/2 servers) in different pods, so some ranks share a ToR.
     """
 
     collective: str = "tree"
@@ -113,10 +121,14 @@ class Scenario:
     ports: int = 4
     seed: int = 0
     optics: str = "patch_panel"
+    direction: str = "out"
+    placement: str = "random"
 
     def __post_init__(self) -> None:
         require_choice("collective", self.collective, COLLECTIVES)
         require_choice("optics", self.optics, OPTICS)
+        require_choice("direction", self.direction, ("out", "in"))
+        require_choice("placement", self.placement, PLACEMENTS)
         require_choice("scenario", self.kind, KINDS)
         require_int("nodes", self.nodes, minimum=2)
         require_positive("size", self.size)
@@ -340,7 +352,9 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
         rings = rings if rings is not None else plan_rings
     rng = np.random.default_rng([sc.seed, 2024])
     n, servers = sc.nodes, fabric.servers
-    if sc.fabric == "fattree":
+    if sc.fabric == "fattree" and sc.placement == "racks":
+        placement = _rack_placement(fabric, n, np.random.default_rng([sc.seed, 2025]))
+    elif sc.fabric == "fattree":
         placement = np.sort(rng.choice(servers, n, replace=False))
     else:
         placement = np.arange(n)
@@ -354,7 +368,9 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
         srcs = rng.choice(n, k, replace=False)
         for s in srcs:
             pool = outside if outside.size else placement[placement != placement[s]]
-            background.append(BackgroundFlows(int(placement[s]), int(rng.choice(pool)), sc.p))
+            a, b = int(placement[s]), int(rng.choice(pool))
+            background.append(BackgroundFlows(*((a, b) if sc.direction == "out" else (b, a)),
+                                              sc.p))
     elif sc.kind == "spine" and k and sc.p:
         if sc.fabric != "fattree":
             raise ConfigError("scenario", "spine", "needs --fabric fattree")
@@ -392,6 +408,18 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
     else:
         pattern = build_pattern(sc.collective, n, sc.size)
     return fabric, placement, background, pattern
+
+
+def _rack_placement(fabric: Fabric, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` servers filling whole racks (k/2 servers per ToR), one rack per pod."""
+    k = int(fabric.info["k"])
+    per_tor, per_pod = k // 2, k * k // 4
+    racks = -(-n // per_tor)
+    if racks > k:
+        raise ConfigError("nodes", n, f"at most {k * per_tor} for placement racks")
+    pods = rng.choice(k, racks, replace=False)
+    tors = pods * per_pod + rng.integers(0, k // 2, racks) * per_tor
+    return np.sort(np.concatenate([np.arange(t, t + per_tor) for t in tors])[:n])
 
 
 def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),

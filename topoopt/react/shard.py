@@ -63,7 +63,8 @@ __all__ = ["RECONFIGURATION_S", "ShardLayout", "ShardConfig", "Resplit", "RingSw
            "resplit_weights", "shard_candidates", "check_shard_config", "ShardState",
            "ShardDecision", "shard_leader_init", "shard_leader_step", "run_shard_react"]
 
-#: OCS reconfiguration latency, seconds (TopoOpt §5.1, "OCS-reconfig": 10 ms).
+#: OCS reconfiguration latency, seconds (TopoOpt §5.1, "OCS-reconfig": 10 ms;
+#: docs/reference-data.md).
 RECONFIGURATION_S = 10e-3
 
 
