@@ -29,12 +29,14 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     next to the paper's 35% (tree) and 15% (recursive doubling). Then the headroom
     in the fluid model: for each tree scenario at p = 2, 4 the best fixed pattern one
     swap away (every global and chunk swap, run on the same epochs), against REACT's
-    gain; and a few tree scenarios on ns-3 (``--fig5-ns3`` epochs) next to the flow
-    level.
+    gain.
+``fig5ns3``
+    A few of those tree scenarios on ns-3 (``--fig5-ns3`` epochs each) next to the flow
+    level: the baseline's slowdown over no congestion, and REACT's gain.
 
 Usage::
 
-    python benchmarks/react_bench.py [--sections speed,shard,ns3,fig5] [--base DIR]
+    python benchmarks/react_bench.py [--sections speed,shard,ns3,fig5,fig5ns3] [--base DIR]
         [--base-epochs 12] [--plan128 DIR] [--plan16 DIR] [--seeds 10] [--workers 2]
         [--fig5-ns3 24] [--json OUT]
 """
@@ -233,7 +235,7 @@ def ns3(args, plan: Path, out: dict) -> None:
     n = servers_of(plan)
     sc = Scenario(collective="plan", nodes=n, fabric=f"plan:{plan}", size=args.ns3_size,
                   kind="failures", congested=1, capacity=30e9, epochs=args.ns3_epochs,
-                  warmup=args.ns3_epochs // 2, ports=1)
+                  warmup=args.ns3_epochs // 2, )
     flow = run_scenario(sc)
     t = time.perf_counter()
     line = lambda stage, done: print(f"  ns-3 {stage}: {done}/{sc.epochs} epochs "  # noqa: E731
@@ -287,8 +289,6 @@ def fig5(args, out: dict) -> None:
     table(["setting", "collective", "mean %", "paper %", "max %", "p=0 %",
            "by pairs 1..8 (%)", "wall s"], rows)
     headroom(args, out)
-    if args.fig5_ns3:
-        fig5_ns3(args, out)
 
 
 def _fixed(sc: Scenario, pattern, fabric, placement, bg, epochs: int) -> float:
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ns3-epochs", type=int, default=12)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--fig5-ns3", type=int, default=0, help="epochs per ns-3 Fig. 5 run")
+    ap.add_argument("--fig5-ns3", type=int, default=24, help="epochs per ns-3 Fig. 5 run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -379,6 +379,8 @@ def main(argv=None) -> int:
         ns3(args, plan16, out)
     if "fig5" in sections:
         fig5(args, out)
+    if "fig5ns3" in sections:
+        fig5_ns3(args, out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0

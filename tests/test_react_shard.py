@@ -263,8 +263,6 @@ def test_route_move_takes_owned_traffic_off_a_degraded_fibre():
     n = 12
     topo = stride_topology(n, (1, 5), spare=(2,))
     layout = ShardLayout.of(topo, rings_of_strides(n, (1, 5)), 12e6, owned=owned)
-    layout = ShardLayout(layout.topology, layout.fabric, layout.rings, layout.size,
-                         layout.strides, owned=owned)
     c = layout.initial()
     c = RouteMove(0, (0, 5, 6)).apply(c)
     world = shard_fabric(topo, tx={(0, 1): 30e9})

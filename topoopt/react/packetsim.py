@@ -30,10 +30,10 @@ from topoopt.react.loop import ReactParams, ReactRun
 from topoopt.react.scenarios import (
     Scenario,
     ScenarioResult,
-    compare,
     compare_runs,
     scenario_setup,
     shard_scenario,
+    without_and_with,
 )
 from topoopt.react.shard import run_shard_react
 
@@ -221,12 +221,12 @@ def run_scenario_ns3(sc: Scenario, params: ReactParams = ReactParams(),
         ss = shard_scenario(sc)
 
         def run_one(enabled: bool, report) -> ReactRun:
-            ex = Ns3Executor(ss.fabric, range(sc.nodes), ss.external, sc.ports, sc.seed,
-                             config, worker)
+            ex = Ns3Executor(ss.fabric, range(sc.nodes), ss.external, 1, sc.seed, config,
+                             worker)
             return run_shard_react(ex, ss.layout, sc.epochs, params, enabled, ss.external,
                                    progress=report)
 
-        return compare(sc, run_one, progress)
+        return without_and_with(sc, run_one, progress)
     fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
 
     def make() -> Ns3Executor:

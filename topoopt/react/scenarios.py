@@ -59,7 +59,7 @@ from topoopt.topology.topology import Routes, Topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
            "compare_runs", "scenario_setup", "load_plan", "scenario_fabric", "run_two_jobs",
-           "summarize", "ShardScenario", "shard_scenario", "compare", "PLACEMENTS"]
+           "summarize", "ShardScenario", "shard_scenario", "without_and_with", "PLACEMENTS"]
 
 KINDS = ("external", "spine", "failures", "nic", "slow-server", "forwarded", "none")
 #: Job placements on the Fat-tree.
@@ -93,7 +93,8 @@ class Scenario:
     bandwidth, latency : float
         Link bits/s and seconds.
     ports : int
-        ECMP connections per flow.
+        ECMP connections per flow (a plan's multi-ring AllReduce uses one: its hops
+        keep the plan's paths).
     seed : int
     optics : str
         A plan's optics: ``patch_panel`` or ``none`` (fixed fibres), ``ocs``
@@ -438,18 +439,20 @@ def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),
         ss = shard_scenario(sc)
 
         def run_one(enabled: bool, report) -> ReactRun:
-            ex = ClassExecutor(ss.fabric, range(sc.nodes), ss.external, sc.ports, sc.seed)
+            # one connection per flow: a shard's hop keeps the plan's path (REACT's 4
+            # ports re-draw ECMP paths of a switched fabric)
+            ex = ClassExecutor(ss.fabric, range(sc.nodes), ss.external, 1, sc.seed)
             return run_shard_react(ex, ss.layout, sc.epochs, params, enabled, ss.external,
                                    ss.world, report)
 
-        return compare(sc, run_one, progress)
+        return without_and_with(sc, run_one, progress)
     fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
     return compare_runs(sc, pattern, lambda: SimulatedExecutor(fabric, placement, background,
                                                                sc.ports, sc.seed),
                         params, progress)
 
 
-def compare(sc: Scenario, run_one: Callable[[bool, Callable | None], ReactRun],
+def without_and_with(sc: Scenario, run_one: Callable[[bool, Callable | None], ReactRun],
             progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
     """``run_one(enabled, report)`` without, then with REACT, as one result."""
     runs = []
@@ -466,7 +469,7 @@ def compare_runs(sc: Scenario, pattern: Pattern, make_executor: Callable[[], obj
                  progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
     """``sc.epochs`` epochs of ``pattern`` without, then with REACT, each on a fresh
     executor from ``make_executor`` (same seeds, so the same draws)."""
-    return compare(sc, lambda enabled, report: run_react(
+    return without_and_with(sc, lambda enabled, report: run_react(
         make_executor(), pattern, sc.epochs, params, enabled, report), progress)
 
 
