@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from topoopt.commands._common import print_table  # noqa: E402
 from topoopt.react.classsim import ClassExecutor  # noqa: E402
 from topoopt.react.flowsim import SimulatedExecutor  # noqa: E402
 from topoopt.react.loop import run_react  # noqa: E402
@@ -76,15 +77,7 @@ PAPER = {"tree": 0.35, "rd-allgather": 0.15}
 
 
 def table(headers, rows) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
-              for i, h in enumerate(headers)]
-    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                               for i, (c, w) in enumerate(zip(r, widths)))
-    print(line(headers))
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print(line(r))
+    print_table(headers, rows)
     print(flush=True)
 
 

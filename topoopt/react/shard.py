@@ -54,7 +54,7 @@ from topoopt.fabrics.fabric import OPTICS, Fabric
 from topoopt.finder.perms import totient_perms
 from topoopt.react.detection import detect_congestion
 from topoopt.react.flowsim import BackgroundFlows, hop_paths, pair_links
-from topoopt.react.loop import ReactParams, ReactRun
+from topoopt.react.loop import LoopCounters, ReactParams, ReactRun
 from topoopt.routing.kshortest import hop_distances, k_shortest_paths, neighbour_table
 from topoopt.topology.topology import Routes, Topology
 
@@ -658,20 +658,14 @@ class _Pending:
 
 
 @dataclass(frozen=True)
-class ShardState:
+class ShardState(LoopCounters):
     """The shard tuner's memory between batches (immutable)."""
 
     params: ReactParams
     layout: ShardLayout
     config: ShardConfig
     model: ShardModel = ShardModel()
-    epoch: int = 0
-    batch_index: int = 0
-    rounds: int = 0
-    explored: int = 0
-    quiet: int = 0
     pending: _Pending | None = None
-    tabu: tuple = ()                    # (transform, epoch it was reverted)
 
 
 @dataclass(frozen=True)
@@ -738,19 +732,12 @@ def shard_leader_step(state: ShardState, fct: np.ndarray, epoch_time: np.ndarray
         times = epoch_time[1:]
     observed = float(times.mean())
     config, base_time = state.config, observed
-    tabu = tuple(x for x in state.tabu if x[1] > state.epoch + B - P.history)
-    kept = reverted = False
-    if state.pending is not None:
-        prev = state.pending
-        if prev.time >= (1.0 + P.tau_r) * observed:
-            kept = True
-        else:
-            reverted = True
-            config, base_time = prev.config, prev.time
-            tabu = tabu + tuple((t, state.epoch) for t in prev.transforms)
-    rounds, quiet, forced = state.rounds, state.quiet, False
-    if rounds >= P.max_rounds and quiet >= P.max_rounds * P.batch:
-        rounds, forced = 0, True
+    prev = state.pending
+    kept, reverted, tabu = state.judge(None if prev is None else prev.time,
+                                       () if prev is None else prev.transforms, observed, P, B)
+    if reverted:
+        config, base_time = prev.config, prev.time
+    rounds, forced = state.budget(P)
     chosen: list = []
     before = after = float("nan")
     flagged = 0
@@ -782,12 +769,8 @@ def shard_leader_step(state: ShardState, fct: np.ndarray, epoch_time: np.ndarray
                 check_shard_config(L, cur)
                 pending = _Pending(config, base_time, tuple(chosen))
                 config = cur
-    explored = state.explored + (1 if chosen else 0)
-    rounds = rounds + (1 if chosen else 0)
-    quiet = 0 if chosen else quiet + B
-    new = replace(state, config=config, model=model, epoch=state.epoch + B,
-                  batch_index=state.batch_index + 1, rounds=rounds, explored=explored,
-                  quiet=quiet, pending=pending, tabu=tabu)
+    new = replace(state, config=config, model=model, pending=pending,
+                  **state.after(B, rounds, bool(chosen), tabu))
     return new, ShardDecision(config, tuple(chosen), reverted, kept, forced, before, after,
                               flagged)
 
