@@ -78,7 +78,8 @@ def shard_fabric(topology: Topology, routes: Routes | None = None, optics: str =
     dirty connector or a NIC at half rate belongs to a port, so it stays with the port
     when an OCS re-wires it. Parallel fibres between two servers are one bundled link
     of their summed rates (:func:`topoopt.fabrics.direct_connect`). Explicit ``routes``
-    are kept only if every hop is still a fibre.
+    are kept if every hop of every route is still a fibre; otherwise (a re-wired
+    topology) all pairs take ECMP over shortest paths.
     """
     tx, rx = dict(tx or {}), dict(rx or {})
     links = {(a, b) for a, _, b, _ in topology.links}
@@ -140,6 +141,10 @@ class ShardLayout:
         Alternatives per owned flow (k shortest paths).
     min_share : float
         Smallest share of the bytes a ring keeps after a re-split (so it stays observed).
+    itemsize : int
+        Bytes per element of the AllReduce buffer.
+    routes : Routes or None
+        The plan's routes (host forwarding of the pairs with no fibre).
     """
 
     topology: Topology
