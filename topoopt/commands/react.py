@@ -20,7 +20,7 @@ from topoopt.errors import ConfigError
 from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
-from topoopt.react.scenarios import KINDS, Scenario, run_scenario
+from topoopt.react.scenarios import KINDS, Scenario, load_plan, run_scenario
 from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
 from topoopt.react.transforms import Swap, apply_swap
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
@@ -45,7 +45,7 @@ def react() -> None:
       topoopt react estimate --collective tree --nodes 16 --size 2MB \\
           --alpha 4us --bandwidth 100Gbps --congest 3:2 --swap 3:2@1
       topoopt react simulate --collective tree --fabric fattree --congested 2 --p 2
-      topoopt react simulate --collective plan --fabric plan:plan/ --nodes 128 \\
+      topoopt react simulate --collective plan --fabric plan:plan/ \\
           --scenario failures --capacity 30Gbps
       topoopt react sweep --workers 2
     """
@@ -190,7 +190,8 @@ def _plot(result, path: str) -> None:
                                    "tuned by the shard tuner (re-split bytes across the "
                                    "planned rings, switch a ring to another permutation "
                                    "on fibres, fibre-aware swaps, route moves).")
-@click.option("--nodes", type=int, default=8, help="Ranks (n >= 2; a plan's servers).")
+@click.option("--nodes", type=int, default=None,
+              help="Ranks (n >= 2) [default: a plan's servers, else 8].")
 @click.option("--size", default="20MB", help="Bytes per collective.")
 @click.option("--fabric", default="fattree",
               help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
@@ -237,6 +238,8 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, opti
     without and with REACT, under one congestion scenario; print mean and p95
     collective time, algorithm bandwidth and the transforms REACT made (swaps; on a
     plan also re-splits, ring switches and route moves)."""
+    if nodes is None:
+        nodes = load_plan(fabric[5:])[0].servers if fabric.startswith("plan:") else 8
     sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
                   kind=kind, congested=congested, p=p,
                   capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
