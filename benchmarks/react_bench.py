@@ -1,76 +1,381 @@
-"""REACT Figure 5 on the flow-level simulator: algorithm-bandwidth gain of REACT.
+"""REACT benchmarks: the planned shard (speed, gains, ns-3) and REACT Figure 5.
 
-8 nodes, 20 MB, 3-layer k = 8 Fat-tree (128 servers, 100 Gbps, 1 us links, 4-port
-ECMP with a random port per flow per epoch), 100 epochs measured after epoch 25;
-p = 1, 2, 4 external flows per congested pair, 1..8 pairs, 10 random scenarios each,
-for the NCCL double binary tree and recursive-doubling AllGather; plus the same seeds
-with no congestion (the overhead REACT costs when there is nothing to fix; p = 0).
-Prints, per point, the mean/min/max improvement of mean algorithm bandwidth
-(``base_time / react_time - 1``) and the mean epoch from which the pattern stayed
-fixed, then a summary against the paper's numbers.
+Sections (``--sections``, comma separated; default ``speed,shard``):
+
+``speed``
+    100 epochs of the DLRM-128 plan's 4-ring AllReduce (``configs/dlrm-128.toml``,
+    planned with ``--budget 50 --rounds 1`` into ``--plan128`` if missing) with one
+    fibre at 30%, without and with REACT, through ``run_scenario`` (class executor +
+    shard tuner), against main's path (``--base``, a checkout of the comparison
+    commit: general simulator + swap-based REACT) run side by side in the same
+    process tree. Main's path takes seconds per epoch, so it runs ``--base-epochs``
+    epochs of each run and its 100-epoch time is extrapolated per epoch (said in the
+    table); ``--base-epochs 100`` measures it all. Also one epoch of the class
+    executor, uncached, against the general simulator on the same network.
+``shard``
+    The gray failures and congestion of ``react simulate --scenario`` on the same plan:
+    mean AllReduce time without and with REACT, each over the healthy time, and the
+    transforms. Plus, on the BERT-16 plan (``configs/bert-16.toml``), the swap-based
+    REACT of switched fabrics (§5.3) next to the shard tuner.
+``ns3``
+    The 16-server plan on ns-3 (DCTCP, jumbo frames) and on the flow level, one fibre
+    at 30%: gain of each and their difference (target: within 10%).
+``fig5``
+    REACT Fig. 5 (8-node job, 20 MB, k = 8 Fat-tree of 128 servers, 4 ECMP connections
+    per flow re-drawn every epoch, p external flows per congested pair, 1-8 pairs,
+    ``--seeds`` scenarios each) in the settings the paper's text allows: flows out of
+    the job nodes (§7.3.1) or into them (§7.1); the job on random servers or on whole
+    racks in different pods. Per setting, the mean gain at p = 2, 4 and at p = 0,
+    next to the paper's 35% (tree) and 15% (recursive doubling). Then the headroom
+    in the fluid model: for each tree scenario at p = 2, 4 the best fixed pattern one
+    swap away (every global and chunk swap, run on the same epochs), against REACT's
+    gain.
+``fig5ns3``
+    A few of those tree scenarios on ns-3 (``--fig5-ns3`` epochs each) next to the flow
+    level: the baseline's slowdown over no congestion, and REACT's gain.
 
 Usage::
 
-    python benchmarks/react_bench.py [--workers 2] [--seeds 10] [--epochs 100]
-                                     [--quick] [--json OUT]
+    python benchmarks/react_bench.py [--sections speed,shard,ns3,fig5,fig5ns3] [--base DIR]
+        [--base-epochs 12] [--plan128 DIR] [--plan16 DIR] [--seeds 10] [--workers 2]
+        [--fig5-ns3 24] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
+import subprocess
 import sys
+import textwrap
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from topoopt.react.scenarios import Scenario  # noqa: E402
-from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table  # noqa: E402
+from topoopt.commands._common import print_table  # noqa: E402
+from topoopt.react.classsim import ClassExecutor  # noqa: E402
+from topoopt.react.flowsim import SimulatedExecutor  # noqa: E402
+from topoopt.react.loop import run_react  # noqa: E402
+from topoopt.react.scenarios import (  # noqa: E402
+    Scenario,
+    compare_runs,
+    run_scenario,
+    scenario_setup,
+    shard_scenario,
+)
+from topoopt.react.sweep import figure5_grid, run_sweep  # noqa: E402
+from topoopt.react.transforms import Swap, apply_swap  # noqa: E402
+
+PAPER = {"tree": 0.35, "rd-allgather": 0.15}
+
+
+def table(headers, rows) -> None:
+    print_table(headers, rows)
+    print(flush=True)
+
+
+def ensure_plan(directory: Path, config: str, extra=()) -> Path:
+    if not (directory / "plan.json").exists():
+        print(f"planning {config} into {directory} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "topoopt", "plan", config, "-o", str(directory),
+                        "--quiet", "--no-plots", *extra], check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return directory
+
+
+def servers_of(plan: Path) -> int:
+    return json.loads((plan / "plan.json").read_text())["topology"]["servers"]
+
+
+# ----------------------------------------------------------------------- speed
+BASE_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    from topoopt.react.scenarios import Scenario, run_scenario
+    kw = json.loads(sys.argv[1])
+    sc = Scenario(**kw)
+    t = time.perf_counter()
+    r = run_scenario(sc)
+    print(json.dumps({"wall": time.perf_counter() - t, "base": r.mean("baseline"),
+                      "react": r.mean("react")}))
+""")
+
+
+def speed(args, plan128: Path, out: dict) -> None:
+    n = servers_of(plan128)
+    sc = Scenario(collective="plan", nodes=n, fabric=f"plan:{plan128}", kind="failures",
+                  congested=1, capacity=30e9, size=args.size, epochs=100, warmup=25)
+    t = time.perf_counter()
+    res = run_scenario(sc)
+    ours = time.perf_counter() - t
+    base_wall = None
+    if args.base:
+        e = args.base_epochs
+        kw = {k: v for k, v in asdict(sc).items()
+              if k in ("collective", "nodes", "fabric", "kind", "congested", "capacity",
+                       "size", "seed")}
+        kw.update(epochs=e, warmup=min(e - 1, 6))
+        print(f"main's path ({args.base}): {e} epochs without and with REACT ...", flush=True)
+        p = subprocess.run([sys.executable, "-c", BASE_SCRIPT, json.dumps(kw)],
+                           capture_output=True, text=True, cwd="/tmp",
+                           env={**os.environ, "PYTHONPATH": str(Path(args.base).resolve())})
+        if p.returncode:
+            print(p.stderr[-2000:])
+        else:
+            doc = json.loads(p.stdout.strip().splitlines()[-1])
+            base_wall = doc["wall"] * 100 / e
+            out["speed_base"] = {**doc, "epochs": e, "extrapolated_100": base_wall}
+    rows = [["this branch: class executor + shard tuner", "100", f"{ours:.1f}",
+             "1.0", f"{res.mean('baseline') * 1e3:.2f}", f"{res.mean('react') * 1e3:.2f}"]]
+    if base_wall is not None:
+        b = out["speed_base"]
+        rows.append([f"main's path: general simulator + swaps ({b['epochs']} epochs, x{100 / b['epochs']:g})",
+                     "100", f"{base_wall:.0f}", f"{base_wall / ours:.0f}",
+                     f"{b['base'] * 1e3:.2f}", f"{b['react'] * 1e3:.2f}"])
+    print(f"DLRM-128 plan ({n} servers, {len(shard_scenario(sc).layout.rings)} rings), "
+          f"{args.size / 1e6:g} MB AllReduce, one fibre at 30%: 100 epochs without + 100 "
+          "with REACT (target <= 60 s, >= 20x)")
+    table(["path", "epochs", "wall s", "x faster", "without ms", "with ms"], rows)
+    # one epoch of the executors on the same network, uncached
+    ss = shard_scenario(sc)
+    pattern = ss.layout.pattern(ss.layout.initial())
+    cls = ClassExecutor(ss.fabric, range(n), cache=False)
+    cls.run(pattern, 1)
+    t = time.perf_counter()
+    cls.run(pattern, 3)
+    t_cls = (time.perf_counter() - t) / 3
+    gen = SimulatedExecutor(ss.fabric, range(n))
+    t = time.perf_counter()
+    r_gen = gen.run(pattern, 1)
+    t_gen = time.perf_counter() - t
+    r_cls = cls.run(pattern, 1)
+    same = float(np.abs(r_gen.finish - r_cls.finish).max())
+    table(["executor (one epoch, 130k flows, uncached)", "s", "x"],
+          [["general simulator (netsim.simulate)", f"{t_gen:.2f}", "1"],
+           ["class executor", f"{t_cls:.3f}", f"{t_gen / t_cls:.0f}"]])
+    print(f"largest difference of a flow's finish time: {same:.2e} s\n")
+    out["speed"] = {"wall": ours, "base_extrapolated": base_wall, "epoch_general": t_gen,
+                    "epoch_class": t_cls, "max_diff": same,
+                    "without": res.mean("baseline"), "with": res.mean("react")}
+
+
+# ----------------------------------------------------------------------- shard
+SHARD_CASES = [("none", {}), ("failures", {"capacity": 30e9}), ("failures", {"capacity": 10e9}),
+               ("nic", {"capacity": 50e9}), ("slow-server", {"p": 2}),
+               ("forwarded", {"capacity": 30e9, "p": 2}), ("external", {"p": 2})]
+
+
+def shard(args, plan: Path, out: dict, label: str) -> None:
+    n = servers_of(plan)
+    base = Scenario(collective="plan", nodes=n, fabric=f"plan:{plan}", size=args.size,
+                    epochs=100, warmup=25, congested=1)
+    rows, healthy = [], None
+    for kind, kw in SHARD_CASES:
+        sc = replace(base, kind=kind, **kw)
+        t = time.perf_counter()
+        r = run_scenario(sc)
+        wall = time.perf_counter() - t
+        if healthy is None:
+            healthy = r.mean("baseline")
+        what = kind + (f" {kw['capacity'] / 1e9:g}G" if "capacity" in kw else "") + \
+            (f" p={kw['p']}" if "p" in kw else "")
+        first = r.changes[0][1][0] if r.changes and r.changes[0][1] else "-"
+        rows.append([what, f"{r.mean('baseline') / healthy:.2f}", f"{r.mean('react') / healthy:.2f}",
+                     f"{100 * r.improvement:+.1f}", len(r.changes), first[:44], f"{wall:.1f}"])
+        out.setdefault("shard", {})[f"{label} {what}"] = {
+            "without": r.mean("baseline"), "with": r.mean("react"), "healthy": healthy,
+            "changes": [list(c[1]) for c in r.changes]}
+    print(f"{label} plan ({n} servers), {args.size / 1e6:g} MB AllReduce, 100 epochs "
+          f"(means of 25..99); times over the healthy {healthy * 1e3:.2f} ms")
+    table(["scenario", "without", "with REACT", "gain %", "changes", "first transform",
+           "wall s"], rows)
+
+
+def swaps_vs_tuner(args, plan: Path, out: dict) -> None:
+    """The swap-based REACT of switched fabrics on a plan, next to the shard tuner."""
+    n = servers_of(plan)
+    sc = Scenario(collective="plan", nodes=n, fabric=f"plan:{plan}", size=args.size,
+                  epochs=60, warmup=24, kind="failures", congested=1, capacity=30e9)
+    tuned = run_scenario(sc)
+    ss = shard_scenario(sc)
+    pattern = ss.layout.pattern(ss.layout.initial())
+    swaps = run_react(ClassExecutor(ss.fabric, range(n)), pattern, sc.epochs)
+    healthy = run_scenario(replace(sc, kind="none", epochs=6, warmup=0)).mean("baseline")
+    mean = lambda x: float(np.mean(x[sc.warmup:]))  # noqa: E731
+    rows = [["without REACT", f"{mean(tuned.baseline) / healthy:.2f}", "-"],
+            ["swap-based REACT (global/chunk swaps, §5.3)",
+             f"{mean(swaps.epoch_time) / healthy:.2f}",
+             " ".join(" ".join(c[1]) for c in swaps.changes)[:60] or "-"],
+            ["shard tuner", f"{mean(tuned.react) / healthy:.2f}",
+             " ".join(" ".join(c[1]) for c in tuned.changes)[:60]]]
+    print(f"{plan.name} ({n} servers), one fibre at 30%: REACT's switched-fabric swaps "
+          "against the direct-connect-aware transforms (times over healthy, epochs 24..59)")
+    table(["REACT", "time", "transforms"], rows)
+    out["swaps_vs_tuner"] = {r[0]: r[1] for r in rows}
+
+
+# ----------------------------------------------------------------------- ns-3
+def ns3(args, plan: Path, out: dict) -> None:
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.packetsim import run_scenario_ns3
+
+    n = servers_of(plan)
+    sc = Scenario(collective="plan", nodes=n, fabric=f"plan:{plan}", size=args.ns3_size,
+                  kind="failures", congested=1, capacity=30e9, epochs=args.ns3_epochs,
+                  warmup=args.ns3_epochs // 2, )
+    flow = run_scenario(sc)
+    t = time.perf_counter()
+    line = lambda stage, done: print(f"  ns-3 {stage}: {done}/{sc.epochs} epochs "  # noqa: E731
+                                     f"({time.perf_counter() - t:.0f} s)", flush=True)
+    pkt = run_scenario_ns3(sc, config=Ns3Config(mtu=9000), progress=line)
+    rows = [[name, f"{r.mean('baseline') * 1e3:.3f}", f"{r.mean('react') * 1e3:.3f}",
+             f"{100 * r.improvement:+.1f}", " ".join(r.changes[0][1]) if r.changes else "-"]
+            for name, r in (("flow level", flow), ("ns-3 (DCTCP, MTU 9000)", pkt))]
+    diff = abs(pkt.improvement - flow.improvement) / max(abs(flow.improvement), 1e-12)
+    print(f"{plan.name} ({n} servers), {args.ns3_size / 1e6:g} MB, one fibre at 30%, "
+          f"{sc.epochs} epochs (means of {sc.warmup}..): ns-3 against the flow level")
+    table(["backend", "without ms", "with ms", "gain %", "transform"], rows)
+    print(f"ns-3 gain {100 * pkt.improvement:+.1f}% vs flow level {100 * flow.improvement:+.1f}%:"
+          f" {100 * diff:.1f}% apart (target <= 10%); ns-3 wall {time.perf_counter() - t:.0f} s\n")
+    out["ns3"] = {"flow": [flow.mean("baseline"), flow.mean("react"), flow.improvement],
+                  "ns3": [pkt.mean("baseline"), pkt.mean("react"), pkt.improvement],
+                  "relative_difference": diff}
+
+
+# ----------------------------------------------------------------------- fig5
+SETTINGS = [("out of job nodes, random servers (ours, §7.3.1)", {}),
+            ("into job nodes, random servers (§7.1)", {"direction": "in"}),
+            ("out of job nodes, 2 whole racks", {"placement": "racks"}),
+            ("into job nodes, 2 whole racks", {"direction": "in", "placement": "racks"})]
+
+
+def fig5(args, out: dict) -> None:
+    rows = []
+    for label, kw in SETTINGS:
+        base = replace(Scenario(), **kw)
+        grid = figure5_grid(("tree", "rd-allgather"), (2, 4), range(1, 9), args.seeds, base)
+        t = time.perf_counter()
+        res = run_sweep(grid, workers=args.workers)
+        wall = time.perf_counter() - t
+        for coll in ("tree", "rd-allgather"):
+            hot = [r.improvement for r in res if r.scenario.collective == coll
+                   and r.scenario.kind != "none"]
+            clean = [r.improvement for r in res if r.scenario.collective == coll
+                     and r.scenario.kind == "none"]
+            per_k = [np.mean([r.improvement for r in res if r.scenario.collective == coll
+                              and r.scenario.congested == k and r.scenario.kind != "none"])
+                     for k in range(1, 9)]
+            rows.append([label, coll, f"{100 * np.mean(hot):.1f}", f"{100 * PAPER[coll]:.0f}",
+                         f"{100 * max(hot):.0f}", f"{100 * np.mean(clean):+.1f}",
+                         " ".join(f"{100 * g:.0f}" for g in per_k), f"{wall:.0f}"])
+            out.setdefault("fig5", {})[f"{label} / {coll}"] = {
+                "mean_p24": float(np.mean(hot)), "max": float(max(hot)),
+                "p0": float(np.mean(clean)), "per_pairs": [float(g) for g in per_k]}
+    print(f"REACT Fig. 5 on the flow level: mean gain at p = 2, 4 over pairs 1-8 x "
+          f"{args.seeds} seeds (paper: mean 35% tree, 15% rd-allgather, up to 60-95%)")
+    table(["setting", "collective", "mean %", "paper %", "max %", "p=0 %",
+           "by pairs 1..8 (%)", "wall s"], rows)
+    headroom(args, out)
+
+
+def _fixed(sc: Scenario, pattern, fabric, placement, bg, epochs: int) -> float:
+    ex = SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed)
+    return float(ex.run(pattern, epochs).epoch_time.mean())
+
+
+def headroom(args, out: dict) -> None:
+    """Best fixed pattern one swap away vs REACT, tree, p = 2, 4, pairs 1..7."""
+    gains, react = [], []
+    epochs = 24
+    for p, k, s in itertools.product((2, 4), range(1, 8), range(min(args.seeds, 3))):
+        sc = Scenario(collective="tree", p=p, congested=k, seed=s, epochs=epochs, warmup=6)
+        fabric, placement, bg, pattern = scenario_setup(sc)
+        base = _fixed(sc, pattern, fabric, placement, bg, epochs)
+        cands = [Swap("global", a, b) for a, b in itertools.combinations(range(8), 2)]
+        cands += [Swap("chunk", a, b, c) for a, b in itertools.combinations(range(8), 2)
+                  for c in range(pattern.chunks)]
+        best = min(_fixed(sc, apply_swap(pattern, sw), fabric, placement, bg, epochs)
+                   for sw in cands)
+        gains.append(base / best - 1)
+        r = compare_runs(replace(sc, epochs=100, warmup=25), pattern,
+                         lambda: SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed))
+        react.append(r.improvement)
+    print(f"headroom of the fluid model, tree, p = 2, 4, pairs 1-7, {min(args.seeds, 3)} seeds: "
+          f"best single swap (fixed, same epochs) {100 * np.mean(gains):.1f}% mean, "
+          f"{100 * max(gains):.0f}% max; REACT {100 * np.mean(react):.1f}% mean, "
+          f"{100 * max(react):.0f}% max\n")
+    out["headroom"] = {"best_swap_mean": float(np.mean(gains)), "best_swap_max": float(max(gains)),
+                       "react_mean": float(np.mean(react)), "react_max": float(max(react))}
+
+
+def fig5_ns3(args, out: dict) -> None:
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.packetsim import run_scenario_ns3
+
+    rows = []
+    e = args.fig5_ns3
+    for p, k in ((2, 1), (4, 1), (2, 3), (4, 3)):
+        sc = Scenario(collective="tree", p=p, congested=k, seed=0, epochs=e, warmup=e // 3)
+        flow = run_scenario(sc)
+        clean = run_scenario(replace(sc, kind="none", p=0, congested=0)).mean("baseline")
+        t = time.perf_counter()
+        pkt = run_scenario_ns3(sc, config=Ns3Config(mtu=9000))
+        pkt_clean = run_scenario_ns3(replace(sc, kind="none", p=0, congested=0, epochs=6,
+                                             warmup=2), config=Ns3Config(mtu=9000))
+        rows.append([f"p={p}, pairs={k}", f"{flow.mean('baseline') / clean:.2f}",
+                     f"{pkt.mean('baseline') / pkt_clean.mean('baseline'):.2f}",
+                     f"{100 * flow.improvement:+.1f}", f"{100 * pkt.improvement:+.1f}",
+                     f"{time.perf_counter() - t:.0f}"])
+        out.setdefault("fig5_ns3", {})[rows[-1][0]] = rows[-1][1:]
+    print(f"tree, 8 nodes, 20 MB, k = 8 Fat-tree, seed 0, {e} epochs: slowdown of the baseline "
+          "over clean, and REACT's gain, flow level against ns-3")
+    table(["scenario", "slowdown flow", "slowdown ns-3", "gain flow %", "gain ns-3 %",
+           "ns-3 wall s"], rows)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sections", default="speed,shard")
+    ap.add_argument("--base", default=None, help="checkout of the commit to compare with")
+    ap.add_argument("--base-epochs", type=int, default=12)
+    ap.add_argument("--plan128", type=Path, default=Path("/tmp/topoopt-bench/dlrm-128"))
+    ap.add_argument("--plan16", type=Path, default=Path("/tmp/topoopt-bench/bert-16"))
+    ap.add_argument("--size", type=float, default=256e6, help="AllReduce bytes on the plans")
+    ap.add_argument("--ns3-size", type=float, default=64e6)
+    ap.add_argument("--ns3-epochs", type=int, default=12)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--quick", action="store_true", help="p = 2 only, pairs 1, 4, 8, 3 seeds")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--fig5-ns3", type=int, default=24, help="epochs per ns-3 Fig. 5 run")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    base = Scenario(epochs=args.epochs)
-    if args.quick:
-        grid = figure5_grid(ps=(2,), congested=(1, 4, 8), seeds=3, base=base)
-    else:
-        grid = figure5_grid(seeds=args.seeds, base=base)
-    t0 = time.perf_counter()
-    results = run_sweep(grid, workers=args.workers)
-    wall = time.perf_counter() - t0
-    rows = sweep_table(results)
-    print(f"REACT Fig. 5 sweep: {len(grid)} scenarios x 2 runs x {args.epochs} epochs "
-          f"in {wall:.0f} s ({args.workers} workers)\n")
-    head = f"{'collective':<13}{'p':>3}{'pairs':>7}{'mean %':>9}{'min %':>8}{'max %':>8}" \
-           f"{'converged':>11}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['collective']:<13}{r['p']:>3}{r['congested']:>7}"
-              f"{100 * r['mean_improvement']:>9.1f}{100 * r['min_improvement']:>8.1f}"
-              f"{100 * r['max_improvement']:>8.1f}{r['converged_epoch']:>11.1f}")
-    print()
-    for coll in sorted({r.scenario.collective for r in results}):
-        mine = [r for r in results if r.scenario.collective == coll]
-        hot = [r.improvement for r in mine if r.scenario.p in (2, 4)]
-        clean = [r.improvement for r in mine if r.scenario.kind == "none"]
-        conv = [r.converged_epoch for r in mine if r.scenario.kind != "none"]
-        paper = {"tree": "35%", "rd-allgather": "15%"}.get(coll, "?")
-        print(f"{coll}: mean gain at p = 2, 4: {100 * np.mean(hot):.1f}% (paper {paper}); "
-              f"best {100 * max(hot):.1f}% (paper up to 60-95%); "
-              f"p = 0 change {100 * np.mean(clean):+.2f}% (paper > -4%, target > -1%); "
-              f"epochs to converge {np.mean(conv):.1f}")
+    sections = set(args.sections.split(","))
+    out: dict = {}
+    if sections & {"speed", "shard"}:
+        plan128 = ensure_plan(args.plan128, "configs/dlrm-128.toml",
+                              ("--budget", "50", "--rounds", "1"))
+    if sections & {"shard", "ns3"}:
+        plan16 = ensure_plan(args.plan16, "configs/bert-16.toml",
+                             ("--budget", "50", "--rounds", "1"))
+    if "speed" in sections:
+        speed(args, plan128, out)
+    if "shard" in sections:
+        shard(args, plan128, out, "DLRM-128")
+        shard(args, plan16, out, "BERT-16")
+        swaps_vs_tuner(args, plan16, out)
+    if "ns3" in sections:
+        ns3(args, plan16, out)
+    if "fig5" in sections:
+        fig5(args, out)
+    if "fig5ns3" in sections:
+        fig5_ns3(args, out)
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "wall_s": wall}, indent=1))
+        args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0
 
 

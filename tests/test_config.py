@@ -18,7 +18,7 @@ def base():
     }
 
 
-@pytest.mark.parametrize("name", ["dlrm-128", "bert-128", "dlrm-16"])
+@pytest.mark.parametrize("name", ["dlrm-128", "bert-128", "dlrm-16", "bert-16"])
 def test_shipped_configs_load(name):
     cfg = load_config(ROOT / "configs" / f"{name}.toml")
     assert cfg.cluster.nics == 4
@@ -26,7 +26,7 @@ def test_shipped_configs_load(name):
     assert cfg.cluster.link_latency == 1e-6
     assert cfg.cluster.gpus_per_server == 4
     assert cfg.cluster.gpu.name == "A100"
-    assert cfg.cluster.servers == (16 if name == "dlrm-16" else 128)
+    assert cfg.cluster.servers == (16 if name.endswith("-16") else 128)
 
 
 def test_paper_settings_dlrm_128():

@@ -84,10 +84,14 @@ def test_plan_fabric_runs_the_plans_rings(tmp_path):
     n = 6
     links = [(i, 0, (i + 1) % n, 0) for i in range(n)] + \
             [(i, 1, (i - 1) % n, 1) for i in range(n)]
-    plan = {"topology": {"servers": n, "ports": 2, "links": links,
+    every = list(range(n))
+    plan = {"format": "topoopt.plan/1",
+            "topology": {"servers": n, "ports": 2, "links": links,
                          "link_bandwidth": 100e9, "link_latency": 1e-6},
-            "rings": [list(range(n)), {"order": [0, 2, 4], "members": [0, 2, 4]},
-                      {"order": [0, 5, 4, 3, 2, 1], "members": list(range(n))}]}
+            "rings": [{"order": every, "members": every},
+                      {"order": [0, 2, 4], "members": [0, 2, 4]},
+                      {"order": [0, 5, 4, 3, 2, 1], "members": every}],
+            "routes": []}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     sc = Scenario(collective="plan", fabric=f"plan:{tmp_path}", nodes=n, size=12e6,
                   kind="none", epochs=3, warmup=0)
@@ -104,9 +108,10 @@ def test_plan_fabric_runs_the_plans_rings(tmp_path):
 def test_plan_whose_rings_miss_servers_is_refused(tmp_path):
     n = 6
     links = [(i, 0, (i + 1) % n, 0) for i in range(n)]
-    plan = {"topology": {"servers": n, "ports": 1, "links": links,
-                         "link_bandwidth": 100e9},
-            "rings": [{"order": [0, 2, 4], "members": [0, 2, 4]}]}
+    plan = {"format": "topoopt.plan/1",
+            "topology": {"servers": n, "ports": 1, "links": links,
+                         "link_bandwidth": 100e9, "link_latency": 1e-6},
+            "rings": [{"order": [0, 2, 4], "members": [0, 2, 4]}], "routes": []}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     r = CliRunner().invoke(main, ["react", "simulate", "--collective", "plan", "--fabric",
                                   f"plan:{tmp_path}", "--nodes", str(n), "--epochs", "6",

@@ -143,11 +143,18 @@ def multi_ring_allreduce(rings: Sequence[Sequence[int]], size: float = 2 ** 20,
         raise ConfigError("size", size, "too small to give every ring one element per rank")
     bounds = np.concatenate([[0], np.cumsum(share)])
     segments = np.concatenate([split_elements(share[i], n, bounds[i]) for i in range(k)])
-    edges = [e for i, order in enumerate(orders)
-             for e in _ring_edges(order, i * n, lambda j, i=i: i)]
-    return Pattern.from_edges("multi-ring", "allreduce", n, segments, edges,
-                              itemsize=itemsize,
-                              phase_names=("reduce-scatter", "all-gather"))
+    # the edges of _ring_edges for every ring, as arrays: (ring, step, position)
+    o = np.asarray(orders, np.int64)                        # (k, n)
+    t = np.arange(2 * (n - 1))
+    pos = np.arange(n)
+    ring, step, p = (a.ravel() for a in np.meshgrid(np.arange(k), t, pos, indexing="ij"))
+    rs = step < n - 1
+    j = np.where(rs, p - step, p + 1 - (step - (n - 1))) % n
+    return Pattern.from_arrays("multi-ring", "allreduce", n, segments, step=step,
+                               src=o[ring, p], dst=o[ring, (p + 1) % n], chunk=ring,
+                               segment=ring * n + j, reduce=rs, phase=np.where(rs, 0, 1),
+                               itemsize=itemsize,
+                               phase_names=("reduce-scatter", "all-gather"))
 
 
 # ----------------------------------------------------------------- NCCL double binary tree

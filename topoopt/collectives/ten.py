@@ -164,6 +164,29 @@ class Pattern:
                    seg_idx=_frozen(idx, np.int64), phase=_frozen(col(6), np.int64),
                    phase_names=tuple(phase_names))
 
+    @classmethod
+    def from_arrays(cls, name: str, collective: str, ranks: int, segments: np.ndarray, *,
+                    step, src, dst, chunk, segment, reduce, phase, itemsize: int = 4,
+                    owners: Sequence[int] | None = None,
+                    phase_names: Sequence[str] = ("all",)) -> "Pattern":
+        """Build a pattern of one-segment edges from arrays (the vectorized twin of
+        :meth:`from_edges`, same sort by ``(step, chunk, src, dst)``)."""
+        step, src, dst, chunk = (np.asarray(a, np.int64) for a in (step, src, dst, chunk))
+        order = np.lexsort((dst, src, chunk, step))
+        segs = np.asarray(segments, dtype=np.int64).reshape(-1, 2)
+        E = order.size
+        return cls(name=name, collective=collective, ranks=int(ranks), itemsize=int(itemsize),
+                   elements=int(segs[:, 1].max()) if len(segs) else 0,
+                   segments=_frozen(segs, np.int64),
+                   owners=None if owners is None else _frozen(owners, np.int64),
+                   step=_frozen(step[order], np.int64), src=_frozen(src[order], np.int64),
+                   dst=_frozen(dst[order], np.int64), chunk=_frozen(chunk[order], np.int64),
+                   reduce=_frozen(np.asarray(reduce, bool)[order], bool),
+                   seg_ptr=_frozen(np.arange(E + 1), np.int64),
+                   seg_idx=_frozen(np.asarray(segment, np.int64)[order], np.int64),
+                   phase=_frozen(np.asarray(phase, np.int64)[order], np.int64),
+                   phase_names=tuple(phase_names))
+
     def replace(self, *, src=None, dst=None, seg_idx=None, name=None) -> "Pattern":
         """The same pattern with new endpoints / segment ids (edge indices unchanged)."""
         return Pattern(
@@ -232,9 +255,11 @@ class Pattern:
                        bool(self.reduce[e]), self.phase_names[int(self.phase[e])])
 
     def signature(self) -> tuple:
-        """Hashable identity of the edges' endpoints and segments (for caches, equality)."""
+        """Hashable identity of the edges' endpoints and segments, the segments' element
+        ranges included (for caches, equality: a re-split moves bytes, not edges)."""
         return (self.name, self.collective, self.ranks, self.elements,
-                self.src.tobytes(), self.dst.tobytes(), self.seg_idx.tobytes())
+                self.src.tobytes(), self.dst.tobytes(), self.seg_idx.tobytes(),
+                self.segments.tobytes())
 
     def __repr__(self) -> str:
         return (f"Pattern({self.name!r}, {self.collective}, ranks={self.ranks}, "
@@ -302,40 +327,38 @@ def flow_dependencies(pattern: Pattern) -> tuple[np.ndarray, np.ndarray]:
     ptr, idx : ndarray
         CSR: flow ``e`` depends on ``idx[ptr[e]:ptr[e+1]]`` (sorted, unique).
     """
-    key = ("deps",) + pattern.signature()
+    key = ("deps", pattern.ranks, pattern.step.tobytes(), pattern.src.tobytes(),
+           pattern.dst.tobytes(), pattern.chunk.tobytes())
     if key in pattern._cache:
         return pattern._cache[key]
-    # incident (chunk, rank) -> edges at its latest step so far
-    last: dict[tuple[int, int], tuple[int, list[int]]] = {}
-    deps: list[list[int]] = []
-    step, src, dst, chunk = (pattern.step.tolist(), pattern.src.tolist(),
-                             pattern.dst.tolist(), pattern.chunk.tolist())
-    E = len(step)
-    e = 0
-    while e < E:  # process one (step) block at a time so same-step flows never wait on each other
-        t = step[e]
-        f = e
-        while f < E and step[f] == t:
-            f += 1
-        for g in range(e, f):
-            d: set[int] = set()
-            for r in (src[g], dst[g]):
-                prev = last.get((chunk[g], r))
-                if prev is not None:
-                    d.update(prev[1])
-            deps.append(sorted(d))
-        for g in range(e, f):
-            for r in (src[g], dst[g]):
-                k = (chunk[g], r)
-                prev = last.get(k)
-                if prev is None or prev[0] != t:
-                    last[k] = (t, [g])
-                else:
-                    prev[1].append(g)
-        e = f
+    E, n = pattern.edges_count, pattern.ranks
+    # incidences (chunk, rank, step, edge), two per edge, sorted by (chunk, rank, step)
+    edge = np.concatenate([np.arange(E), np.arange(E)])
+    cr = np.concatenate([pattern.chunk * n + pattern.src, pattern.chunk * n + pattern.dst])
+    st = np.concatenate([pattern.step, pattern.step])
+    order = np.lexsort((edge, st, cr))
+    edge, cr, st = edge[order], cr[order], st[order]
+    # groups of equal (chunk, rank, step); each group's predecessor is the previous
+    # group of the same (chunk, rank): that endpoint's latest earlier step
+    new_group = np.ones(edge.size, bool)
+    new_group[1:] = (cr[1:] != cr[:-1]) | (st[1:] != st[:-1])
+    gstart = np.flatnonzero(new_group)
+    gid = np.cumsum(new_group) - 1
+    gsize = np.diff(np.append(gstart, edge.size))
+    same_cr = np.zeros(gstart.size, bool)
+    same_cr[1:] = cr[gstart[1:]] == cr[gstart[:-1]]
+    prev = np.where(same_cr, np.arange(gstart.size) - 1, -1)[gid]       # per incidence
+    has = prev >= 0
+    counts = np.where(has, gsize[np.maximum(prev, 0)], 0)
+    owner = np.repeat(edge, counts)
+    first = np.repeat(gstart[np.maximum(prev, 0)], counts)
+    offs = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    dep = edge[first + offs]
+    pairs = np.sort(owner * E + dep)             # sorted unique (a sort beats np.unique's hash)
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if pairs.size else pairs
     ptr = np.zeros(E + 1, np.int64)
-    np.cumsum([len(d) for d in deps], out=ptr[1:])
-    idx = np.fromiter((x for d in deps for x in d), np.int64, count=int(ptr[-1]))
+    np.cumsum(np.bincount(pairs // E, minlength=E), out=ptr[1:])
+    idx = (pairs % E).astype(np.int64)
     pattern._cache[key] = (ptr, idx)
     return ptr, idx
 

@@ -26,7 +26,7 @@ from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.plans.document import FORMAT, check_plan_document
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
-from topoopt.react.scenarios import Scenario, run_scenario
+from topoopt.react.scenarios import KINDS, Scenario, load_plan, run_scenario
 from topoopt.react.sweep import figure5_grid, run_sweep, sweep_table
 from topoopt.react.transforms import Swap, apply_swap
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
@@ -48,6 +48,7 @@ _SCENARIO_OPTIONS = {k: f"--{k}" for k in ("collective", "nodes", "size", "fabri
                                            "congested", "p", "capacity", "epochs",
                                            "warmup", "seed")}
 _SCENARIO_OPTIONS["scenario"] = "--scenario"
+_SCENARIO_OPTIONS.update(optics="--optics", direction="--direction", placement="--placement")
 
 
 def _size(text: str) -> float:
@@ -89,6 +90,8 @@ def react() -> None:
       topoopt react estimate --collective tree --nodes 16 --size 2MB \\
           --alpha 4us --bandwidth 100Gbps --congest 3:2 --swap 3:2@1
       topoopt react simulate --collective tree --fabric fattree --congested 2 --p 2
+      topoopt react simulate --collective plan --fabric plan:plan/ \\
+          --scenario failures --capacity 30Gbps
       topoopt react sweep --workers 2
     """
 
@@ -232,26 +235,40 @@ def _plot(result, path: str) -> None:
 
 @react.command()
 @click.option("--collective", type=click.Choice(["tree", "ring", "rd-allgather", "plan"]),
-              default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR.")
-@click.option("--nodes", type=NODES, default=8, help="Ranks.")
+              default="tree", help="plan: the multi-ring AllReduce of --fabric plan:DIR, "
+                                   "tuned by the shard tuner (re-split bytes across the "
+                                   "planned rings, switch a ring to another permutation "
+                                   "on fibres, fibre-aware swaps, route moves).")
+@click.option("--nodes", type=NODES, default=None,
+              help="Ranks (n >= 2) [default: a plan's servers, else 8].")
 @click.option("--size", default="20MB", help="Bytes per collective.")
 @click.option("--fabric", default="fattree",
               help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
-                   "(DIR/plan.json's direct-connect topology and the rings of its widest "
-                   "AllReduce group). Large plans are slow: a 128-server plan's 4-ring "
-                   "AllReduce is 130k flows per epoch, ~12 s per epoch here without "
-                   "congestion and ~75 s with 2 congested pairs.")
-@click.option("--scenario", "kind", type=click.Choice(["external", "spine", "failures",
-                                                       "none"]),
-              default="external", help="external: p flows from each congested job node "
-                                       "to a server outside the job; spine: p flows "
-                                       "between outside servers across pods; failures: "
-                                       "links degraded to --capacity; none.")
+                   "(DIR/plan.json's direct-connect shard and the rings of its widest "
+                   "AllReduce group; with --collective plan it runs on the class executor, "
+                   "about a second per 100 epochs of a 128-server plan).")
+@click.option("--scenario", "kind", type=click.Choice(list(KINDS)), default="external",
+              help="external: p flows from each congested job node to a server outside "
+                   "the job; spine: p flows between outside servers across pods; failures: "
+                   "links (on a plan: fibres of its rings) at --capacity; nic: NICs at "
+                   "--capacity both ways; slow-server: a co-located job's p flows on each "
+                   "NIC of a server; forwarded (plan only): a ring fibre at --capacity "
+                   "crossed by p flows of the job's own host-forwarded traffic; none.")
 @click.option("--congested", type=click.IntRange(0, MAX_NODES), default=1,
-              help="Congested source-destination pairs (failed links for failures).")
+              help="Congested pairs (failed links, NICs or servers for failures, nic, "
+                   "slow-server; degraded fibres for forwarded).")
 @click.option("--p", "p", type=click.IntRange(0, 1024), default=2,
               help="External flows per congested pair.")
-@click.option("--capacity", default="50Gbps", help="Bandwidth of a failed link.")
+@click.option("--capacity", default="50Gbps",
+              help="Bandwidth of a failed link or NIC (e.g. 30Gbps for a fibre at 30%).")
+@click.option("--optics", type=click.Choice(["patch_panel", "ocs"]), default="patch_panel",
+              help="A plan's optics: patch_panel (fixed fibres) or ocs (REACT may re-wire a "
+                   "ring; the next epoch stalls 10 ms, TopoOpt §5.1).")
+@click.option("--direction", type=click.Choice(["out", "in"]), default="out",
+              help="external: flows out of the job node (REACT §7.3.1) or into it (§7.1).")
+@click.option("--placement", type=click.Choice(["random", "racks"]), default="random",
+              help="fattree: the job on random servers, or on whole racks in different "
+                   "pods.")
 @click.option("--epochs", type=EPOCHS, default=100)
 @click.option("--warmup", type=click.IntRange(0), default=25,
               help="Epochs left out of the means.")
@@ -266,20 +283,25 @@ def _plot(result, path: str) -> None:
               help="Write the per-epoch times, summary and swaps to this JSON file.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Plot per-epoch time with and without REACT (needs the plot extra).")
-def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, epochs,
-             warmup, seed, backend, mtu, json_out, png) -> None:
+def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, optics,
+             direction, placement, epochs, warmup, seed, backend, mtu, json_out, png) -> None:
     """Run a collective for --epochs epochs on the flow-level simulator (or ns-3),
     without and with REACT, under one congestion scenario; print mean and p95
-    collective time, algorithm bandwidth and the swaps REACT made."""
+    collective time, algorithm bandwidth and the transforms REACT made (swaps; on a
+    plan also re-splits, ring switches and route moves)."""
     output_file(json_out, "--json")
     output_file(png, "--png")
     if png:
         require_matplotlib()
+    fabric = _plan_fabric(fabric)
+    if nodes is None:
+        nodes = load_plan(fabric[5:])[0].servers if fabric.startswith("plan:") else 8
     with options_named(**_SCENARIO_OPTIONS):
-        sc = Scenario(collective=collective, nodes=nodes, size=_size(size),
-                      fabric=_plan_fabric(fabric), kind=kind, congested=congested, p=p,
+        sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
+                      kind=kind, congested=congested, p=p,
                       capacity=parse_bandwidth(capacity, "--capacity"), epochs=epochs,
-                      warmup=warmup, seed=seed)
+                      warmup=warmup, seed=seed, optics=optics, direction=direction,
+                      placement=placement)
     config = Ns3Config(mtu=mtu) if backend == "ns3" else None
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
@@ -333,20 +355,26 @@ MAX_SWEEP = 100_000
 @click.option("--nodes", type=NODES, default=8)
 @click.option("--size", default="20MB")
 @click.option("--fabric", default="fattree", help="star, fattree or plan:DIR.")
+@click.option("--direction", type=click.Choice(["out", "in"]), default="out",
+              help="External flows out of the job nodes (REACT §7.3.1) or into them (§7.1).")
+@click.option("--placement", type=click.Choice(["random", "racks"]), default="random",
+              help="fattree: the job on random servers, or on whole racks in different "
+                   "pods.")
 @click.option("--epochs", type=EPOCHS, default=100)
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1,
               help="Local worker processes.")
 @click.option("--ray", default=None, metavar="ADDRESS",
               help="Run on Ray instead: 'local' or a cluster address host:port.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None)
-def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, epochs, workers, ray,
-          json_out) -> None:
+def sweep(collectives, ps, pairs, seeds, nodes, size, fabric, direction, placement, epochs,
+          workers, ray, json_out) -> None:
     """REACT Figure 5: mean algorithm-bandwidth gain over --seeds random scenarios per
     (collective, p, congested pairs), plus the same seeds without congestion (p = 0)."""
     output_file(json_out, "--json")
     with options_named(**_SCENARIO_OPTIONS):
         base = Scenario(nodes=nodes, size=_size(size), fabric=_plan_fabric(fabric),
-                        epochs=epochs, warmup=min(25, epochs // 4))
+                        epochs=epochs, warmup=min(25, epochs // 4), direction=direction,
+                        placement=placement)
     p_list, pair_list = _int_list(ps, "--p", 1024), _int_list(pairs, "--pairs", MAX_NODES)
     runs = len(collectives) * len(p_list) * len(pair_list) * seeds
     if runs > MAX_SWEEP:

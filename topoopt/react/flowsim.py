@@ -34,19 +34,24 @@ from topoopt.netsim import Background, CompiledWorkload, FlowRoutes, Workload, s
 from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
 
-__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements"]
+__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements",
+           "pattern_workload", "hop_paths", "pair_links"]
 
 
 @dataclass(frozen=True)
 class BackgroundFlows:
     """``count`` greedy external flows from server ``src`` to server ``dst``, active in
-    epochs ``[first_epoch, last_epoch)`` (``last_epoch=None``: until the end)."""
+    epochs ``[first_epoch, last_epoch)`` (``last_epoch=None``: until the end).
+
+    ``path`` (link ids) pins them to one route, e.g. a host-forwarded route of a plan;
+    by default each takes one ECMP path of the pair."""
 
     src: int
     dst: int
     count: int = 1
     first_epoch: int = 0
     last_epoch: int | None = None
+    path: tuple[int, ...] | None = None
 
     def active(self, epoch: int) -> bool:
         return epoch >= self.first_epoch and (self.last_epoch is None or epoch < self.last_epoch)
@@ -56,12 +61,40 @@ def _hash(*parts: int) -> int:
     return zlib.crc32(np.asarray(parts, np.int64).tobytes())
 
 
+def pair_links(fabric: Fabric) -> dict[tuple[int, int], int]:
+    """``(node_a, node_b) -> link id`` of ``fabric`` (cached on it; with parallel links,
+    the last)."""
+    ids = fabric._cache.get("pair_links")
+    if ids is None:
+        ids = {(int(u), int(v)): i for i, (u, v) in
+               enumerate(zip(fabric.src.tolist(), fabric.dst.tolist()))}
+        fabric._cache["pair_links"] = ids
+    return ids
+
+
+def hop_paths(fabric: Fabric, a: int, b: int) -> list[tuple[np.ndarray, float]]:
+    """:meth:`Fabric.paths` of ``a -> b``, cached on the fabric. On a direct fabric an
+    explicit route is read by its pair, and a hop over one fibre (no explicit route) is
+    that fibre, both without a search over every route or path."""
+    cache = fabric._cache.setdefault("hop_paths", {})
+    key = (int(a), int(b))
+    if key not in cache:
+        one = None
+        if fabric.kind == "direct" and key[0] != key[1]:      # servers are routing nodes
+            if key in fabric.explicit:
+                one = [(np.asarray(p, np.int64), float(w)) for p, w in fabric.explicit[key]]
+            elif key in pair_links(fabric):
+                one = [(np.array([pair_links(fabric)[key]], np.int64), 1.0)]
+        cache[key] = one if one is not None else fabric.paths(*key)
+    return cache[key]
+
+
 def ecmp_paths(fabric: Fabric, a: int, b: int, cache: dict | None = None) -> list[np.ndarray]:
     """Equal-cost paths (link-id arrays) from server ``a`` to ``b`` of ``fabric``."""
     key = (a, b)
     if cache is not None and key in cache:
         return cache[key]
-    paths = [np.asarray(links, np.int64) for links, _ in fabric.paths(int(a), int(b))]
+    paths = [np.asarray(links, np.int64) for links, _ in hop_paths(fabric, a, b)]
     if cache is not None:
         cache[key] = paths
     return paths
@@ -99,13 +132,16 @@ class EcmpRouter:
         return FlowRoutes.from_lists(links)
 
     def background_links(self, i: int, bg: BackgroundFlows, k: int) -> tuple[int, ...]:
+        if bg.path is not None:
+            return tuple(int(x) for x in bg.path)
         paths = ecmp_paths(self.fabric, bg.src, bg.dst, self._paths)
         j = _hash(self.seed, 99, i, k, bg.src, bg.dst) % len(paths)
         return tuple(int(x) for x in paths[j])
 
 
-def _base_workload(pattern: Pattern, cache: dict):
-    """The compiled workload of a pattern (routes filled in per epoch), cached."""
+def pattern_workload(pattern: Pattern, cache: dict) -> tuple[CompiledWorkload, np.ndarray]:
+    """The compiled workload of a pattern (flow ``e`` = edge ``e``, its dependencies;
+    routes empty, filled in per epoch) and its node ids, cached in ``cache``."""
     key = pattern.signature()
     if key not in cache:
         w = Workload()
@@ -168,7 +204,7 @@ class JobsExecutor:
             for j, (p, place) in enumerate(zip(patterns, self.placements)):
                 if p.ranks != len(place):
                     raise ConfigError("pattern.ranks", p.ranks, f"job {j} has {len(place)} ranks")
-                base, _ = _base_workload(p, self._cache)
+                base, _ = pattern_workload(p, self._cache)
                 routes = self.router.routes(j, place[p.src], place[p.dst], self.epoch)
                 parts.append(dataclasses.replace(base, routes=routes))
             work = parts[0] if len(parts) == 1 else _concat(parts)

@@ -24,8 +24,8 @@ from topoopt.react.execution import PatternExecutor
 from topoopt.react.fct_model import FctHistory, estimate_fcts, estimate_paths
 from topoopt.react.transforms import PositionSpace, Swap, candidate_swaps
 
-__all__ = ["ReactParams", "LeaderState", "Decision", "leader_init", "leader_step",
-           "apply_transforms", "run_react", "ReactRun"]
+__all__ = ["ReactParams", "LoopCounters", "keeps", "LeaderState", "Decision", "leader_init",
+           "leader_step", "apply_transforms", "run_react", "ReactRun"]
 
 
 @dataclass(frozen=True)
@@ -103,22 +103,76 @@ class _Pending:
     swaps: tuple = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoopCounters:
+    """Where a feedback loop is (§5.4.2), shared by every leader built on it.
+
+    Attributes
+    ----------
+    epoch, batch_index : int
+        Epochs and batches seen.
+    rounds : int
+        Exploration rounds used of Emax (a batch that changed the pattern is one).
+    explored : int
+        Batches that explored so far (Kt grows with them).
+    quiet : int
+        Epochs since the last exploration (Emax x B of them renew the budget).
+    tabu : tuple
+        ``(transform, epoch it was reverted)``: not tried again for H epochs.
+    """
+
+    epoch: int = 0
+    batch_index: int = 0
+    rounds: int = 0
+    explored: int = 0
+    quiet: int = 0
+    tabu: tuple = ()
+
+    def budget(self, params: ReactParams) -> tuple[int, bool]:
+        """Exploration rounds used, after the forced renewal; and whether it happened."""
+        if self.rounds >= params.max_rounds and self.quiet >= params.max_rounds * params.batch:
+            return 0, True
+        return self.rounds, False
+
+    def live_tabu(self, params: ReactParams, batch: int) -> tuple:
+        """The tabu entries still within H epochs after a batch of ``batch`` epochs."""
+        return tuple(x for x in self.tabu if x[1] > self.epoch + batch - params.history)
+
+    def judge(self, pending_time: float | None, transforms: tuple, observed: float,
+              params: ReactParams, batch: int) -> tuple[bool, bool, tuple]:
+        """Keep or revert the last batch's transforms (``pending_time``: the time before
+        them, None if there were none): ``(kept, reverted, tabu)``, the reverted
+        transforms added to the tabu list (§5.4.2)."""
+        tabu = self.live_tabu(params, batch)
+        if pending_time is None:
+            return False, False, tabu
+        if keeps(pending_time, observed, params):
+            return True, False, tabu
+        return False, True, tabu + tuple((t, self.epoch) for t in transforms)
+
+    def after(self, batch: int, rounds: int, changed: bool, tabu: tuple) -> dict:
+        """The counters after a batch (fields for :func:`dataclasses.replace`)."""
+        return {"epoch": self.epoch + batch, "batch_index": self.batch_index + 1,
+                "rounds": rounds + (1 if changed else 0),
+                "explored": self.explored + (1 if changed else 0),
+                "quiet": 0 if changed else self.quiet + batch, "tabu": tabu}
+
+
+def keeps(old_time: float, new_time: float, params: ReactParams) -> bool:
+    """Keep a batch's transforms: ``T_old >= (1 + tau_r) T_new`` (§5.4.2), else revert."""
+    return old_time >= (1.0 + params.tau_r) * new_time
+
+
 @dataclass(frozen=True)
-class LeaderState:
+class LeaderState(LoopCounters):
     """Everything the leader remembers between batches (immutable)."""
 
     params: ReactParams
     pattern: Pattern
     space: PositionSpace
     history: FctHistory
-    epoch: int = 0
-    batch_index: int = 0
-    rounds: int = 0
-    explored: int = 0
-    quiet: int = 0
     pending: _Pending | None = None
     moved_steady: frozenset = frozenset()
-    tabu: tuple = ()              # (swap, epoch it was reverted)
 
 
 @dataclass(frozen=True)
@@ -304,20 +358,14 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     observed = float(epoch_time.mean())
     pattern, space, base_fct, base_time = state.pattern, state.space, fct, observed
     moved = state.moved_steady
-    tabu = tuple(x for x in state.tabu if x[1] > state.epoch + B - P.history)
-    reverted = kept = False
-    if state.pending is not None:
-        prev = state.pending
-        if prev.time >= (1.0 + P.tau_r) * observed:
-            kept = True
-            moved = moved | prev.steady_moved
-        else:
-            reverted = True
-            pattern, space, base_fct, base_time = prev.pattern, prev.space, prev.fct, prev.time
-            tabu = tabu + tuple((s, state.epoch) for s in prev.swaps)
-    rounds, quiet, forced = state.rounds, state.quiet, False
-    if rounds >= P.max_rounds and quiet >= P.max_rounds * P.batch:
-        rounds, forced = 0, True
+    prev = state.pending
+    kept, reverted, tabu = state.judge(None if prev is None else prev.time,
+                                       () if prev is None else prev.swaps, observed, P, B)
+    if kept:
+        moved = moved | prev.steady_moved
+    elif reverted:
+        pattern, space, base_fct, base_time = prev.pattern, prev.space, prev.fct, prev.time
+    rounds, forced = state.budget(P)
     swaps: tuple[Swap, ...] = ()
     pending = None
     info: dict = {}
@@ -334,13 +382,9 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
             if swaps:
                 pending = _Pending(pattern, space, base_time, base_fct, steady_moved, swaps)
                 pattern, space = new, new_space
-    explored = state.explored + (1 if swaps else 0)
-    rounds = rounds + (1 if swaps else 0)
-    quiet = 0 if swaps else quiet + B
     new_state = replace(state, pattern=pattern, space=space, history=history,
-                        epoch=state.epoch + B, batch_index=state.batch_index + 1,
-                        rounds=rounds, explored=explored, quiet=quiet, pending=pending,
-                        moved_steady=moved, tabu=tabu)
+                        pending=pending, moved_steady=moved,
+                        **state.after(B, rounds, bool(swaps), tabu))
     return new_state, Decision(pattern, swaps, reverted, kept, forced, congested_nodes,
                                info.get("estimate_before", float("nan")),
                                info.get("estimate_after", float("nan")), info)

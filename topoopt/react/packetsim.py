@@ -26,8 +26,16 @@ from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
 from topoopt.react.execution import BatchResult
 from topoopt.react.flowsim import BackgroundFlows, EcmpRouter, check_placements
-from topoopt.react.loop import ReactParams
-from topoopt.react.scenarios import Scenario, ScenarioResult, compare_runs, scenario_setup
+from topoopt.react.loop import ReactParams, ReactRun
+from topoopt.react.scenarios import (
+    Scenario,
+    ScenarioResult,
+    compare_runs,
+    scenario_setup,
+    shard_scenario,
+    without_and_with,
+)
+from topoopt.react.shard import run_shard_react
 
 __all__ = ["Ns3JobsExecutor", "Ns3Executor", "run_scenario_ns3"]
 
@@ -79,17 +87,27 @@ class Ns3JobsExecutor:
             conns[e] = self.network.connection(a, b, path, key=("flow", job, e, a, b, c))
         return conns
 
+    def set_background(self, background: Sequence[BackgroundFlows]) -> None:
+        """Replace the external flows from the next epoch on (a moved route: the old
+        connections stop, new ones start on the new path)."""
+        self.background = tuple(background)
+
     def _background_switches(self) -> list[tuple[int, bool]]:
         out = []
+        want: dict[int, bool] = {}
         for i, bg in enumerate(self.background):
             on = bg.active(self.epoch)
             for k in range(bg.count):
-                conn = self.network.connection(bg.src, bg.dst,
-                                               self.router.background_links(i, bg, k),
-                                               key=("bg", i, k))
-                if self._bg_on.get(conn, False) != on:
-                    self._bg_on[conn] = on
-                    out.append((conn, on))
+                links = self.router.background_links(i, bg, k)
+                conn = self.network.connection(bg.src, bg.dst, links,
+                                               key=("bg", i, k, bg.src, bg.dst, links))
+                want[conn] = want.get(conn, False) or on
+        for conn in self._bg_on:
+            want.setdefault(conn, False)
+        for conn, on in want.items():
+            if self._bg_on.get(conn, False) != on:
+                self._bg_on[conn] = on
+                out.append((conn, on))
         return out
 
     def _dependencies(self, pattern: Pattern) -> tuple[np.ndarray, np.ndarray]:
@@ -171,6 +189,13 @@ class Ns3Executor:
     def run(self, pattern: Pattern, epochs: int) -> BatchResult:
         return self._jobs.run_many([pattern], epochs)[0]
 
+    def set_background(self, background: Sequence[BackgroundFlows]) -> None:
+        self._jobs.set_background(background)
+
+    def reconfigure(self, fabric: Fabric, stall: float = 0.0) -> None:
+        raise ConfigError("optics", "ocs", "ns-3 cannot re-wire a running network; use "
+                          "--backend flow for an OCS shard")
+
 
 def run_scenario_ns3(sc: Scenario, params: ReactParams = ReactParams(),
                      config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
@@ -182,11 +207,26 @@ def run_scenario_ns3(sc: Scenario, params: ReactParams = ReactParams(),
 
     The packet-level twin of :func:`topoopt.react.scenarios.run_scenario`: the fabric,
     placement, external flows and pattern come from
-    :func:`~topoopt.react.scenarios.scenario_setup`; the executor is
-    :class:`Ns3Executor`. ``progress(stage, epochs_done)``
+    :func:`~topoopt.react.scenarios.scenario_setup` (a plan's multi-ring AllReduce from
+    :func:`~topoopt.react.scenarios.shard_scenario`, with the shard tuner); the executor
+    is :class:`Ns3Executor`. ``progress(stage, epochs_done)``
     as in :func:`~topoopt.react.scenarios.run_scenario`.
     """
     require_ns3()
+    if fabric is None and rings is None and sc.collective == "plan" \
+            and sc.fabric.startswith("plan:"):
+        if sc.optics == "ocs":
+            raise ConfigError("optics", "ocs", "ns-3 cannot re-wire a running network; use "
+                              "--backend flow for an OCS shard")
+        ss = shard_scenario(sc)
+
+        def run_one(enabled: bool, report) -> ReactRun:
+            ex = Ns3Executor(ss.fabric, range(sc.nodes), ss.external, 1, sc.seed, config,
+                             worker)
+            return run_shard_react(ex, ss.layout, sc.epochs, params, enabled, ss.external,
+                                   progress=report)
+
+        return without_and_with(sc, run_one, progress)
     fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
 
     def make() -> Ns3Executor:
