@@ -12,6 +12,7 @@ import click
 
 from topoopt import __version__
 from topoopt.commands import (
+    cluster,
     plan,
     react,
     react_run,
@@ -61,6 +62,7 @@ def _register() -> None:
     main.add_command(simulate.simulate)
     main.add_command(plan.plan)
     main.add_command(validate.validate)
+    main.add_command(cluster.cluster)
 
 
 _register()
