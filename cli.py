@@ -15,6 +15,7 @@ from topoopt.commands import (
     cluster,
     plan,
     react,
+    react_jobs,
     react_run,
     simulate,
     topology,
@@ -58,6 +59,7 @@ def _register() -> None:
     main.add_command(traffic.traffic)
     main.add_command(react.react)
     react.react.add_command(react_run.run)
+    react.react.add_command(react_jobs.jobs)
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
     main.add_command(plan.plan)

@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from topoopt.executor import make_executor  # noqa: E402
 from topoopt.multijob import load_cluster_config, plan_jobs, simulate_fabrics  # noqa: E402
-from topoopt.react.jobs import figure6_grid, figure7_grid, run_two_job_scenario  # noqa: E402
+from topoopt.react.jobs import figure6_grid, figure7_grid, run_two_job_sweep  # noqa: E402
 
 LOADS = (5, 10, 15, 20, 27)
 FABRICS = ("topoopt", "fattree", "oversub")
@@ -104,17 +104,14 @@ def fig16(workers: int, loads=LOADS) -> dict:
             "table": [{"jobs": n, "fabric": f, **v} for (n, f), v in table.items()]}
 
 
-def _two_jobs(task):
-    sc, modes = task
-    r = run_two_job_scenario(sc, modes)
-    return {m: [r.improvement(m, j) for j in range(2)] for m in modes}
+def _gains(results, modes) -> list[dict]:
+    return [{m: [r.improvement(m, j) for j in range(2)] for m in modes} for r in results]
 
 
 def fig6(workers: int, seeds: int, overlaps=(0, 1, 2, 3, 4)) -> dict:
     grid = figure6_grid(overlaps, seeds)
     t0 = time.perf_counter()
-    with make_executor(workers) as ex:
-        res = ex.map(_two_jobs, [(sc, MODES6) for sc in grid])
+    res = _gains(run_two_job_sweep(grid, MODES6, workers=workers), MODES6)
     wall = time.perf_counter() - t0
     print(f"\nREACT Fig. 6: tree (job 1) + ring (job 2) AllReduce, 8 ranks, 20 MB, star; "
           f"{seeds} random overlaps each, {wall:.0f} s\n")
@@ -137,8 +134,7 @@ def fig6(workers: int, seeds: int, overlaps=(0, 1, 2, 3, 4)) -> dict:
 def fig7(workers: int, seeds: int) -> dict:
     grid = figure7_grid(seeds)
     t0 = time.perf_counter()
-    with make_executor(workers) as ex:
-        res = ex.map(_two_jobs, [(sc, MODES7) for sc in grid])
+    res = _gains(run_two_job_sweep(grid, MODES7, workers=workers), MODES7)
     wall = time.perf_counter() - t0
     print(f"\nREACT Fig. 7: two jobs on the Alibaba-like Clos (48 ToRs x 3 aggregation, 720 "
           f"servers), network sharing only, {seeds} random placements, {wall:.0f} s\n")

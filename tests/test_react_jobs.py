@@ -1,12 +1,15 @@
 """REACT with two jobs (REACT §7.3.3, Figs. 6-7) and the cooperative rules."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from topoopt.cli import main
 from topoopt.collectives import build_pattern, check_pattern
 from topoopt.errors import ConfigError
 from topoopt.fabrics import leaf_spine
@@ -122,3 +125,16 @@ def test_the_cooperative_rule_never_breaks_the_collective(kind, seed, coop):
         state, dec = coop_step(state, fct, fct.sum(axis=1))
         check_pattern(dec.pattern)
         assert dec.pattern is state.pattern
+
+
+def test_cli_react_jobs(tmp_path):
+    out = tmp_path / "jobs.json"
+    res = CliRunner().invoke(main, ["react", "jobs", "--setting", "overlap", "--overlap", "2",
+                                    "--seeds", "1", "--epochs", "12", "--modes",
+                                    "react+off,coop+coop", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())
+    assert [r["modes"] for r in rows] == [["react", "off"], ["coop", "coop"]]
+    assert rows[0]["collectives"] == ["tree", "ring"] and rows[0]["overlap"] == 2
+    bad = CliRunner().invoke(main, ["react", "jobs", "--modes", "react+magic"])
+    assert bad.exit_code == 2 and "--modes" in bad.output and bad.output.count("\n") == 1

@@ -33,6 +33,7 @@ from topoopt._require import require_choice, require_int, require_positive
 from topoopt.collectives import build_pattern
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
+from topoopt.executor import make_executor
 from topoopt.fabrics import leaf_spine, star
 from topoopt.fabrics.fabric import Fabric
 from topoopt.react.cooperative import CoopParams, coop_init, coop_step
@@ -41,7 +42,7 @@ from topoopt.react.loop import ReactParams, leader_init, leader_step
 
 __all__ = ["MODES", "SETTINGS", "TwoJobScenario", "JobsRun", "TwoJobResult", "run_jobs",
            "two_job_setup", "run_two_job_scenario", "overlap_placement", "figure6_grid",
-           "figure7_grid"]
+           "figure7_grid", "run_two_job_sweep", "two_job_table"]
 
 MODES = ("off", "react", "coop")
 SETTINGS = ("overlap", "network")
@@ -271,3 +272,36 @@ def figure7_grid(seeds: int = 5, base: TwoJobScenario = TwoJobScenario(setting="
     Clos, ``seeds`` random placements each."""
     return [replace(base, setting="network", collectives=c, seed=s)
             for c in (("ring", "ring"), ("rd-allgather", "ring")) for s in range(seeds)]
+
+
+def _run(task) -> TwoJobResult:
+    sc, modes, params, coop = task
+    return run_two_job_scenario(sc, modes, params, coop)
+
+
+def run_two_job_sweep(scenarios: Sequence[TwoJobScenario], modes: Sequence[tuple[str, str]],
+                      params: ReactParams = ReactParams(), coop: CoopParams = CoopParams(),
+                      workers: int = 1, ray: str | bool | None = None) -> list[TwoJobResult]:
+    """:func:`run_two_job_scenario` for every scenario, through the project's executor
+    (``workers`` local processes or Ray); results in scenario order."""
+    modes = tuple(tuple(m) for m in modes)
+    with make_executor(workers, ray) as ex:
+        return ex.map(_run, [(sc, modes, params, coop) for sc in scenarios])
+
+
+def two_job_table(results: Sequence[TwoJobResult], modes: Sequence[tuple[str, str]]
+                  ) -> list[dict]:
+    """Rows of Figs. 6-7: per (collectives, overlap) the mean gain of each job in each
+    combination of modes, over the seeds."""
+    groups: dict[tuple, list[TwoJobResult]] = {}
+    for r in results:
+        s = r.scenario
+        groups.setdefault((s.setting, s.collectives, s.overlap), []).append(r)
+    rows = []
+    for (setting, colls, overlap), rs in groups.items():
+        for m in modes:
+            gains = np.array([[r.improvement(tuple(m), j) for j in range(2)] for r in rs])
+            rows.append({"setting": setting, "collectives": list(colls), "overlap": overlap,
+                         "modes": list(m), "mean_improvement": gains.mean(axis=0).tolist(),
+                         "min_improvement": gains.min(axis=0).tolist(), "runs": len(rs)})
+    return rows
