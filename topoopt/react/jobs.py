@@ -25,7 +25,7 @@ every mode), and each leader sees only its own flows.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -136,20 +136,24 @@ class JobsRun:
 def run_jobs(fabric: Fabric, placements: Sequence[Sequence[int]], patterns: Sequence[Pattern],
              modes: Sequence[str], epochs: int, params: ReactParams = ReactParams(),
              coop: CoopParams = CoopParams(), seed: int = 0, ports: int = 4,
-             progress: Callable[[int], None] | None = None) -> JobsRun:
+             progress: Callable[[int], None] | None = None,
+             executor: Callable[..., Any] = JobsExecutor) -> JobsRun:
     """Run several jobs' collectives together, each with its leader in its mode.
 
     Job ``j``'s leader draws from seed ``params.seed + j`` (REACT) or
     ``coop.seed + j`` (the cooperative rules), so the leaders are independent.
     Batches of ``params.batch`` epochs run with the current patterns; after each full
     batch every active leader decides its next pattern from its own FCTs.
+    ``executor(fabric, placements, background, ports, seed)`` makes what runs the
+    epochs: the flow-level :class:`~topoopt.react.flowsim.JobsExecutor`, or
+    :class:`topoopt.react.packetsim.Ns3JobsExecutor` for ns-3.
     """
     for m in modes:
         require_choice("modes", m, MODES)
     if not (len(modes) == len(patterns) == len(placements)):
         raise ConfigError("modes", list(modes), "one mode, pattern and placement per job")
     require_int("epochs", epochs, minimum=1)
-    ex = JobsExecutor(fabric, placements, (), ports, seed)
+    ex = executor(fabric, placements, (), ports, seed)
     leaders = []
     for j, (p, m) in enumerate(zip(patterns, modes)):
         mine = replace(params, seed=params.seed + j)
@@ -248,14 +252,15 @@ class TwoJobResult:
 
 def run_two_job_scenario(sc: TwoJobScenario,
                          modes: Sequence[tuple[str, str]] = (("react", "react"),),
-                         params: ReactParams = ReactParams(), coop: CoopParams = CoopParams()
-                         ) -> TwoJobResult:
-    """The baseline and every combination of ``modes`` of a scenario (same ECMP draws)."""
+                         params: ReactParams = ReactParams(), coop: CoopParams = CoopParams(),
+                         executor: Callable[..., Any] = JobsExecutor) -> TwoJobResult:
+    """The baseline and every combination of ``modes`` of a scenario (same ECMP draws;
+    ``executor`` as in :func:`run_jobs`)."""
     fabric, placements, patterns = two_job_setup(sc)
     runs = {}
     for m in [("off", "off")] + [tuple(x) for x in modes if tuple(x) != ("off", "off")]:
         runs[m] = run_jobs(fabric, placements, patterns, m, sc.epochs, params, coop,
-                           sc.seed, sc.ports)
+                           sc.seed, sc.ports, executor=executor)
     return TwoJobResult(sc, runs)
 
 
