@@ -122,6 +122,19 @@ def test_independent_groups_give_the_joint_simulation_and_the_reference_engine_a
         assert np.allclose(b.end, c.end, rtol=1e-9)
 
 
+def test_identical_jobs_on_a_shared_fabric_use_their_own_servers_links():
+    # k = 4 Fat-tree, pods of 4 servers: two identical jobs, one per pod, split ECMP
+    cfg = _config(servers=16, mix=[{**NCF, "servers": 4, "count": 2}], fabrics=["fattree"],
+                  ecmp="split")
+    plans = plan_jobs(cfg)
+    _, jobs, _ = build_jobs(cfg, "fattree", plans)
+    a, b = (set(j.links().tolist()) for j in jobs)
+    assert not a & b                                 # pod 0's links, pod 1's links
+    run = simulate_cluster(cfg, "fattree", plans, joint=True)
+    for job in run.jobs:
+        assert np.allclose(job.end - job.start, job.alone, rtol=1e-9)
+
+
 def test_stacked_iterations_run_back_to_back_after_the_phase():
     f = fat_tree(8, 100e9)
     cfg = _config(servers=8, mix=[{**NCF, "servers": 8, "count": 1}])

@@ -15,6 +15,8 @@ takes alone and ``o`` the latest phase, the window is ``[o, o + (iterations + 1)
 every job runs iterations until past the window's end (what happens later cannot
 change what happened inside), and its iterations that start and end inside the
 window are measured -- so every measured iteration ran while all the jobs were running.
+A job slowed down so much that none of its iterations fits extends the window (of its
+group of jobs) to the end of its first iteration in it.
 
 Jobs that share no link are independent (max-min rates split over disjoint link sets):
 they are simulated separately (the TopoOpt shards, one by one), which is the same
@@ -125,7 +127,9 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
     (each iteration's own, then its end barrier). Dependencies: each iteration's
     own; every node without a successor -> the iteration's end barrier -> every node
     without a predecessor of the next iteration; the delay -> those of the first.
-    Resources are cluster servers (jobs never share a server's GPUs). Route classes
+    Resources: one per (job, iteration, server) -- a job's iterations never overlap
+    and jobs never share a server's GPUs, so this is the same schedule as one resource
+    per server, with short dispatch queues. Route classes
     are concatenated, their links shifted by each job's ``link_offset``; the
     iterations of a job share its classes.
 
@@ -149,7 +153,9 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
     f_base = ntask + np.concatenate([[0], np.cumsum(K * F)[:-1]])
     b_base = ntask + nflow + np.concatenate([[0], np.cumsum(K * Bb)[:-1]])
     delay = int((K * T).sum()) + np.arange(J)
-    resources = max(int(j.servers.max()) for j in jobs) + 1
+    width = np.array([int(g.task_server.max()) + 1 if g.tasks else 1 for g in graphs])
+    r_base = np.concatenate([[0], np.cumsum(K * width)[:-1]])
+    resources = int((K * width).sum())
     server, duration, fclass, fbytes, flat, fkind, fhops = [], [], [], [], [], [], []
     before, after, ends = [], [], []
     class_off = 0
@@ -170,7 +176,8 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
         after += [ids[:, g.dep_after].ravel(), np.repeat(end, snk.size),
                   ids[:, src].ravel()]
         ends.append(end)
-        server.append(np.tile(np.asarray(job.servers, np.int64)[g.task_server], k))
+        server.append((r_base[j] + np.arange(k)[:, None] * width[j]
+                       + g.task_server[None, :]).ravel())
         duration.append(np.tile(g.task_duration, k))
         fclass.append(np.tile(g.flow_class + class_off, k))
         fbytes.append(np.tile(g.flow_bytes, k))
@@ -404,12 +411,11 @@ def build_jobs(config: ClusterConfig, fabric: str, plans: dict,
             capacity.append(jp.shard.capacity)
             offset += jp.shard.links
         else:
+            # a graph per job: its routes are those of its own servers
             view = placed_fabric(shared, servers)
-            hashed = config.ecmp == "hash"
-            if hashed or key not in graphs:
-                graphs[key] = _graph(model, jp.cluster, spec.job, jp, view, cache, hashed,
-                                     job_seed(config.seed, i))
-            out.append(PlacedJob(graphs[key], np.asarray(servers), 0))
+            graph = _graph(model, jp.cluster, spec.job, jp, view, cache, config.ecmp == "hash",
+                           job_seed(config.seed, i))
+            out.append(PlacedJob(graph, np.asarray(servers), 0))
         if progress:
             progress(f"{fabric}: task graphs", i + 1, len(specs))
     return specs, out, np.concatenate(capacity)
@@ -487,31 +493,38 @@ def simulate_cluster(config: ClusterConfig, fabric: str, plans: dict,
     groups = [np.flatnonzero(labels == g) for g in np.unique(labels)]
     bounds: list = [None] * J
     events = 0
+    ends = np.zeros(J)                  # the window's end, per job's group
     for gi, members in enumerate(groups):
-        for _ in range(6):          # more iterations if a job ends before the window does
+        end_g = horizon
+        for _ in range(8):
             placed = [PlacedJob(jobs[j].graph, jobs[j].servers, jobs[j].link_offset,
                                 float(phase[j]), int(counts[j])) for j in members]
             res, ev = run_iterations(capacity, placed, reference)
-            short = [j for j, (_, end) in zip(members, res) if end[-1] < horizon]
+            # a job slowed down past the window: extend the window to its first iteration
+            first = [float(end[np.argmax(start >= o_max - 1e-12)]) if (start >= o_max - 1e-12)
+                     .any() else math.inf for start, end in res]
+            end_g = max([horizon] + first)
+            short = [j for j, (_, end) in zip(members, res) if end[-1] < end_g]
             if not short:
                 break
-            counts[short] *= 2
-        else:  # pragma: no cover - would need iterations 32x faster than alone
+            counts[short] *= 2      # every job must still be running at the window's end
+        else:  # pragma: no cover - would need iterations 100x slower or faster than alone
             raise TopoOptError("the simulation did not cover the measurement window")
         events += ev
         for j, b in zip(members, res):
             bounds[j] = b
+            ends[j] = end_g
         if progress:
             progress(f"{fabric}: simulating", gi + 1, len(groups))
     runs = []
     for j, spec in enumerate(specs):
         start, end = bounds[j]
-        measured = (start >= o_max - 1e-12) & (end <= horizon)
+        measured = (start >= o_max - 1e-12) & (end <= ends[j] * (1 + 1e-12))
         runs.append(JobRun(spec.index, spec.name, spec.job.model,
                            tuple(int(s) for s in jobs[j].servers), float(alone[j]), start, end,
                            measured))
-    return ClusterRun(fabric, config.placement, tuple(runs), (o_max, horizon), events,
-                      len(groups))
+    return ClusterRun(fabric, config.placement, tuple(runs), (o_max, float(ends.max())),
+                      events, len(groups))
 
 
 def _simulate_task(task) -> ClusterRun:
