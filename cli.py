@@ -13,8 +13,10 @@ import click
 
 from topoopt import __version__
 from topoopt.commands import (
+    cluster,
     plan,
     react,
+    react_jobs,
     react_run,
     simulate,
     sweep_reconfig,
@@ -101,11 +103,13 @@ def _register() -> None:
     main.add_command(traffic.traffic)
     main.add_command(react.react)
     react.react.add_command(react_run.run)
+    react.react.add_command(react_jobs.jobs)
     main.add_command(topology.topology)
     main.add_command(simulate.simulate)
     main.add_command(sweep_reconfig.sweep_reconfig)
     main.add_command(plan.plan)
     main.add_command(validate.validate)
+    main.add_command(cluster.cluster)
 
 
 _register()

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt.plans",),
     ("topoopt.react",),
     ("topoopt.planners",),
+    ("topoopt.multijob",),
     ("topoopt.export",),
     ("topoopt.commands", "topoopt.cli", "topoopt.__main__"),
 )

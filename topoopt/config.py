@@ -20,7 +20,8 @@ from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_defaults, model_of
 
-__all__ = ["Config", "load_config", "parse_config", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
+__all__ = ["Config", "load_config", "parse_config", "read_toml", "cluster_from_table",
+           "job_from_table", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
 
 CLUSTER_KEYS = ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server", "gpu",
                 "intra_server_bandwidth", "compute_efficiency", "memory_efficiency")
@@ -172,6 +173,17 @@ def load_config(path: str | Path) -> Config:
     >>> cfg.cluster.servers, cfg.job.model
     (16, 'dlrm')
     """
+    return parse_config(read_toml(path), source=str(path))
+
+
+def read_toml(path: str | Path) -> dict:
+    """The parsed TOML document of a config file (any command's config).
+
+    Raises
+    ------
+    ConfigError
+        Missing or unreadable file, or malformed TOML.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -180,7 +192,17 @@ def load_config(path: str | Path) -> Config:
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
         raise ConfigError("config", str(path), f"cannot read it ({exc.__class__.__name__})")
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", str(path), f"malformed TOML: {exc}")
-    return parse_config(doc, source=str(path))
+
+
+def cluster_from_table(table: Mapping[str, Any]) -> Cluster:
+    """A :class:`Cluster` from a ``[cluster]`` table (the keys of :data:`CLUSTER_KEYS`)."""
+    return _cluster(dict(table))
+
+
+def job_from_table(table: Mapping[str, Any]) -> Job:
+    """A :class:`Job` from a ``[job]`` table (the keys of :data:`JOB_KEYS`); the model
+    name, size overrides and custom operators are validated."""
+    return _job(dict(table))

@@ -1,4 +1,5 @@
-"""Plan pictures: traffic heatmaps (TopoOpt Figures 1, 8, 9), the topology, fabric bars."""
+"""Plan pictures: traffic heatmaps (TopoOpt Figures 1, 8, 9), the topology, fabric bars;
+and the iteration times of a shared cluster per fabric (Fig. 16)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from topoopt.plans.document import Plan
 from topoopt.traffic import derive_traffic
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
-           "write_plan_plots"]
+           "plot_cluster", "write_plan_plots"]
 
 
 def require_matplotlib():
@@ -99,6 +100,33 @@ def plot_fabrics(names: list[str], times: list[float], costs: list[float], title
             ax.annotate(fmt.format(v), (i, v), ha="center", va="bottom", fontsize=7)
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def plot_cluster(classes: list[str], fabrics: dict, title: str, path: str) -> None:
+    """Mean iteration time per kind of job and fabric (bars), p99 as a tick above
+    each bar: a shared cluster (TopoOpt Fig. 16).
+
+    ``fabrics`` maps a fabric name to ``(means, p99s)``, seconds, one per class.
+    """
+    plt = require_matplotlib()
+    fig, ax = plt.subplots(figsize=(7.2, 3.8), dpi=120)
+    width = 0.8 / max(len(fabrics), 1)
+    others = iter(["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"])
+    x = np.arange(len(classes))
+    for i, (name, (means, p99s)) in enumerate(fabrics.items()):
+        color = "tab:blue" if name == "topoopt" else next(others)
+        pos = x + (i - (len(fabrics) - 1) / 2) * width
+        ax.bar(pos, np.asarray(means) * 1e3, width * 0.9, color=color, label=name)
+        ax.scatter(pos, np.asarray(p99s) * 1e3, marker="_", s=120, color="black", zorder=3)
+    ax.set_xticks(x, classes)
+    ax.set_yscale("log")
+    ax.set_ylabel("iteration time (ms); tick: p99")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")

@@ -10,14 +10,17 @@ for arrays of flows as a :class:`topoopt.netsim.FlowRoutes` (``random=True``:
 one seeded random shortest path per flow).
 
 Builders: :func:`ideal_switch`, :func:`star`, :func:`fat_tree` (full bisection,
-or ``oversubscription=2``), :func:`expander`, :func:`direct_connect` (a TopoOpt
+or ``oversubscription=2``), :func:`leaf_spine` (two-tier Clos), :func:`expander`, :func:`direct_connect` (a TopoOpt
 topology + routes, host-based forwarding). :mod:`topoopt.fabrics.catalog` builds
-the named fabrics of a cluster; :mod:`topoopt.fabrics.cost` prices them.
+the named fabrics of a cluster; :mod:`topoopt.fabrics.cost` prices them;
+:func:`placed_fabric` is a shared fabric as one job on some of its servers sees it.
 """
 
 from topoopt.fabrics.direct import direct_connect, expander
 from topoopt.fabrics.fabric import KINDS, OPTICS, Fabric, check_fabric
-from topoopt.fabrics.switched import fat_tree, fat_tree_arity, ideal_switch, star
+from topoopt.fabrics.placed import placed_fabric
+from topoopt.fabrics.switched import fat_tree, fat_tree_arity, ideal_switch, leaf_spine, star
 
 __all__ = ["Fabric", "check_fabric", "KINDS", "OPTICS", "star", "ideal_switch", "fat_tree",
-           "fat_tree_arity", "direct_connect", "expander"]
+           "fat_tree_arity", "leaf_spine", "direct_connect", "expander",
+           "placed_fabric"]

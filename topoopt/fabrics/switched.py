@@ -1,4 +1,5 @@
-"""Switched fabrics: a star (one switch), the Ideal Switch, full and oversubscribed Fat-trees."""
+"""Switched fabrics: a star (one switch), the Ideal Switch, full and oversubscribed
+Fat-trees, and two-tier leaf-spine Clos networks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from topoopt._require import require_int, require_positive
 from topoopt.errors import ConfigError
 from topoopt.fabrics.fabric import Fabric
 
-__all__ = ["star", "ideal_switch", "fat_tree", "fat_tree_arity"]
+__all__ = ["star", "ideal_switch", "fat_tree", "fat_tree_arity", "leaf_spine"]
 
 
 def star(servers: int, bandwidth: float | Sequence[float], link_latency: float = 1e-6,
@@ -192,3 +193,71 @@ def fat_tree(servers: int, link_bandwidth: float, link_latency: float = 1e-6,
                   uplink=np.arange(n), downlink=c + np.arange(n),
                   info={"k": k, "oversubscription": m, "pods": pods, "edge": tors,
                         "aggregation": pods * aggs if use_agg else 0, "core": cores})
+
+
+def leaf_spine(tors: int, spines: int, servers_per_tor: int, link_bandwidth: float,
+               link_latency: float = 1e-6, uplink_bandwidth: float | None = None,
+               name: str = "leafspine") -> Fabric:
+    """A two-tier Clos: ``tors`` ToR (leaf) switches, each cabled to every one of
+    ``spines`` aggregation (spine) switches, and ``servers_per_tor`` servers per ToR.
+
+    REACT §7.1 simulates "a topology derived from a publicly available Alibaba trace":
+    48 ToRs, each connected to the 3 aggregation switches, every server to exactly one
+    ToR, 720 servers (``leaf_spine(48, 3, 15, 100e9)``). A ToR then has
+    ``servers_per_tor`` downlinks and ``spines`` uplinks: with equal speeds, 15 : 3 =
+    5 : 1 oversubscribed, so traffic between ToRs meets on the ToR-spine links (the
+    "Spine-ToR congestion" of REACT Fig. 7). Servers fill ToRs in order (server ``s``
+    is on ToR ``s // servers_per_tor``); two servers on different ToRs have
+    ``spines`` equal-cost paths.
+
+    Parameters
+    ----------
+    tors, spines, servers_per_tor : int
+    link_bandwidth : float
+        Bits/s of a server's link to its ToR.
+    link_latency : float
+        Seconds per link.
+    uplink_bandwidth : float, optional
+        Bits/s of a ToR-spine link (default ``link_bandwidth``).
+    name : str
+
+    Returns
+    -------
+    Fabric
+        Links ``0..n-1`` are the server uplinks, then the ToR-to-spine links; the
+        reverse directions follow in the same order. ``info`` has ``tors``,
+        ``spines``, ``servers_per_tor`` and ``oversubscription``.
+
+    Examples
+    --------
+    >>> f = leaf_spine(48, 3, 15, 100e9)
+    >>> f.servers, len(f.paths(0, 719)), f.info["oversubscription"]
+    (720, 3, 5.0)
+    """
+    t = require_int("tors", tors, minimum=1)
+    m = require_int("spines", spines, minimum=1)
+    per = require_int("servers_per_tor", servers_per_tor, minimum=1)
+    require_positive("link_bandwidth", link_bandwidth)
+    require_positive("link_latency", link_latency, allow_zero=True)
+    up_bw = float(link_bandwidth if uplink_bandwidth is None else uplink_bandwidth)
+    require_positive("uplink_bandwidth", up_bw)
+    n = t * per
+    if n < 2:
+        raise ConfigError("servers_per_tor", per, "the fabric needs at least 2 servers")
+    tor_node = n + np.arange(t)
+    spine_node = n + t + np.arange(m)
+    server_cab = np.stack([np.arange(n), tor_node[np.arange(n) // per]], axis=1)
+    tt, ss = np.meshgrid(np.arange(t), np.arange(m), indexing="ij")
+    tor_cab = np.stack([tor_node[tt.ravel()], spine_node[ss.ravel()]], axis=1)
+    cab = np.concatenate([server_cab, tor_cab]) if t > 1 else server_cab
+    c = cab.shape[0]
+    bw = np.concatenate([np.full(n, float(link_bandwidth)), np.full(c - n, up_bw)])
+    return Fabric(name=name, servers=n, nodes=n + t + (m if t > 1 else 0),
+                  src=np.concatenate([cab[:, 0], cab[:, 1]]),
+                  dst=np.concatenate([cab[:, 1], cab[:, 0]]),
+                  capacity=np.concatenate([bw, bw]), latency=np.full(2 * c, float(link_latency)),
+                  kind="switched", optics="none", server_bandwidth=float(link_bandwidth),
+                  attach=tor_node[np.arange(n) // per], uplink=np.arange(n),
+                  downlink=c + np.arange(n),
+                  info={"tors": t, "spines": m if t > 1 else 0, "servers_per_tor": per,
+                        "oversubscription": per * float(link_bandwidth) / (m * up_bw)})

@@ -24,8 +24,8 @@ from topoopt.react.execution import PatternExecutor
 from topoopt.react.fct_model import FctHistory, estimate_fcts, estimate_paths
 from topoopt.react.transforms import PositionSpace, Swap, candidate_swaps
 
-__all__ = ["ReactParams", "LoopCounters", "keeps", "LeaderState", "Decision", "leader_init",
-           "leader_step", "apply_transforms", "run_react", "ReactRun"]
+__all__ = ["ReactParams", "LoopCounters", "keeps", "keeps_pending", "LeaderState", "Decision",
+           "leader_init", "leader_step", "apply_transforms", "run_react", "ReactRun"]
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,16 @@ def apply_transforms(pattern: Pattern, space: PositionSpace, fct: np.ndarray,
     return pattern, space, tuple(swaps), frozenset(steady_moved), info
 
 
-def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
+def keeps_pending(state: LeaderState, observed: float, baseline_scale: float = 1.0) -> bool:
+    """Whether the last batch's swaps stay (§5.4.2): the old pattern's time (times
+    ``baseline_scale``) is at least ``1 + tau_r`` times ``observed``, the mean epoch
+    time with the swaps. False when no swap is pending."""
+    prev = state.pending
+    return prev is not None and keeps(prev.time * baseline_scale, observed, state.params)
+
+
+def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray, *,
+                explore: bool = True, baseline_scale: float = 1.0
                 ) -> tuple[LeaderState, Decision]:
     """One pass of the feedback loop after a batch (Fig. 3, §5.4.1-§5.4.2).
 
@@ -329,6 +338,13 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
         Gathered flow completion times of the batch, run with ``state.pattern``.
     epoch_time : array, shape (B,)
         The collective's time in each epoch of the batch.
+    explore : bool
+        Whether this batch may introduce transforms (step 3); a cooperative leader
+        (:mod:`topoopt.react.cooperative`) holds off in some batches.
+    baseline_scale : float
+        Multiplies the old pattern's time before the keep/revert test of step 2 (1:
+        Algorithm 1 as is): what the old pattern would take now, when the network
+        around the job changed during the evaluation (:mod:`topoopt.react.cooperative`).
 
     Returns
     -------
@@ -359,7 +375,7 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     pattern, space, base_fct, base_time = state.pattern, state.space, fct, observed
     moved = state.moved_steady
     prev = state.pending
-    kept, reverted, tabu = state.judge(None if prev is None else prev.time,
+    kept, reverted, tabu = state.judge(None if prev is None else prev.time * baseline_scale,
                                        () if prev is None else prev.swaps, observed, P, B)
     if kept:
         moved = moved | prev.steady_moved
@@ -370,7 +386,7 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray
     pending = None
     info: dict = {}
     congested_nodes: tuple[int, ...] = ()
-    if rounds < P.max_rounds:
+    if explore and rounds < P.max_rounds:
         cong = detect_congestion(pattern, base_fct, P.delta1, P.delta2)
         if cong.any():
             rng = np.random.default_rng([P.seed, state.batch_index])

@@ -52,8 +52,9 @@ from topoopt.fabrics import fat_tree, star
 from topoopt.fabrics.fabric import OPTICS, Fabric
 from topoopt.plans.document import read_plan, rings_of, routes_of, topology_of
 from topoopt.react.classsim import ClassExecutor
-from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor
-from topoopt.react.loop import ReactParams, ReactRun, leader_init, leader_step, run_react
+from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
+from topoopt.react.jobs import overlap_placement, run_jobs
+from topoopt.react.loop import ReactParams, ReactRun, run_react
 from topoopt.react.shard import ShardLayout, run_shard_react, shard_fabric
 from topoopt.topology.topology import Routes, Topology, check_topology
 
@@ -491,33 +492,20 @@ def run_two_jobs(overlap: int, seed: int = 0, nodes: int = 8, size: float = 20e6
 
     Job 1 runs the double binary tree, job 2 ring AllReduce, both ``size`` bytes on
     ``nodes`` ranks; the shared servers are drawn from ``seed``. Returns per-job mean
-    epoch times without and with REACT (``react`` says which jobs run it).
+    epoch times without and with REACT (``react`` says which jobs run it). The
+    general driver (any modes, the cooperative rules, Fig. 7's setting) is
+    :mod:`topoopt.react.jobs`.
     """
     require_int("overlap", overlap, minimum=0, maximum=nodes)
-    rng = np.random.default_rng([seed, 6])
     fabric = star(2 * nodes, bandwidth)
-    job1 = np.arange(nodes)
-    shared = rng.choice(nodes, overlap, replace=False)
-    job2 = np.concatenate([shared, np.arange(nodes, 2 * nodes - overlap)])
-    rng.shuffle(job2)
+    placements = overlap_placement(nodes, overlap, seed)
     patterns = [build_pattern("tree", nodes, size), build_pattern("ring", nodes, size)]
+    warm = min(25, epochs - 1)
     out = {}
-    for label, enabled in (("baseline", (False, False)), ("react", react)):
-        ex = JobsExecutor(fabric, [job1, job2], seed=seed)
-        states = [leader_init(p, params) if on else None for p, on in zip(patterns, enabled)]
-        current = list(patterns)
-        times: list[list[np.ndarray]] = [[], []]
-        done = 0
-        while done < epochs:
-            b = min(params.batch, epochs - done)
-            results = ex.run_many(current, b)
-            done += b
-            for j, res in enumerate(results):
-                times[j].append(res.epoch_time)
-                if states[j] is not None and b == params.batch and done < epochs:
-                    states[j], dec = leader_step(states[j], res.fct, res.epoch_time)
-                    current[j] = dec.pattern
-        out[label] = [float(np.concatenate(t)[min(25, epochs - 1):].mean()) for t in times]
+    for label, modes in (("baseline", ("off", "off")),
+                         ("react", tuple("react" if on else "off" for on in react))):
+        run = run_jobs(fabric, placements, patterns, modes, epochs, params, seed=seed)
+        out[label] = [run.mean(j, warm) for j in range(2)]
     return out
 
 
