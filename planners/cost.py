@@ -7,6 +7,7 @@ import math
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, estimate_iteration
 from topoopt.fabrics.fabric import Fabric
+from topoopt.fabrics.reconfigurable import reconfiguration_of
 from topoopt.model import Model
 from topoopt.reconfig import iteration_estimator
 from topoopt.strategy import Strategy
@@ -37,11 +38,13 @@ class IterationCost:
         Use the reference estimator (for checks and benchmarks).
     """
 
-    def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric, rings=None, overlap: bool = True,
-                 seed: int = 0, reference: bool = False) -> None:
+    def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric, rings=None,
+                 overlap: bool = True, seed: int = 0, reference: bool = False) -> None:
         self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
         self.rings, self.overlap, self.seed = rings, overlap, seed
-        self.reference = reference
+        # the reference path simulates a static network: on a reconfigurable fabric it
+        # would freeze the initial circuits, so such a fabric keeps its own simulation
+        self.reference = reference and reconfiguration_of(fabric) is None
         self.cache = EstimateCache(model, cluster, job)
         # a reconfigurable fabric (OCS-reconfig, SiP-ML) gets its time-varying simulation
         self.fast = iteration_estimator(model, cluster, job, fabric, rings, overlap,

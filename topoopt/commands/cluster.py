@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from topoopt._io import atomic_write_text
-from topoopt.commands._common import ProgressLine, print_table
+from topoopt.commands._common import (
+    MAX_WORKERS,
+    SEED,
+    ProgressLine,
+    output_file,
+    print_table,
+    require_matplotlib,
+)
 from topoopt.errors import ConfigError
 from topoopt.executor import make_executor
 from topoopt.export.plots import plot_cluster
@@ -48,23 +55,23 @@ def cluster_report(runs: list[ClusterRun], config) -> dict:
                    "fattree = one cost-equivalent full-bisection Fat-tree (d x B' per "
                    "server) shared by all jobs; oversub = a shared 2:1 Fat-tree of d x B "
                    "links; ideal, expander: shared too.")
-@click.option("--jobs", type=int, help="Total jobs, split over the [[mix]] shares [default: "
+@click.option("--jobs", type=click.IntRange(1, 10_000), help="Total jobs, split over the [[mix]] shares [default: "
                                        "run.jobs].")
 @click.option("--placement", type=click.Choice(PLACEMENTS),
               help="Servers of each job on a shared fabric: contiguous blocks, random, or "
                    "fragmented (dealt round-robin) [default: run.placement].")
-@click.option("--iterations", type=int,
+@click.option("--iterations", type=click.IntRange(1, 1000),
               help="Iterations of the slowest job in the measurement window [default: "
                    "run.iterations, 4]; faster jobs run as many as fit.")
 @click.option("--ecmp", type=click.Choice(ECMP),
               help="Switched fabrics: hash = one random shortest path per flow (ECMP "
                    "hashing), split = every shortest path an equal share [default: run.ecmp].")
-@click.option("--seed", type=int, help="Seed of placements, phases and ECMP [default: run.seed].")
+@click.option("--seed", type=SEED, help="Seed of placements, phases and ECMP [default: run.seed].")
 @click.option("--strategy", type=click.Choice(["plan", "hybrid", "dp"]),
               help="plan = topoopt.plan per distinct job and fabric; hybrid / dp = that "
                    "strategy everywhere, TopologyFinder for the shards [default: "
                    "plan.strategy].")
-@click.option("--budget", type=int, help="MCMC moves per chain per round of each plan "
+@click.option("--budget", type=click.IntRange(0, 100_000), help="MCMC moves per chain per round of each plan "
                                          "[default: plan.budget, 100].")
 @click.option("--per-job", is_flag=True, help="Also print every job's times per fabric.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
@@ -72,7 +79,7 @@ def cluster_report(runs: list[ClusterRun], config) -> dict:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Draw mean and p99 iteration time per kind of job and fabric to this PNG "
                    "(needs matplotlib).")
-@click.option("--workers", type=int, default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
               help="Local processes: distinct jobs are planned, fabrics simulated in parallel.")
 @click.option("--ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Use Ray instead: --ray starts a local Ray, --ray HOST:PORT joins a cluster.")
@@ -102,6 +109,10 @@ def cluster(config: str, fabrics: tuple[str, ...], jobs: int | None, placement: 
     cfg = cfg.with_(plan=plan_table, **changes)
     if plot_path and Path(plot_path).suffix.lower() != ".png":
         raise ConfigError("--plot", plot_path, "give a .png file name")
+    output_file(json_path, "--json")
+    output_file(plot_path, "--plot")
+    if plot_path:
+        require_matplotlib()
     progress = _Progress(not quiet)
     with make_executor(workers, ray) as executor:
         plans = plan_jobs(cfg, executor=executor, progress=progress)

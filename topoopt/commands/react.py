@@ -58,9 +58,16 @@ def _size(text: str) -> float:
     return size
 
 
+#: The keys of plan.json the runtime reads (a shard's topology, rings and routes).
+_RUNTIME_KEYS = {"format", "topology", "rings", "routes"}
+
+
 def _plan_fabric(fabric: str) -> str:
     """``--fabric plan:DIR`` must be a valid plan folder: checked before any work, as
-    ``topoopt plan --check`` would (a ring repeating a server is refused, not simulated)."""
+    ``topoopt plan --check`` would (a ring repeating a server is refused, not simulated).
+    A plan.json holding only what the runtime reads (``format``, ``topology``, ``rings``,
+    ``routes``: a shard described by hand or by another tool) is checked by the
+    scenario's strict readers instead."""
     if fabric.startswith("plan:"):
         directory = Path(fabric[5:])
         if not directory.is_dir():
@@ -70,7 +77,8 @@ def _plan_fabric(fabric: str) -> str:
             doc = json.loads((directory / "plan.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             doc = None  # the scenario's reader says what is wrong
-        if isinstance(doc, dict) and doc.get("format") == FORMAT:
+        if (isinstance(doc, dict) and doc.get("format") == FORMAT
+                and set(doc) - _RUNTIME_KEYS):
             try:
                 check_plan_document(doc)
             except PlanCheckError as exc:

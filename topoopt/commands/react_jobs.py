@@ -9,8 +9,8 @@ from dataclasses import replace
 import click
 
 from topoopt._io import atomic_write_text
-from topoopt.commands._common import print_table
-from topoopt.commands.react import _int_list, _size
+from topoopt.commands._common import MAX_WORKERS, output_file, print_table
+from topoopt.commands.react import EPOCHS, MAX_NODES, _int_list, _size
 from topoopt.errors import ConfigError
 from topoopt.react.jobs import (
     MODES,
@@ -48,10 +48,13 @@ def _modes(text: str) -> list[tuple[str, str]]:
 @click.option("--modes", default="react+off,react+react,coop+coop",
               help="Leaders of job 1 + job 2 to compare with off+off: off, react (REACT's "
                    "loop) or coop (REACT with the cooperative rules).")
-@click.option("--seeds", type=int, default=5, help="Random placements per point.")
+@click.option("--seeds", type=click.IntRange(1, 10_000), default=5,
+              help="Random placements per point.")
 @click.option("--size", default="20MB", help="Bytes per collective.")
-@click.option("--epochs", type=int, default=100, help="Epochs; the first 25 are not measured.")
-@click.option("--workers", type=int, default=1, help="Local worker processes.")
+@click.option("--epochs", type=EPOCHS, default=100,
+              help="Epochs; the first 25 are not measured.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=1,
+              help="Local worker processes.")
 @click.option("--ray", default=None, metavar="ADDRESS",
               help="Run on Ray instead: 'local' or a cluster address host:port.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
@@ -61,14 +64,13 @@ def jobs(setting, collectives, overlaps, modes, seeds, size, epochs, workers, ra
     """Two jobs on one network, each leader off, running REACT or cooperative REACT:
     the mean gain of each job's algorithm bandwidth over the run without REACT
     (epochs after 25, the mean over --seeds random placements)."""
-    if seeds < 1:
-        raise ConfigError("--seeds", seeds, "use 1 or more")
+    output_file(json_out, "--json")
     pairs = _modes(modes)
     base = TwoJobScenario(setting=setting, size=_size(size), epochs=epochs,
                           warmup=min(25, epochs // 4))
     colls = tuple(collectives.split(",")) if collectives else None
     if setting == "overlap":
-        grid = figure6_grid(_int_list(overlaps, "--overlap"), seeds, base)
+        grid = figure6_grid(_int_list(overlaps, "--overlap", MAX_NODES), seeds, base)
     else:
         grid = figure7_grid(seeds, base)
     if colls:
