@@ -465,9 +465,50 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     topo: Topology = built["topology"]
     dist = hop_distances(topo)
     direct = {(a, b) for a, _, b, _ in topo.links}
+    rings, group_plans, contribs = _allreduce_routes(traffic, built, topo, dist, direct,
+                                                     k_paths, max_extra_hops)
+    # Step 4b: MP routes
+    if implementation == "reference":
+        routes, mp_max_load = _mp_routes_reference(traffic, topo, dist, direct, contribs,
+                                                   routing, k_paths, max_extra_hops)
+    else:
+        routes, mp_max_load = _mp_routes(traffic, topo, dist, direct, contribs, routing,
+                                         k_paths, max_extra_hops)
+    return TopologyPlan(topology=topo, rings=rings, routes=routes,
+                        degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
+                        groups=tuple(group_plans), backbone=built["backbone"],
+                        matching_rounds=built["rounds"], spare_rings=built["spare"],
+                        routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
+
+
+
+def _host_ring_paths(u: int, v: int, host: tuple, strides: tuple, table,
+                     k_paths: int) -> list[tuple[int, ...]]:
+    """Up to ``k_paths`` paths from ``u`` to ``v`` along the host group's rings: each an
+    order of the coin-change coins (strides) that add up to the hop (§4, Appendix)."""
+    hidx = {s: i for i, s in enumerate(host)}
+    coins = coin_change((hidx[v] - hidx[u]) % len(host), strides, len(host), table)
+    paths = []
+    for seq in coin_change_orders(coins, k_paths):
+        i, path = hidx[u], [u]
+        for c in seq:
+            i = (i + c) % len(host)
+            path.append(host[i])
+        paths.append(tuple(path))
+    return paths
+
+
+def _allreduce_routes(traffic: Traffic, built: dict, topo: Topology, dist, direct: set,
+                      k_paths: int, max_extra_hops: int):
+    """Step 4a: ring orders for the groups that got no rings of their own (along a host
+    group's rings, else a nearest-neighbour ring), and the routes of every ring hop
+    that is not a link (coin change on the host's strides, else k shortest paths).
+
+    Returns ``(rings, group plans, contributions)``: group members -> ring orders, one
+    :class:`GroupPlan` per AllReduce group, and ``(src, dst) -> [(path, bytes)]``.
+    """
     rings = dict(built["rings"])
     ring_groups = built["ring_groups"]
-    # Step 4a: ring orders for groups without rings, and their routed hops
     tables = {}
     contribs: dict[tuple[int, int], list] = {}
     group_plans = []
@@ -498,17 +539,8 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
                 if (u, v) in direct:
                     contribs.setdefault((u, v), []).append(((u, v), hop_bytes))
                 elif host is not None:
-                    key = (host, ring_groups[host])
-                    hidx = {s: i for i, s in enumerate(host)}
-                    coins = coin_change((hidx[v] - hidx[u]) % len(host), ring_groups[host],
-                                        len(host), tables[key])
-                    paths = []
-                    for seq in coin_change_orders(coins, k_paths):
-                        i, path = hidx[u], [u]
-                        for c in seq:
-                            i = (i + c) % len(host)
-                            path.append(host[i])
-                        paths.append(tuple(path))
+                    paths = _host_ring_paths(u, v, host, ring_groups[host],
+                                             tables[host, ring_groups[host]], k_paths)
                     for p in paths:
                         contribs.setdefault((u, v), []).append((p, hop_bytes / len(paths)))
                 else:
@@ -518,19 +550,7 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
                                             dist=dist).items():
             for p, f in opts:
                 contribs.setdefault(pair, []).append((p, needs_paths[pair] * f))
-    # Step 4b: MP routes
-    if implementation == "reference":
-        routes, mp_max_load = _mp_routes_reference(traffic, topo, dist, direct, contribs,
-                                                   routing, k_paths, max_extra_hops)
-    else:
-        routes, mp_max_load = _mp_routes(traffic, topo, dist, direct, contribs, routing,
-                                         k_paths, max_extra_hops)
-    return TopologyPlan(topology=topo, rings=rings, routes=routes,
-                        degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
-                        groups=tuple(group_plans), backbone=built["backbone"],
-                        matching_rounds=built["rounds"], spare_rings=built["spare"],
-                        routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
-
+    return rings, group_plans, contribs
 
 def check_topology_plan(plan: TopologyPlan, traffic: Traffic) -> None:
     """Raise :class:`PlanCheckError` unless the plan is consistent with ``traffic``.

@@ -188,6 +188,51 @@ def _state_after(bg: Background, t: float) -> bool:
     return bg.active(t + nudge)
 
 
+def _flow_latencies(w: CompiledWorkload, link_latency: np.ndarray) -> np.ndarray:
+    """Each flow's latency: its own, else the weighted sum of its links' latencies."""
+    nf = w.flow_size.size
+    flow_lat = w.flow_latency.copy()
+    missing = np.isnan(flow_lat)
+    if missing.any():
+        routes = w.routes
+        owner = np.repeat(np.arange(nf), np.diff(routes.ptr))
+        sums = np.bincount(owner, weights=link_latency[routes.link] * routes.weight,
+                           minlength=nf)
+        flow_lat[missing] = sums[missing]
+    return flow_lat
+
+
+def _with_background(routes: FlowRoutes, capacity: np.ndarray,
+                     background: Sequence[Background]) -> tuple[FlowRoutes, np.ndarray]:
+    """Routes and link capacities with the background flows appended as never-ending
+    flows; a background flow's rate cap becomes a private link of that capacity."""
+    links = capacity.size
+    caps = [b.rate for b in background if b.rate is not None]
+    bg_lists, bg_weights, v = [], [], links
+    for b in background:
+        if max(b.links) >= links or min(b.links) < 0:
+            raise TopoOptError(f"background flow uses a link outside 0..{links - 1}")
+        ls, ws = list(b.links), list(b.weights or [1.0] * len(b.links))
+        if b.rate is not None:
+            ls.append(v)
+            ws.append(1.0)
+            v += 1
+        bg_lists.append(ls)
+        bg_weights.append(ws)
+    if background:
+        routes = FlowRoutes.concat([routes, FlowRoutes.from_lists(bg_lists, bg_weights)])
+    return routes, np.concatenate([capacity, np.asarray(caps, float)])
+
+
+def _successors(w: CompiledWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Successor lists in CSR form (``succ[succ_ptr[i]:succ_ptr[i + 1]]``) and each
+    node's count of predecessors."""
+    n = w.nodes
+    order = np.argsort(w.dep_before, kind="stable")
+    succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(w.dep_before, minlength=n))])
+    return w.dep_after[order], succ_ptr, np.bincount(w.dep_after, minlength=n)
+
+
 def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
              background: Sequence[Background] = (),
              capacity_changes: Sequence[CapacityChange] = (), *, t0: float = 0.0,
@@ -266,44 +311,17 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
     n, nf = w.nodes, w.flow_size.size
     routes = w.routes
 
-    # Default flow latency: weighted sum of its links' latencies.
-    flow_lat = w.flow_latency.copy()
-    missing = np.isnan(flow_lat)
-    if missing.any():
-        owner = np.repeat(np.arange(nf), np.diff(routes.ptr))
-        sums = np.bincount(owner, weights=link_latency[routes.link] * routes.weight,
-                           minlength=nf)
-        flow_lat[missing] = sums[missing]
-
-    # Background flows become extra never-ending flows; a rate cap is a private link.
+    flow_lat = _flow_latencies(w, link_latency)
     bgs = list(background)
     nb = len(bgs)
-    caps = [b.rate for b in bgs if b.rate is not None]
-    bg_lists, bg_weights, v = [], [], links
-    for b in bgs:
-        if max(b.links) >= links or min(b.links) < 0:
-            raise TopoOptError(f"background flow uses a link outside 0..{links - 1}")
-        ls, ws = list(b.links), list(b.weights or [1.0] * len(b.links))
-        if b.rate is not None:
-            ls.append(v)
-            ws.append(1.0)
-            v += 1
-        bg_lists.append(ls)
-        bg_weights.append(ws)
-    all_routes = FlowRoutes.concat([routes, FlowRoutes.from_lists(bg_lists, bg_weights)]) \
-        if nb else routes
-    cap = np.concatenate([cap_nominal, np.asarray(caps, float)])
+    all_routes, cap = _with_background(routes, cap_nominal, bgs)
     ptr, rlink, rweight = all_routes.ptr, all_routes.link, all_routes.weight
     size_bits = np.concatenate([8.0 * w.flow_size, np.full(nb, np.inf)])
     empty_route = np.diff(ptr) == 0
     rem = np.zeros(nf + nb)
     rate = np.zeros(nf + nb)
 
-    # Successor lists (CSR) and predecessor counts.
-    order = np.argsort(w.dep_before, kind="stable")
-    succ = w.dep_after[order]
-    succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(w.dep_before, minlength=n))])
-    pending = np.bincount(w.dep_after, minlength=n)
+    succ, succ_ptr, pending = _successors(w)
 
     start = np.full(n, np.nan)
     finish = np.full(n, np.nan)
