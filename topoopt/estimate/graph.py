@@ -296,6 +296,7 @@ class IterationGraphBuilder:
         self.cache = cache if cache is not None else EstimateCache(model, cluster, job)
         self.n = cluster.servers
         self.dtype_bytes = job.dtype_bytes
+        self._last_fused: tuple | None = None   # (configs, fuse_operators of them)
         self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
@@ -461,6 +462,15 @@ class IterationGraphBuilder:
         return cls, lat
 
     # -- a bound ----------------------------------------------------------------------
+    def _fused(self, strategy: Strategy):
+        """``fuse_operators`` of ``strategy``, the last one kept: the search asks for a
+        candidate's bound and then, if it passes, its graph."""
+        key = strategy.configs
+        if self._last_fused is None or self._last_fused[0] != key:
+            self._last_fused = (key, fuse_operators(self.model, strategy, self.cluster,
+                                                    self.job, self.cache))
+        return self._last_fused[1]
+
     def lower_bound(self, strategy: Strategy) -> float:
         """A lower bound on ``strategy``'s iteration time on this fabric, without building
         its graph: the busiest server's compute (its tasks run one at a time), and the
@@ -468,7 +478,7 @@ class IterationGraphBuilder:
         ring AllReduce, ``2(k-1)/k`` of its shard -- over the capacity of its links (host
         forwarding only adds bytes)."""
         model, n = self.model, self.n
-        segs, seg_of = fuse_operators(model, strategy, self.cluster, self.job, self.cache)
+        segs, seg_of = self._fused(strategy)
         compute = np.zeros(n)
         nbytes = np.zeros(n)
         for seg in segs:
@@ -515,7 +525,7 @@ class IterationGraphBuilder:
         if len(self._cfg) + len(self._common) > self.config_limit:
             self._cfg.clear()
             self._common.clear()
-        segs, seg_of = fuse_operators(model, strategy, self.cluster, self.job, self.cache)
+        segs, seg_of = self._fused(strategy)
         nseg = len(segs)
         info = [self._config(s.config) for s in segs]
         sizes = np.fromiter((x[1].size for x in info), np.int64, nseg)

@@ -22,7 +22,7 @@ from topoopt.estimate.graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, Iter
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
-from topoopt.netsim.dag import HorizonExceeded, run_dag
+from topoopt.netsim.dag import HorizonExceeded, link_load_bound, run_dag
 from topoopt.netsim.engine import simulate
 from topoopt.strategy import Strategy
 
@@ -124,6 +124,12 @@ class FastEstimator:
         sure to exceed ``bound`` -- a lower bound above ``bound`` found by stopping the
         simulation there (``exact`` False)."""
         graph = self.graph(strategy)
+        if math.isfinite(bound):
+            # the busiest link's bits: a bound that needs no simulation (forwarded
+            # traffic piled onto a few fibres shows here first)
+            low = link_load_bound(self.fabric.capacity, graph.dag)
+            if low > bound:
+                return low, False
         try:
             _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, bound)
         except HorizonExceeded as past:

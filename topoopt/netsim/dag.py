@@ -18,7 +18,7 @@ from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
 __all__ = ["DagArrays", "HorizonExceeded", "dag_arrays", "route_classes", "run_dag",
-           "simulate_dag"]
+           "simulate_dag", "link_load_bound"]
 
 
 
@@ -178,6 +178,37 @@ def simulate_dag(network: LinkNetwork, workload: Workload | CompiledWorkload, *,
     link_bytes = np.bincount(r.link, weights=r.weight * w.flow_size[owner], minlength=cap.size)
     return SimResult(start, finish, tx_end, w.is_flow.copy(), size, 0.0,
                      float(done.max()) if done.size else 0.0, events, link_bytes, np.zeros(0))
+
+
+def link_load_bound(cap: np.ndarray, dag: DagArrays) -> float:
+    """A lower bound on the makespan of ``dag`` on links of capacities ``cap``: the most
+    bits any link must carry over its capacity.
+
+    A flow of ``b`` bits whose route puts weight ``w`` on link ``l`` sends ``w x b`` bits
+    over ``l``, and no link carries more than its capacity per second, so the flows of
+    ``l`` cannot all be out before ``sum(w x b) / cap[l]``. Links of capacity 0 are left
+    out (a flow on one is stuck, which the simulation reports). One pass over the route
+    entries: far cheaper than simulating, and tight when forwarded traffic piles onto a
+    few fibres.
+
+    Examples
+    --------
+    >>> from topoopt.netsim import Workload
+    >>> w = Workload()
+    >>> _ = w.add_flow(12.5e6, [0, 1])             # 100 Mbit over two links
+    >>> dag = dag_arrays(w.compile(), np.zeros(2))
+    >>> link_load_bound(np.array([100e9, 50e9]), dag)   # the 50 Gbit/s link: 2 ms
+    0.002
+    """
+    r = dag.class_routes
+    classes = r.ptr.size - 1
+    if not r.link.size:
+        return 0.0
+    class_bits = np.bincount(dag.flow_class, weights=dag.flow_bits, minlength=classes)
+    entry_bits = np.repeat(class_bits, np.diff(r.ptr)) * r.weight
+    load = np.bincount(r.link, weights=entry_bits, minlength=cap.size)
+    live = cap > 0
+    return float((load[live] / cap[live]).max()) if live.any() else 0.0
 
 
 def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
