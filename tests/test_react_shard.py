@@ -16,11 +16,12 @@ from topoopt.collectives import (
     multi_ring_allreduce,
 )
 from topoopt.collectives.ten import Pattern
+from topoopt.errors import ConfigError
 from topoopt.fabrics import fat_tree, star
 from topoopt.react.classsim import ClassExecutor, simulate_classes
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor, pattern_workload
 from topoopt.react.loop import ReactParams
-from topoopt.react.scenarios import Scenario, run_scenario, shard_scenario
+from topoopt.react.scenarios import Scenario, group_shard, load_plan, run_scenario, shard_scenario
 from topoopt.react.shard import (
     Resplit,
     RingSwap,
@@ -343,3 +344,32 @@ def test_params_reach_the_tuner(tmp_path):
     run = run_shard_react(ClassExecutor(fabric, range(12)), layout, 24,
                           ReactParams(max_rounds=1), enabled=False)
     assert run.changes == ()
+
+
+def test_a_group_over_part_of_the_shard_runs_on_its_members_fibres(tmp_path):
+    # two 6-server halves, each with its own stride rings (1 and 5), as a plan of two
+    # data-parallel stages has; the widest group is the first half
+    half = stride_topology(6, (1, 5))
+    links = half.links + tuple((a + 6, pa, b + 6, pb) for a, pa, b, pb in half.links)
+    topo = Topology(12, 2, links, B, 1e-6, half.labels * 2)
+    rings = rings_of_strides(6, (1, 5))
+    doc = {"format": "topoopt.plan/1",
+           "topology": {"servers": 12, "ports": 2, "link_bandwidth": B, "link_latency": 1e-6,
+                        "links": [list(x) for x in topo.links], "labels": list(topo.labels)},
+           "rings": [{"order": [s + 6 for s in r], "members": list(range(6, 12))}
+                     for r in rings],
+           "routes": []}
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    sub, sub_rings, _, members = group_shard(*load_plan(tmp_path))
+    assert members == tuple(range(6, 12)) and sub.servers == 6
+    assert sorted(sub.links) == sorted(half.links) and sub_rings == [list(r) for r in rings]
+    r = CliRunner().invoke(main, ["react", "simulate", "--collective", "plan", "--fabric",
+                                  f"plan:{tmp_path}", "--scenario", "failures", "--capacity",
+                                  "30Gbps", "--epochs", "18", "--warmup", "6"])
+    assert r.exit_code == 0, r.output                      # --nodes: the group's 6
+    assert "with REACT" in r.output
+    # a ring hop that is no fibre between the members is refused by name
+    doc["rings"][0]["order"] = [6, 8, 7, 9, 10, 11]
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="not a fibre between its members"):
+        group_shard(*load_plan(tmp_path))

@@ -248,7 +248,8 @@ def _plot(result, path: str) -> None:
                                    "planned rings, switch a ring to another permutation "
                                    "on fibres, fibre-aware swaps, route moves).")
 @click.option("--nodes", type=NODES, default=None,
-              help="Ranks (n >= 2) [default: a plan's servers, else 8].")
+              help="Ranks (n >= 2) [default: on a plan, its servers, or with --collective "
+                   "plan the servers of its widest AllReduce group; else 8].")
 @click.option("--size", default="20MB", help="Bytes per collective.")
 @click.option("--fabric", default="fattree",
               help="star (one switch), fattree (k=8, 128 servers, 4-port ECMP) or plan:DIR "
@@ -303,7 +304,11 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, opti
         require_matplotlib()
     fabric = _plan_fabric(fabric)
     if nodes is None:
-        nodes = load_plan(fabric[5:])[0].servers if fabric.startswith("plan:") else 8
+        nodes = 8
+        if fabric.startswith("plan:"):
+            topo, rings, _ = load_plan(fabric[5:])
+            # the plan's collective runs on its widest AllReduce group's servers
+            nodes = len(set(rings[0])) if collective == "plan" else topo.servers
     with options_named(**_SCENARIO_OPTIONS):
         sc = Scenario(collective=collective, nodes=nodes, size=_size(size), fabric=fabric,
                       kind=kind, congested=congested, p=p,

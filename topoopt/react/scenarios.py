@@ -59,7 +59,7 @@ from topoopt.react.shard import ShardLayout, run_shard_react, shard_fabric
 from topoopt.topology.topology import Routes, Topology, check_topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
-           "compare_runs", "scenario_setup", "load_plan", "scenario_fabric", "run_two_jobs",
+           "compare_runs", "scenario_setup", "load_plan", "group_shard", "scenario_fabric", "run_two_jobs",
            "summarize", "ShardScenario", "shard_scenario", "without_and_with", "PLACEMENTS"]
 
 KINDS = ("external", "spine", "failures", "nic", "slow-server", "forwarded", "none")
@@ -233,7 +233,13 @@ def scenario_fabric(spec: str, nodes: int, bandwidth: float = 100e9, latency: fl
     if spec.startswith("plan:"):
         topo, rings, routes = load_plan(spec[5:])
         if topo.servers != nodes:
-            raise ConfigError("nodes", nodes, f"the plan has {topo.servers} servers")
+            # the widest AllReduce group on the fibres among its members
+            group, rings, routes, members = group_shard(topo, rings, routes)
+            if group.servers != nodes:
+                raise ConfigError("nodes", nodes, f"the plan has {topo.servers} servers, its "
+                                  f"widest AllReduce group {group.servers} "
+                                  f"({_span(members)})")
+            topo = group
         return shard_fabric(topo, routes, optics), rings
     raise ConfigError("fabric", spec, "use star, fattree or plan:DIR")
 
@@ -271,23 +277,71 @@ def _ring_fibres(topo: Topology, rings) -> list[tuple[int, int, int, int]]:
     return [link for link in topo.links if (link[0], link[2]) in hops]
 
 
-def _whole_shard(rings, n: int) -> None:
-    if sorted(set(rings[0])) != list(range(n)):
-        raise ConfigError("collective", "plan",
-                          f"the plan's widest AllReduce group is servers "
-                          f"{sorted(set(rings[0]))}, not all {n}; use --collective tree "
-                          "or ring on the plan's topology")
+def group_shard(topo: Topology, rings: Sequence[Sequence[int]], routes: Routes
+                ) -> tuple[Topology, list[list[int]], Routes, tuple[int, ...]]:
+    """The part of a shard an AllReduce group runs on, its members renumbered 0..k-1.
+
+    A plan's widest AllReduce group may span part of the shard (a strategy with two
+    data-parallel stages has one group per stage). Its rings use fibres between its
+    members (TopologyFinder gives a group with its own ring degree direct rings), and
+    the other groups' collectives run on other fibres, so REACT tunes the group on the
+    fibres among its members: their links (same ports), and the routes between members
+    that stay inside the group. Returns ``(topology, rings, routes, members)``; the
+    whole shard unchanged when the group covers it.
+
+    Raises
+    ------
+    ConfigError
+        A ring hop that is not a fibre between members (a group whose rings ride
+        another group's: run ``--collective tree`` or ``ring`` on the plan instead).
+    """
+    members = tuple(sorted(set(rings[0])))
+    if members == tuple(range(topo.servers)):
+        return topo, [list(r) for r in rings], routes, members
+    index = {s: i for i, s in enumerate(members)}
+    links = tuple((index[a], pa, index[b], pb) for a, pa, b, pb in topo.links
+                  if a in index and b in index)
+    labels = tuple(lab for (a, _, b, _), lab in zip(topo.links, topo.labels)
+                   if a in index and b in index) if topo.labels else ()
+    fibres = {(a, b) for a, _, b, _ in links}
+    sub_rings = [[index[s] for s in r] for r in rings]
+    for r in sub_rings:
+        for u, v in zip(r, r[1:] + r[:1]):
+            if (u, v) not in fibres:
+                raise ConfigError("collective", "plan",
+                                  f"ring hop {members[u]}->{members[v]} of the plan's widest "
+                                  f"AllReduce group (servers {list(members)}) is not a "
+                                  "fibre between its members; use --collective tree or "
+                                  "ring on the plan's topology")
+    paths = {}
+    for (a, b), options in routes.paths.items():
+        if a in index and b in index:
+            inside = tuple((tuple(index[x] for x in path), f) for path, f in options
+                           if all(x in index for x in path))
+            total = sum(f for _, f in inside)
+            if inside and total > 0:
+                paths[index[a], index[b]] = tuple((q, f / total) for q, f in inside)
+    sub = Topology(len(members), topo.ports, links, topo.link_bandwidth, topo.link_latency,
+                   labels)
+    return sub, sub_rings, Routes(paths), members
+
+
+def _span(members: Sequence[int]) -> str:
+    lo, hi = members[0], members[-1]
+    return f"servers {lo}-{hi}" if list(members) == list(range(lo, hi + 1)) else \
+        f"servers {list(members)}"
 
 
 def shard_scenario(sc: Scenario) -> ShardScenario:
     """The plan of ``sc.fabric`` (``plan:DIR``) under ``sc``'s congestion (random parts
-    drawn from ``sc.seed``): for ``--collective plan``, the planned rings over all
-    servers with the shard tuner."""
-    topo, rings, routes = load_plan(sc.fabric[5:])
+    drawn from ``sc.seed``): for ``--collective plan``, the planned rings of the widest
+    AllReduce group with the shard tuner, on the fibres among its members
+    (:func:`group_shard`)."""
+    topo, rings, routes, members = group_shard(*load_plan(sc.fabric[5:]))
     n = topo.servers
     if n != sc.nodes:
-        raise ConfigError("nodes", sc.nodes, f"the plan has {n} servers")
-    _whole_shard(rings, n)
+        raise ConfigError("nodes", sc.nodes, f"the plan's widest AllReduce group has {n} "
+                                             f"servers ({_span(members)})")
     rng = np.random.default_rng([sc.seed, 2024])
     k = sc.congested if sc.kind != "none" else 0
     tx: dict = {}
@@ -415,7 +469,11 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
     if sc.collective == "plan":
         if rings is None:
             raise ConfigError("collective", "plan", "needs --fabric plan:DIR (a plan's rings)")
-        _whole_shard(rings, n)
+        if sorted(set(rings[0])) != list(range(n)):
+            raise ConfigError("collective", "plan",
+                              f"the plan's widest AllReduce group has {len(set(rings[0]))} "
+                              f"of its {n} servers: give --nodes {len(set(rings[0]))} to run "
+                              "it on the fibres among its members")
         pattern = multi_ring_allreduce(rings, sc.size)
     else:
         pattern = build_pattern(sc.collective, n, sc.size)
