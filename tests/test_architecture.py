@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "topoopt.interrupt", "topoopt.executor", "topoopt.cluster", "topoopt.model"),
     ("topoopt.workloads",),
     ("topoopt.config",),
-    ("topoopt.strategy", "topoopt.compute", "topoopt.traffic"),
+    ("topoopt.strategy", "topoopt.compute", "topoopt.traffic", "topoopt.llm"),
     ("topoopt.topology",),
     ("topoopt.routing",),
     ("topoopt.finder",),

@@ -397,8 +397,8 @@ learned_positions, rms_norm, name :
 #: Published models: (builder, sizes). GPT-3 175B: Brown et al. 2020, Table 2.1
 #: (96 layers, d_model 12288, 96 heads, context 2048; GPT-2's 50257-token BPE, tied
 #: embeddings, learned positions). Llama 3 8B and 70B: Grattafiori et al. 2024, Table 3
-#: (32/80 layers, 4096/8192 wide, FFN 14336/28672, 32/64 heads, 8 KV heads, vocabulary
-#: 128K = 128256, 8K context in pre-training). Mixtral 8x7B: Jiang et al. 2024, Table 1
+#: (32/80/126 layers, 4096/8192/16384 wide, FFN 14336/28672/53248, 32/64/128 heads, 8 KV
+#: heads, vocabulary 128K = 128256, 8K context in pre-training). Mixtral 8x7B: Jiang et al. 2024, Table 1
 #: (32 layers, dim 4096, 32 heads, 8 KV heads, hidden 14336, 8 experts, top 2, vocabulary
 #: 32000, context 32768; the preset trains on 4096-token sequences).
 PRESETS: Mapping[str, tuple[Any, Mapping[str, Any]]] = {
@@ -409,17 +409,19 @@ PRESETS: Mapping[str, tuple[Any, Mapping[str, Any]]] = {
                             vocab=128256)),
     "llama3-70b": (gpt, dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, seq=8192,
                              vocab=128256)),
+    "llama3-405b": (gpt, dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248,
+                              seq=8192, vocab=128256)),
     "mixtral-8x7b": (moe, dict(layers=32, hidden=4096, heads=32, kv_heads=8, experts=8,
                                top_k=2, expert_ffn=14336, seq=4096, vocab=32000)),
 }
 
 #: Published parameter counts (total, active per token): GPT-3 "175.0B" (Brown et al.
-#: Table 2.1); Llama 3 8B and 70B: 8.03B and 70.6B (the released checkpoints' counts,
-#: 8,030,261,248 and 70,553,706,496); Mixtral 8x7B: 46.7B total, 12.9B active (Jiang et
+#: Table 2.1); Llama 3 8B, 70B and 405B: 8.03B, 70.6B and 405.9B (the released
+#: checkpoints' counts, 8,030,261,248, 70,553,706,496 and 405,853,388,800); Mixtral 8x7B: 46.7B total, 12.9B active (Jiang et
 #: al. §2, "47B" / "13B" in the abstract; 46.7B / 12.9B on the model card).
 PUBLISHED_PARAMS: Mapping[str, tuple[float, float]] = {
     "gpt3-175b": (175.0e9, 175.0e9), "llama3-8b": (8.03e9, 8.03e9),
-    "llama3-70b": (70.6e9, 70.6e9), "mixtral-8x7b": (46.7e9, 12.9e9),
+    "llama3-70b": (70.6e9, 70.6e9), "llama3-405b": (405.9e9, 405.9e9), "mixtral-8x7b": (46.7e9, 12.9e9),
 }
 
 
