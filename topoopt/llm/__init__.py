@@ -7,6 +7,7 @@ placements, and the fabrics, are :mod:`topoopt.planners.llm`.
 """
 
 from topoopt.llm.iteration import (
+    LLM_COMPUTE_EFFICIENCY,
     CommTimes,
     LLMIteration,
     hardware_flops_per_token,
@@ -32,7 +33,7 @@ from topoopt.llm.traffic import (
     llm_traffic,
 )
 
-__all__ = ["CommTimes", "LLMIteration", "hardware_flops_per_token", "ideal_comm_times",
+__all__ = ["LLM_COMPUTE_EFFICIENCY", "CommTimes", "LLMIteration", "hardware_flops_per_token", "ideal_comm_times",
            "llm_iteration", "nvlink_rate", "HBM_USABLE", "MemoryBreakdown", "memory_per_gpu",
            "stage_params", "ORDERS", "RECOMPUTE", "LLMParallel", "check_parallel",
            "communicator_groups", "gpu_coordinates", "stage_layers", "KINDS", "LLMTraffic",
