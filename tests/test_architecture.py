@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt.collectives",),
     ("topoopt.netsim",),
     ("topoopt.fabrics",),
-    ("topoopt.estimate",),
+    ("topoopt.estimate", "topoopt.llm.fabric"),
     ("topoopt.reconfig",),
     ("topoopt.plans",),
     ("topoopt.react",),

@@ -10,6 +10,7 @@ import numpy as np
 from topoopt._io import atomic_path
 from topoopt.errors import TopoOptError
 from topoopt.plans.document import Plan
+from topoopt.plans.llm import LLMPlan
 from topoopt.traffic import derive_traffic
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
@@ -141,6 +142,8 @@ def write_plan_plots(plan: Plan, directory: str | Path) -> list[Path]:
     the planned rings (bytes split across each group's rings).
     """
     directory = Path(directory)
+    if isinstance(plan, LLMPlan):
+        return _write_llm_plots(plan, directory)
     c, job, model = plan.cluster, plan.job, plan.model
     batch = job.global_batch(c)
     before = derive_traffic(model, plan.search.start, c.servers, batch, job.dtype_bytes)
@@ -159,4 +162,27 @@ def write_plan_plots(plan: Plan, directory: str | Path) -> list[Path]:
     plot_fabrics([f.name for f in plan.fabrics], [f.estimate.total for f in plan.fabrics],
                  [f.cost.total for f in plan.fabrics],
                  f"{model.name}, {c.servers} servers, d={c.nics}", str(out[-1]))
+    return out
+
+
+def _write_llm_plots(plan: LLMPlan, directory: Path) -> list[Path]:
+    """An LLM plan's pictures: its server traffic per iteration (PP and EP bytes plus the
+    DP AllReduces) with one ring per group in member order (before) and over the planned
+    rings (after) -- the blocks are the pipeline stages and DP groups -- the topology
+    and the fabric comparison."""
+    c, top = plan.cluster, plan.fabric("topoopt")
+    t, label = top.traffic, top.parallel.label()
+    out = []
+    for name, rings, how in (("traffic_before.png", None, "one ring per DP group"),
+                             ("traffic_after.png", plan.topology_plan.rings, "TopoOpt rings")):
+        out.append(directory / name)
+        plot_heatmap(t.mp_matrix() + t.dp_matrix(rings),
+                     f"{plan.model.name} {label} on {c.servers} servers: {how}", str(out[-1]))
+    out.append(directory / "topology.png")
+    plot_topology(plan.topology_plan, f"{plan.model.name}: {c.servers} servers x {c.nics} ports",
+                  str(out[-1]))
+    out.append(directory / "fabrics.png")
+    plot_fabrics([f.name for f in plan.fabrics], [f.iteration.total for f in plan.fabrics],
+                 [f.cost.total for f in plan.fabrics],
+                 f"{plan.model.name}, {c.servers} servers, d={c.nics}", str(out[-1]))
     return out
