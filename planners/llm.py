@@ -58,7 +58,7 @@ from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
 
 __all__ = ["LLMCandidate", "LLMFabricResult", "LLMPlan", "enumerate_parallel", "rank_parallel",
-           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP"]
+           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "check_fixed"]
 
 #: Candidates of the degree search timed on every fabric.
 TOP = 6
@@ -126,10 +126,36 @@ def time_on_fabric(shape: TransformerShape, par: LLMParallel, cluster: Cluster, 
     return llm_iteration(shape, par, cluster, batch, job.precision, t, comm), comm, t
 
 
-def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job
-                  ) -> tuple[list[LLMCandidate], int]:
+#: What ``[plan] parallel = {...}`` may fix (the rest is searched).
+FIXABLE = ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "recompute", "order")
+
+
+def check_fixed(fixed: Mapping | None) -> dict:
+    """Validate ``[plan] parallel``: degrees the search must keep.
+
+    Raises
+    ------
+    ConfigError
+        ``plan.parallel.KEY`` for an unknown key or a bad value.
+    """
+    fixed = dict(fixed or {})
+    for key, value in fixed.items():
+        where = f"plan.parallel.{key}"
+        if key not in FIXABLE:
+            raise ConfigError(where, value, f"unknown key; fix some of {', '.join(FIXABLE)}")
+        if key in ("recompute", "order"):
+            allowed = ("none", "full") if key == "recompute" else ORDERS
+            if value not in allowed:
+                raise ConfigError(where, value, f"use one of {', '.join(allowed)}")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(where, value, "must be a positive integer")
+    return fixed
+
+
+def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
+                  fixed: Mapping | None = None) -> tuple[list[LLMCandidate], int]:
     """Every parallelism that fits, fastest first on the Ideal Switch, and how many
-    were enumerated.
+    were enumerated (those with the ``fixed`` values only, :func:`check_fixed`).
 
     Raises
     ------
@@ -138,7 +164,13 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job
         to change.
     """
     batch = job.global_batch(cluster)
-    space = enumerate_parallel(shape, cluster, batch)
+    fixed = check_fixed(fixed)
+    space = [p for p in enumerate_parallel(shape, cluster, batch)
+             if all(getattr(p, k) == v for k, v in fixed.items())]
+    if not space:
+        raise ConfigError("plan.parallel", fixed,
+                          f"no parallelism of {job.model} on {cluster.servers} x "
+                          f"{cluster.gpus_per_server} GPUs has these values; relax some")
     fitting, least = [], None
     for par in space:
         found = _fits(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
@@ -219,7 +251,8 @@ def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: Transf
 def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES,
              prices: PriceTable | None = None, top: int = TOP, source: str = "",
              fabric_seed: int = 0, finder_kwargs: Mapping | None = None,
-             on_fabric: Callable[[str, float, str], None] | None = None) -> LLMPlan:
+             on_fabric: Callable[[str, float, str], None] | None = None,
+             fixed: Mapping | None = None) -> LLMPlan:
     """Plan an LLM job on the TopoOpt shard and on every baseline fabric.
 
     Parameters
@@ -240,6 +273,8 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES
         TopologyFinder options (``routing``, ``k_paths``, ...).
     on_fabric : callable, optional
         ``on_fabric(name, seconds, how)`` as each fabric is done.
+    fixed : mapping, optional
+        Values of :data:`FIXABLE` the search keeps (a config's ``[plan] parallel``).
 
     Returns
     -------
@@ -264,7 +299,8 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES
         if FABRICS[name].reconfigurable:
             raise ConfigError("plan.baselines", name, "an LLM plan compares fixed fabrics; "
                                                       f"use some of {', '.join(BASELINES)}")
-    ranked, space = rank_parallel(shape, cluster, job)
+    fixed = check_fixed(fixed)
+    ranked, space = rank_parallel(shape, cluster, job, fixed)
     shortlist: list[LLMCandidate] = []
     seen = set()
     for cand in ranked:   # the best of each (tp, pp, dp, ep); orders kept for placement
@@ -283,4 +319,4 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES
         if on_fabric is not None:
             on_fabric(name, r.iteration.total, f"{r.tried} timed")
     return LLMPlan(cluster, job, model, shape, tuple(results), tuple(shortlist), space,
-                   len(ranked), source, fabric_seed, top)
+                   len(ranked), source, fabric_seed, top, fixed)

@@ -149,7 +149,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
          prices: PriceTable | None = None, finder_kwargs: dict | None = None,
          source: str = "", progress: Callable[[str, int, float], None] | None = None,
          on_fabric: Callable[[str, float, str], None] | None = None,
-         fabric_seed: int = 0) -> Plan:
+         fabric_seed: int = 0, parallel: Mapping | None = None) -> Plan:
     """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
 
     Parameters
@@ -230,7 +230,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
     if is_transformer(model):
         return plan_llm(cluster, job, baselines=baselines, prices=prices, source=source,
                         fabric_seed=fabric_seed, finder_kwargs=finder_kwargs,
-                        on_fabric=on_fabric)
+                        on_fabric=on_fabric, fixed=parallel)
     # ---
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)

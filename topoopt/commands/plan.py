@@ -244,6 +244,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                            baselines=settings["baselines"],
                            executor=executor, prices=prices,
                            finder_kwargs=settings["finder_kwargs"], source=config,
+                           parallel=settings["parallel"] or None,
                            progress=progress,
                            on_fabric=lambda n, t, how: progress(n, 0, t, how))
     progress.done()

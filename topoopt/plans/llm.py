@@ -14,7 +14,7 @@ and the stored strategy and topology.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError
@@ -116,6 +116,8 @@ class LLMPlan:
     source : str
     fabric_seed : int
     top : int
+    fixed : Mapping
+        The values the search was told to keep (``[plan] parallel``).
     """
 
     cluster: Cluster
@@ -129,6 +131,7 @@ class LLMPlan:
     source: str = ""
     fabric_seed: int = 0
     top: int = 0
+    fixed: Mapping = field(default_factory=dict)
 
     @property
     def topology_plan(self) -> TopologyPlan:
@@ -225,7 +228,7 @@ def llm_plan_to_json(p: LLMPlan) -> dict:
                                  "allreduce_degree": f.allreduce_degree, "tried": f.tried}
                         for f in p.fabrics},
             "search": {"space": p.space, "feasible": p.feasible, "top": p.top,
-                       "fabric_seed": p.fabric_seed,
+                       "fabric_seed": p.fabric_seed, "fixed": dict(p.fixed),
                        "candidates": [{"parallel": x.parallel.to_dict(),
                                        "ideal_time_s": x.ideal.total} for x in p.candidates]},
         },
@@ -339,9 +342,16 @@ def check_llm_plan_document(doc: dict) -> None:
     if "topoopt" not in fabrics or set(fabrics) != set(times):
         raise _bad("llm.fabrics", sorted(fabrics), "must be the fabrics of iteration_time_s, "
                                                    "topoopt among them")
-    seed = _int(_table(llm["search"], "llm.search", ("space", "feasible", "top", "fabric_seed",
-                                                     "candidates"))["fabric_seed"],
-                "llm.search.fabric_seed", 0)
+    search = _table(llm["search"], "llm.search", ("space", "feasible", "top", "fabric_seed",
+                                                  "fixed", "candidates"))
+    seed = _int(search["fabric_seed"], "llm.search.fabric_seed", 0)
+    for key, value in _table(search["fixed"], "llm.search.fixed").items():
+        for name, f in llm["fabrics"].items():
+            got = _table(_table(f, f"llm.fabrics.{name}").get("parallel"),
+                         f"llm.fabrics.{name}.parallel").get(key)
+            if got != value:
+                raise _bad(f"llm.fabrics.{name}.parallel.{key}", got,
+                           f"but the search was told to keep {key} = {value!r}")
     for name, f in fabrics.items():
         where = f"llm.fabrics.{name}"
         if name not in FABRICS or FABRICS[name].reconfigurable:
