@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from topoopt.llm.memory import stage_params
-from topoopt.llm.parallel import LLMParallel, communicator_groups, stage_layers
+from topoopt.llm.parallel import LLMParallel, communicator_groups, gpu_coordinates, stage_layers
 from topoopt.traffic import AllReduceGroup, Traffic, Transfers, ring_matrix
 from topoopt.workloads.gpt import TransformerShape
 
@@ -207,12 +207,12 @@ def llm_traffic(shape: TransformerShape, par: LLMParallel, servers: int, gpus_pe
             merged[key] = merged.get(key, 0.0) + nbytes
 
     for grp in groups["dp"]:
-        p = _stage(par, grp[0])
+        p = gpu_coordinates(par, grp[0])[1]
         nbytes = dense[p] + (0.0 if edp_separate or par.ep == par.dp and par.ep > 1
                              else expert[p])
         add(grp, nbytes * dtype_bytes)
     for grp in groups["edp"]:
-        add(grp, expert[_stage(par, grp[0])] * dtype_bytes)
+        add(grp, expert[gpu_coordinates(par, grp[0])[1]] * dtype_bytes)
     dp_groups = tuple(AllReduceGroup(k, v, ("stage gradients",)) for k, v in sorted(merged.items()))
     # TP: 4 AllReduces per layer (6 recomputed), ring over tp GPUs
     tp_per = (per_alltoall * busiest * mb_tokens * shape.hidden * dtype_bytes
@@ -220,10 +220,6 @@ def llm_traffic(shape: TransformerShape, par: LLMParallel, servers: int, gpus_pe
     return LLMTraffic(n, g, pp_step, par.micro_batches * par.virtual, pp_nv, ep_step,
                       ep_count, ep_nv, dp_groups, dp_nv, tp_per, par.micro_batches)
 
-
-def _stage(par: LLMParallel, rank: int) -> int:
-    rest = int(rank) // par.tp
-    return rest // par.dp if par.order == "tp-dp-pp" else rest % par.pp
 
 
 def finder_traffic(traffic: LLMTraffic) -> Traffic:

@@ -29,6 +29,7 @@ from topoopt.llm import (
     check_parallel,
     communicator_groups,
     finder_traffic,
+    gpu_coordinates,
     llm_iteration,
     llm_traffic,
     memory_per_gpu,
@@ -53,6 +54,7 @@ from topoopt.plans.document import (
     _table,
     cluster_job_of,
     routes_of,
+    topology_plan_json,
 )
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, is_transformer, transformer_shape
@@ -162,13 +164,9 @@ def placement(par: LLMParallel, gpus_per_server: int) -> dict[str, list[list[int
         return [list(x) for x in sorted(out)]
 
     stages = [sorted({r // gpus_per_server for grp in g["dp"] for r in grp
-                      if _stage(par, grp[0]) == p}) for p in range(par.pp)]
+                      if gpu_coordinates(par, grp[0])[1] == p}) for p in range(par.pp)]
     return {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
 
-
-def _stage(par: LLMParallel, rank: int) -> int:
-    rest = int(rank) // par.tp
-    return rest // par.dp if par.order == "tp-dp-pp" else rest % par.pp
 
 
 def _iteration_json(it: LLMIteration) -> dict:
@@ -177,20 +175,7 @@ def _iteration_json(it: LLMIteration) -> dict:
 
 def llm_plan_to_json(p: LLMPlan) -> dict:
     """The ``plan.json`` document of an LLM plan (deterministic: no wall times)."""
-    tp = p.topology_plan
-    topo = tp.topology
-    groups = {g.members: g for g in tp.groups}
-    rings = []
-    for members, orders in sorted(tp.rings.items(), key=lambda kv: (-len(kv[0]), kv[0])):
-        grp = groups.get(members)
-        for order in orders:
-            rings.append({"members": list(members), "order": list(order),
-                          "share": 1.0 / len(orders),
-                          "group_bytes": grp.bytes if grp is not None else None,
-                          "direct": bool(grp is not None and grp.degree > 0)})
-    routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
-                                             for path, f in options]}
-              for (s, d), options in sorted(tp.routes.paths.items())]
+    shard = topology_plan_json(p.topology_plan)
     shape, c = p.shape, p.cluster
     top = p.fabric("topoopt")
     mem = memory_per_gpu(shape, top.parallel, p.job.global_batch(c), p.job.dtype_bytes,
@@ -201,13 +186,7 @@ def llm_plan_to_json(p: LLMPlan) -> dict:
         "config": p.source,
         "cluster": _cluster_json(c),
         "job": _job_json(p.job, c),
-        "topology": {"servers": topo.servers, "ports": topo.ports,
-                     "link_bandwidth": topo.link_bandwidth, "link_latency": topo.link_latency,
-                     "links": [list(link) for link in topo.links],
-                     "labels": list(topo.labels),
-                     "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
-        "rings": rings,
-        "routes": routes,
+        **shard,
         "iteration_time_s": times,
         "gap_to_ideal": ({n: t / times["ideal"] for n, t in times.items()}
                          if "ideal" in times else {}),
