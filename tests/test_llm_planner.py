@@ -8,8 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from topoopt import plan
+from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.export.bundle import ExportSkipped
@@ -137,3 +139,45 @@ def test_plan_folder_round_trip_and_tampering(tmp_path):
         with pytest.raises(PlanCheckError) as err:
             check_llm_plan_document(bad)
         assert "\n" not in str(err.value)
+
+
+SMALL_TOML = """
+[cluster]
+servers = 4
+nics = 4
+link_bandwidth = "100Gbps"
+gpus_per_server = 4
+gpu = "H100"
+compute_efficiency = 0.52
+
+[job]
+model = "mixtral-8x7b"
+batch_per_gpu = 2
+precision = "bf16"
+size = { layers = 4, seq = 512 }
+
+[plan]
+parallel = { ep = 2 }
+"""
+
+
+def test_cli_plan_check_and_traffic_of_an_llm_job(tmp_path):
+    cfg = tmp_path / "moe.toml"
+    cfg.write_text(SMALL_TOML)
+    out = tmp_path / "plan"
+    r = CliRunner().invoke(main, ["plan", str(cfg), "-o", str(out), "--quiet", "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert "ep2" in r.output and "MFU" in r.output
+    doc = json.loads((out / "plan.json").read_text())
+    assert all(f["parallel"]["ep"] == 2 for f in doc["llm"]["fabrics"].values())
+    assert doc["llm"]["search"]["fixed"] == {"ep": 2}
+    r = CliRunner().invoke(main, ["plan", "--check", str(out)])
+    assert r.exit_code == 0 and r.output.startswith("ok"), r.output
+    r = CliRunner().invoke(main, ["traffic", str(cfg)])
+    assert r.exit_code == 0, r.output
+    assert "ep2" in r.output and "stages" in r.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text(SMALL_TOML.replace("{ ep = 2 }", "{ ep = 3 }"))
+    r = CliRunner().invoke(main, ["plan", str(bad), "-o", str(tmp_path / "x"), "--quiet"])
+    assert r.exit_code == 2 and "plan.parallel" in r.output
+    assert len(r.output.strip().splitlines()) == 1
