@@ -27,7 +27,7 @@ Every fabric keeps its own best candidate; the plan's strategy is the TopoOpt sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 from topoopt.cluster import Cluster, Job
@@ -35,7 +35,7 @@ from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
 from topoopt.fabrics.direct import direct_connect
-from topoopt.finder.topology_finder import topology_finder
+from topoopt.finder.topology_finder import TopologyPlan, topology_finder
 from topoopt.interrupt import stop_requested
 from topoopt.llm import (
     HBM_USABLE,
@@ -53,7 +53,7 @@ from topoopt.llm import (
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
 from topoopt.plans.document import BASELINES
-from topoopt.plans.llm import LLMFabricResult, LLMPlan
+from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_in_server_order
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
 
@@ -200,8 +200,27 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
     return fitting, len(space)
 
 
+def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
+    """``plan`` with each group's member-order ring (stride 1), when it has one, first
+    and starting at its smallest member: the ring NCCL runs for a communicator whose
+    ranks are in server order (:func:`topoopt.plans.llm.launch_in_server_order`)."""
+    rings = {}
+    for members, orders in plan.rings.items():
+        k = len(members)
+        first = [i for i, o in enumerate(orders)
+                 if any(tuple(o[(j + t) % k] for t in range(k)) == tuple(members)
+                        for j in range(k))]
+        if first:
+            i = first[0]
+            orders = (tuple(members),) + tuple(o for j, o in enumerate(orders) if j != i)
+        rings[members] = tuple(orders)
+    return replace(plan, rings=rings)
+
+
 def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
-    """``par`` on TopologyFinder's topology for its traffic, for every port split."""
+    """``par`` on TopologyFinder's topology for its traffic, for every port split: only
+    the shards whose DP rings NCCL follows when ranks are launched in server order (the
+    LLM placement), ``rank_order.txt`` being then the servers in order."""
     batch = job.global_batch(cluster)
     t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
                     job.dtype_bytes)
@@ -210,9 +229,11 @@ def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
               else [None, *range(1, cluster.nics)])
     out = []
     for d_ar in splits:
-        plan = topology_finder(traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
-                               cluster.link_latency, seed=seed, allreduce_degree=d_ar,
-                               **finder_kwargs)
+        plan = _member_ring_first(topology_finder(
+            traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
+            cluster.link_latency, seed=seed, allreduce_degree=d_ar, **finder_kwargs))
+        if not launch_in_server_order(plan.rings, cluster.servers):
+            continue
         fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
                                 name="topoopt", rings=plan.rings)
         comm = fabric_comm_times(t, fabric, plan.rings)
@@ -243,6 +264,11 @@ def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: Transf
             tried += 1
             if best is None or it.total < best[0].total:
                 best = (it, comm, t, par, None, fabric, None)
+    if best is None:
+        raise ConfigError("plan.parallel", candidates[0].parallel.label(),
+                          f"no candidate gives {name} a shard whose rings NCCL follows with "
+                          "ranks in server order; fix order = \"tp-dp-pp\" or more "
+                          "candidates (top)")
     it, comm, t, par, plan, fab, d_ar = best
     return LLMFabricResult(name, FABRICS[name].title, par, it, comm, t,
                            fabric_cost(fab, prices), plan, d_ar, tried)

@@ -126,6 +126,9 @@ def test_plan_folder_round_trip_and_tampering(tmp_path):
     assert "plan.json" in check_plan_dir(tmp_path, simulate=False)
     doc = json.loads((tmp_path / "plan.json").read_text())
     check_llm_plan_document(doc)
+    # NCCL launch order = the placement's: GPU rank r on server r // gpus_per_server
+    hosts = (tmp_path / "rank_order.txt").read_text().split()
+    assert hosts == [f"server-{i:03d}" for i in range(SMALL.servers)]
     assert set(doc["llm"]["fabrics"]["topoopt"]["network_bytes"]) == {"tp", "pp", "ep", "dp"}
     for path, value in ((("iteration_time_s", "topoopt"), 1.0),
                         (("llm", "parallel", "micro_batches"), 3),

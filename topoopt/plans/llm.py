@@ -60,7 +60,7 @@ from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, is_transformer, transformer_shape
 
 __all__ = ["LLMFabricResult", "LLMPlan", "llm_plan_to_json", "check_llm_plan_document",
-           "is_llm_document", "placement", "LLM_PLAN_KEYS"]
+           "is_llm_document", "placement", "launch_in_server_order", "LLM_PLAN_KEYS"]
 
 #: Top-level keys of an LLM plan's ``plan.json`` (and ``files``, ``skipped``).
 LLM_PLAN_KEYS = ("format", "config", "cluster", "job", "topology", "rings", "routes",
@@ -167,6 +167,18 @@ def placement(par: LLMParallel, gpus_per_server: int) -> dict[str, list[list[int
                       if gpu_coordinates(par, grp[0])[1] == p}) for p in range(par.pp)]
     return {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
 
+
+
+def launch_in_server_order(rings, servers: int) -> bool:
+    """Whether the plan's ``rank_order.txt`` lists the servers in order, as the LLM
+    placement needs (GPU rank ``r`` on server ``r // gpus_per_server``): it starts with
+    the first ring of the largest group (most members, ties the smallest tuple;
+    :mod:`topoopt.export.rank_order`), then the other servers ascending."""
+    if not rings:
+        return True
+    members = min(rings, key=lambda m: (-len(m), tuple(m)))
+    first = tuple(rings[members][0])
+    return first == tuple(range(len(first)))
 
 
 def _iteration_json(it: LLMIteration) -> dict:
@@ -315,6 +327,10 @@ def check_llm_plan_document(doc: dict) -> None:
                          tuple(GroupPlan(m, groups[m].network_bytes,
                                          len(rings[m]) if direct[m] else 0) for m in rings))
     check_topology_plan(tplan, traffic)
+    if not launch_in_server_order(rings, cluster.servers):
+        raise _bad("rings", "the largest group's first ring",
+                   "must be 0, 1, 2, ...: rank_order.txt then launches GPU rank r on server "
+                   "r // gpus_per_server, as llm.placement assumes")
     # every fabric's iteration, derived again
     fabrics = _table(llm["fabrics"], "llm.fabrics")
     times = _table(doc["iteration_time_s"], "iteration_time_s")
