@@ -53,7 +53,7 @@ from topoopt.llm import (
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
 from topoopt.plans.document import BASELINES
-from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_in_server_order
+from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_order, launch_preserves_traffic
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
 
@@ -203,7 +203,8 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
 def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
     """``plan`` with each group's member-order ring (stride 1), when it has one, first
     and starting at its smallest member: the ring NCCL runs for a communicator whose
-    ranks are in server order (:func:`topoopt.plans.llm.launch_in_server_order`)."""
+    ranks are in server order, which keeps the launch order (``rank_order.txt``) the
+    servers in order."""
     rings = {}
     for members, orders in plan.rings.items():
         k = len(members)
@@ -219,8 +220,8 @@ def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
 
 def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
     """``par`` on TopologyFinder's topology for its traffic, for every port split: only
-    the shards whose DP rings NCCL follows when ranks are launched in server order (the
-    LLM placement), ``rank_order.txt`` being then the servers in order."""
+    the shards on which the launch order of ``rank_order.txt`` (NCCL following the
+    largest group's first ring) leaves the traffic as planned."""
     batch = job.global_batch(cluster)
     t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
                     job.dtype_bytes)
@@ -232,7 +233,7 @@ def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
         plan = _member_ring_first(topology_finder(
             traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
             cluster.link_latency, seed=seed, allreduce_degree=d_ar, **finder_kwargs))
-        if not launch_in_server_order(plan.rings, cluster.servers):
+        if not launch_preserves_traffic(t, launch_order(plan.rings, cluster.servers)):
             continue
         fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
                                 name="topoopt", rings=plan.rings)
@@ -266,9 +267,9 @@ def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: Transf
                 best = (it, comm, t, par, None, fabric, None)
     if best is None:
         raise ConfigError("plan.parallel", candidates[0].parallel.label(),
-                          f"no candidate gives {name} a shard whose rings NCCL follows with "
-                          "ranks in server order; fix order = \"tp-dp-pp\" or more "
-                          "candidates (top)")
+                          f"no candidate gives {name} a shard on which the launch order "
+                          "(rank_order.txt) keeps the planned traffic; fix order = "
+                          "\"tp-dp-pp\" or time more candidates (top)")
     it, comm, t, par, plan, fab, d_ar = best
     return LLMFabricResult(name, FABRICS[name].title, par, it, comm, t,
                            fabric_cost(fab, prices), plan, d_ar, tried)

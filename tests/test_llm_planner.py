@@ -29,7 +29,14 @@ from topoopt.llm import (
 )
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.planners.llm import enumerate_parallel, plan_llm, rank_parallel
-from topoopt.plans.llm import LLMPlan, check_llm_plan_document, llm_plan_to_json
+from topoopt.plans.llm import (
+    LLMPlan,
+    check_llm_plan_document,
+    launch_order,
+    launch_preserves_traffic,
+    llm_plan_to_json,
+    placement,
+)
 from topoopt.workloads import build_model
 from topoopt.workloads.gpt import transformer_shape
 
@@ -126,9 +133,11 @@ def test_plan_folder_round_trip_and_tampering(tmp_path):
     assert "plan.json" in check_plan_dir(tmp_path, simulate=False)
     doc = json.loads((tmp_path / "plan.json").read_text())
     check_llm_plan_document(doc)
-    # NCCL launch order = the placement's: GPU rank r on server r // gpus_per_server
+    # the launch order of rank_order.txt is the one the placement is stated in
     hosts = (tmp_path / "rank_order.txt").read_text().split()
-    assert hosts == [f"server-{i:03d}" for i in range(SMALL.servers)]
+    order = launch_order(p.topology_plan.rings, SMALL.servers)
+    assert hosts == [f"server-{i:03d}" for i in order]
+    assert doc["llm"]["placement"] == placement(p.parallel, 4, order)
     assert set(doc["llm"]["fabrics"]["topoopt"]["network_bytes"]) == {"tp", "pp", "ep", "dp"}
     for path, value in ((("iteration_time_s", "topoopt"), 1.0),
                         (("llm", "parallel", "micro_batches"), 3),
@@ -184,3 +193,16 @@ def test_cli_plan_check_and_traffic_of_an_llm_job(tmp_path):
     r = CliRunner().invoke(main, ["plan", str(bad), "-o", str(tmp_path / "x"), "--quiet"])
     assert r.exit_code == 2 and "plan.parallel" in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_launch_order_must_map_the_traffic_onto_itself():
+    shape = transformer_shape(build_model("llama3-8b", {"layers": 8, "seq": 256}))
+    one_ring = llm_traffic(shape, LLMParallel(8, 1, 8, micro_batches=2), 8, 8, 16, 2)
+    staged = llm_traffic(shape, LLMParallel(8, 2, 4, micro_batches=2), 8, 8, 16, 2)
+    stride3 = (0, 3, 6, 1, 4, 7, 2, 5)
+    assert launch_preserves_traffic(one_ring, stride3)            # one group: any order
+    assert not launch_preserves_traffic(staged, stride3)          # stages torn apart
+    assert not launch_preserves_traffic(staged, (1, 0, 2, 3, 4, 5, 6, 7))  # one stage only
+    assert launch_preserves_traffic(staged, (1, 0, 3, 2, 5, 4, 7, 6))     # both stages
+    assert launch_preserves_traffic(staged, (2, 3, 0, 1, 6, 7, 4, 5))   # replicas swapped
+    assert launch_order({(0, 1, 2, 3): ((0, 2, 1, 3),)}, 6) == (0, 2, 1, 3, 4, 5)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.fabrics.catalog import FABRICS, build_fabric
@@ -60,7 +62,8 @@ from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, is_transformer, transformer_shape
 
 __all__ = ["LLMFabricResult", "LLMPlan", "llm_plan_to_json", "check_llm_plan_document",
-           "is_llm_document", "placement", "launch_in_server_order", "LLM_PLAN_KEYS"]
+           "is_llm_document", "placement", "launch_order", "launch_preserves_traffic",
+           "LLM_PLAN_KEYS"]
 
 #: Top-level keys of an LLM plan's ``plan.json`` (and ``files``, ``skipped``).
 LLM_PLAN_KEYS = ("format", "config", "cluster", "job", "topology", "rings", "routes",
@@ -155,30 +158,51 @@ class LLMPlan:
         raise KeyError(name)
 
 
-def placement(par: LLMParallel, gpus_per_server: int) -> dict[str, list[list[int]]]:
-    """Servers of each pipeline stage, DP group and expert group (sorted, distinct)."""
+def placement(par: LLMParallel, gpus_per_server: int,
+              order: tuple[int, ...] | None = None) -> dict[str, list[list[int]]]:
+    """Servers of each pipeline stage, DP group and expert group (sorted, distinct),
+    with GPU rank ``r`` on server ``order[r // gpus_per_server]`` (the launch order;
+    the identity by default)."""
     g = communicator_groups(par)
+    host = (lambda r: order[r // gpus_per_server]) if order is not None else \
+        (lambda r: r // gpus_per_server)
 
     def servers(groups) -> list[list[int]]:
-        out = {tuple(sorted({r // gpus_per_server for r in grp})) for grp in groups}
+        out = {tuple(sorted({host(r) for r in grp})) for grp in groups}
         return [list(x) for x in sorted(out)]
 
-    stages = [sorted({r // gpus_per_server for grp in g["dp"] for r in grp
+    stages = [sorted({host(r) for grp in g["dp"] for r in grp
                       if gpu_coordinates(par, grp[0])[1] == p}) for p in range(par.pp)]
     return {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
 
 
 
-def launch_in_server_order(rings, servers: int) -> bool:
-    """Whether the plan's ``rank_order.txt`` lists the servers in order, as the LLM
-    placement needs (GPU rank ``r`` on server ``r // gpus_per_server``): it starts with
-    the first ring of the largest group (most members, ties the smallest tuple;
-    :mod:`topoopt.export.rank_order`), then the other servers ascending."""
+def launch_order(rings, servers: int) -> tuple[int, ...]:
+    """The servers in the order ``rank_order.txt`` launches them (line ``i`` runs GPU
+    ranks ``i g .. i g + g - 1``): the first ring of the largest group (most members,
+    ties the smallest tuple), then the other servers ascending -- the rule of
+    :func:`topoopt.export.rank_order.rank_order`, restated here one layer below it."""
     if not rings:
-        return True
+        return tuple(range(servers))
     members = min(rings, key=lambda m: (-len(m), tuple(m)))
-    first = tuple(rings[members][0])
-    return first == tuple(range(len(first)))
+    first = tuple(int(x) for x in rings[members][0])
+    inside = set(first)
+    return first + tuple(x for x in range(servers) if x not in inside)
+
+
+def launch_preserves_traffic(traffic: LLMTraffic, order: tuple[int, ...]) -> bool:
+    """Whether launching logical server ``i`` on ``order[i]`` leaves the traffic as
+    planned: every pipeline step, all-to-all and DP group maps onto itself, so the shard
+    TopologyFinder built for the logical traffic serves the launched job."""
+    o = np.asarray(order)
+    if (o == np.arange(o.size)).all():
+        return True
+    for m in (traffic.pp_step, traffic.ep_step):
+        if not np.array_equal(m[np.ix_(o, o)], m):
+            return False
+    groups = {g.members: g.bytes for g in traffic.dp_groups}
+    return groups == {tuple(sorted(int(o[x]) for x in g.members)): g.bytes
+                      for g in traffic.dp_groups}
 
 
 def _iteration_json(it: LLMIteration) -> dict:
@@ -207,7 +231,8 @@ def llm_plan_to_json(p: LLMPlan) -> dict:
             "model": {"params": shape.params, "active_params": shape.active_params,
                       "training_flops_per_token": shape.training_flops_per_token()},
             "parallel": top.parallel.to_dict(),
-            "placement": placement(top.parallel, c.gpus_per_server),
+            "placement": placement(top.parallel, c.gpus_per_server,
+                                   launch_order(p.topology_plan.rings, c.servers)),
             "memory_per_gpu": {"stage": mem.stage, "weights": mem.weights,
                                "gradients": mem.gradients, "optimizer": mem.optimizer,
                                "activations": mem.activations, "total": mem.total,
@@ -302,8 +327,6 @@ def check_llm_plan_document(doc: dict) -> None:
                                "training_flops_per_token": shape.training_flops_per_token()},
                 "llm.model", "the job's model")
     par = _check_parallel(llm["parallel"], "llm.parallel", shape, cluster, job)
-    _same_table(llm["placement"], placement(par, cluster.gpus_per_server), "llm.placement",
-                "llm.parallel")
     mem = memory_per_gpu(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
     _same_table(llm["memory_per_gpu"], {"stage": mem.stage, "weights": mem.weights,
                                         "gradients": mem.gradients, "optimizer": mem.optimizer,
@@ -327,10 +350,13 @@ def check_llm_plan_document(doc: dict) -> None:
                          tuple(GroupPlan(m, groups[m].network_bytes,
                                          len(rings[m]) if direct[m] else 0) for m in rings))
     check_topology_plan(tplan, traffic)
-    if not launch_in_server_order(rings, cluster.servers):
+    order = launch_order(rings, cluster.servers)
+    if not launch_preserves_traffic(t, order):
         raise _bad("rings", "the largest group's first ring",
-                   "must be 0, 1, 2, ...: rank_order.txt then launches GPU rank r on server "
-                   "r // gpus_per_server, as llm.placement assumes")
+                   "launches the servers (rank_order.txt) in an order that moves the "
+                   "stages and groups off the shard built for them")
+    _same_table(llm["placement"], placement(par, cluster.gpus_per_server, order),
+                "llm.placement", "llm.parallel and the launch order")
     # every fabric's iteration, derived again
     fabrics = _table(llm["fabrics"], "llm.fabrics")
     times = _table(doc["iteration_time_s"], "iteration_time_s")
