@@ -40,12 +40,14 @@ from topoopt.planners.alternating import (
     topoopt_fabric,
 )
 from topoopt.planners.cost import IterationCost
+from topoopt.planners.llm import plan_llm
 from topoopt.planners.search import DEFAULT_TOLERANCE, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import structured_strategies
 from topoopt.plans.document import BASELINES, FabricResult, Plan
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
+from topoopt.workloads.gpt import is_transformer
 
 __all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric", "IDEAL_EFFORT"]
 
@@ -147,7 +149,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
          prices: PriceTable | None = None, finder_kwargs: dict | None = None,
          source: str = "", progress: Callable[[str, int, float], None] | None = None,
          on_fabric: Callable[[str, float, str], None] | None = None,
-         fabric_seed: int = 0) -> Plan:
+         fabric_seed: int = 0, parallel: Mapping | None = None) -> Plan:
     """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
 
     Parameters
@@ -221,6 +223,15 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
     executor = executor or SerialExecutor()
     finder_kwargs = dict(finder_kwargs or {})
     model = model_of(job)
+    # --- LLM and MoE jobs (gpt, moe and their presets): the Megatron-style planner of
+    # topoopt.planners.llm (degrees, micro-batches, placement; TopologyFinder per
+    # candidate), which returns a topoopt.plans.llm.LLMPlan. Budget, rounds, chains,
+    # seed and tolerance are for the MCMC search and do not apply: it is exhaustive.
+    if is_transformer(model):
+        return plan_llm(cluster, job, baselines=baselines, prices=prices, source=source,
+                        fabric_seed=fabric_seed, finder_kwargs=finder_kwargs,
+                        on_fabric=on_fabric, fixed=parallel)
+    # ---
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
     names = ("topoopt", *dict.fromkeys(baselines))

@@ -12,6 +12,7 @@ from topoopt.workloads.bert import bert
 from topoopt.workloads.candle import candle
 from topoopt.workloads.custom import custom_model
 from topoopt.workloads.dlrm import dlrm
+from topoopt.workloads.gpt import PRESETS, gpt, moe
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
 from topoopt.workloads.vgg import vgg16
@@ -22,8 +23,24 @@ __all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model
 #: model name -> builder. Builders take size keyword arguments.
 _REGISTRY: Mapping[str, Callable[..., Model]] = {
     "dlrm": dlrm, "bert": bert, "candle": candle, "ncf": ncf, "resnet50": resnet50,
-    "vgg16": vgg16,
+    "vgg16": vgg16, "gpt": gpt, "moe": moe,
 }
+
+
+def _preset(name: str, builder: Callable[..., Model], sizes: Mapping[str, Any]
+            ) -> Callable[..., Model]:
+    """``builder`` with the published ``sizes`` as its defaults, naming the model ``name``."""
+    def build(**size: Any) -> Model:
+        return builder(**{**sizes, **size}, name=name)
+    sig = inspect.signature(builder)
+    build.__signature__ = sig.replace(parameters=[  # type: ignore[attr-defined]
+        p.replace(default=sizes.get(k, p.default)) for k, p in sig.parameters.items()
+        if k != "name"])
+    build.__doc__ = f"{name}: {builder.__name__} with the published sizes."
+    return build
+
+
+_REGISTRY.update({name: _preset(name, b, sizes) for name, (b, sizes) in PRESETS.items()})
 MODEL_NAMES = tuple(_REGISTRY)
 
 
@@ -37,7 +54,7 @@ def _builder(name: str) -> Callable[..., Model]:
 def model_defaults(name: str) -> dict[str, Any]:
     """The default size parameters of a built-in model (its builder's keyword defaults)."""
     sig = inspect.signature(_builder(name))
-    return {k: p.default for k, p in sig.parameters.items()}
+    return {k: p.default for k, p in sig.parameters.items() if k != "name"}
 
 
 def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
@@ -49,7 +66,7 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
         One of :data:`MODEL_NAMES`.
     size : mapping, optional
         Overrides of the builder's keyword defaults, e.g. ``{"tables": 4}``. Every
-        override must be a positive integer of a known parameter.
+        override must be a known parameter: a positive integer (true/false for a switch, a number > 0 for a ratio).
 
     Returns
     -------
@@ -67,7 +84,14 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
         if key not in defaults:
             raise ConfigError(field, value,
                               f"{name} has size parameters {', '.join(defaults)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        default = defaults[key]
+        if isinstance(default, bool):  # architecture switches (gpt, moe)
+            if not isinstance(value, bool):
+                raise ConfigError(field, value, "must be true or false")
+        elif isinstance(default, float):  # a ratio (moe.capacity_factor)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(field, value, "must be a number > 0")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(field, value, "must be a positive integer")
     return _builder(name)(**size)
 

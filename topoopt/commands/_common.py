@@ -65,7 +65,7 @@ strategy_option = click.option(
 
 #: Keys of a config's [plan] table (CLI options override them).
 PLAN_KEYS = ("budget", "rounds", "chains", "seed", "tolerance", "baselines", "routing",
-             "k_paths", "primes_only", "mp_decay")
+             "k_paths", "primes_only", "mp_decay", "parallel")
 #: The search effort's bounds (docs/limits.md), for the [plan] table and the options.
 PLAN_BOUNDS = {"budget": (0, 10 ** 8), "rounds": (1, 1000), "chains": (1, 256),
                "seed": (0, MAX_SEED), "k_paths": (1, 64)}
@@ -97,6 +97,10 @@ def plan_settings(table, **cli) -> dict:
     if len(set(baselines)) != len(baselines):
         raise ConfigError("plan.baselines", list(baselines), "list each fabric once")
     out["baselines"] = tuple(baselines)
+    parallel = table.get("parallel", {})  # an LLM job's fixed degrees (planners/llm.py)
+    if not isinstance(parallel, dict):
+        raise ConfigError("plan.parallel", parallel, "must be a table, e.g. {ep = 8}")
+    out["parallel"] = dict(parallel)
     finder = {}
     if "routing" in table:
         if table["routing"] not in ("kshortest", "lp"):

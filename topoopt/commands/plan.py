@@ -30,6 +30,7 @@ from topoopt.planners.planner import plan as make_plan
 from topoopt.strategy import data_parallel, describe_strategy, hybrid, memory_per_server
 from topoopt.units import format_time
 from topoopt.workloads import model_of
+from topoopt.workloads.gpt import is_transformer
 
 __all__ = ["plan", "PLAN_KEYS", "plan_settings"]
 
@@ -88,6 +89,33 @@ def _report(result, config: str, seed: int, seconds: float) -> None:
     click.echo("TopoOpt strategy:")
     for line in describe_strategy(result.model, base.strategy, c.servers):
         click.echo(f"  {line}")
+
+
+def _report_llm(result, config: str, seconds: float) -> None:
+    """What ``topoopt plan`` prints for an LLM job: every fabric's parallelism,
+    iteration, MFU and cost, and the plan's placement and traffic."""
+    c = result.cluster
+    click.echo(f"plan      {config}: {result.job.model} on {c.servers} servers x "
+               f"{c.gpus_per_server} {c.gpu.name}, {c.nics} ports of "
+               f"{c.link_bandwidth / 1e9:g} Gb/s, {seconds:.1f} s")
+    click.echo(f"search    {result.space} parallelisms, {result.feasible} fit in memory; the "
+               f"{len(result.candidates)} fastest on the Ideal Switch timed on every fabric")
+    ideal = result.iteration_time_s.get("ideal")
+    base = result.fabric("topoopt").cost.total
+    rows = [[f.name, f.parallel.label(), format_time(f.iteration.total),
+             f"{f.iteration.total / ideal:.2f}" if ideal else "-", f"{f.iteration.mfu:.1%}",
+             f"{f.cost.total:,.0f}", f"{f.cost.total / base:.2f}"] for f in result.fabrics]
+    print_table(["fabric", "parallelism", "iteration", "vs ideal", "MFU", "cost",
+                 "cost ratio"], rows)
+    top = result.fabric("topoopt")
+    parts = top.iteration.parts()
+    click.echo("TopoOpt iteration: " + ", ".join(f"{k} {format_time(v)}"
+                                                  for k, v in parts.items()))
+    nb = top.traffic.network_bytes()
+    click.echo("network bytes per iteration: " + ", ".join(f"{k} {v / 1e9:,.1f} GB"
+                                                            for k, v in nb.items()))
+    click.echo(f"TopoOpt shard: {top.allreduce_degree} of {c.nics} ports per server for the "
+               f"{len(top.traffic.dp_groups)} DP rings, the rest for PP/EP")
 
 
 def _require_batch_fits(cfg) -> None:
@@ -203,7 +231,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                        err=True)
             plots = False
     check_plan_output(output, cfg.cluster, exports, plots)  # before the search, not after
-    _require_batch_fits(cfg)
+    llm = is_transformer(model_of(cfg.job))
+    if not llm:  # an LLM job's memory is checked per parallelism by its planner
+        _require_batch_fits(cfg)
     prices = price_table(cfg.cost)
     progress = _Progress(not quiet)
     started = time.monotonic()
@@ -214,6 +244,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                            baselines=settings["baselines"],
                            executor=executor, prices=prices,
                            finder_kwargs=settings["finder_kwargs"], source=config,
+                           parallel=settings["parallel"] or None,
                            progress=progress,
                            on_fabric=lambda n, t, how: progress(n, 0, t, how))
     progress.done()
@@ -225,6 +256,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo(f"note: {w.message}", err=True)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    _report(result, config, settings["seed"], time.monotonic() - started)
+    if llm:
+        _report_llm(result, config, time.monotonic() - started)
+    else:
+        _report(result, config, settings["seed"], time.monotonic() - started)
     click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {output}/ (check them: "
                f"topoopt plan --check {output})")

@@ -32,6 +32,7 @@ from topoopt.plans.document import (
     rings_of,
     topology_of,
 )
+from topoopt.plans.llm import LLMPlan, check_llm_plan_document, is_llm_document, llm_plan_to_json
 
 __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
            "check_plan_output", "write_plan", "check_plan_dir"]
@@ -142,7 +143,7 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
     """
     directory = Path(directory)
     owned = owned_files(directory)
-    doc = plan_to_json(p)
+    doc = llm_plan_to_json(p) if isinstance(p, LLMPlan) else plan_to_json(p)
     files, skipped = ["plan.json"], {}
     with staging_dir(directory, owned) as stage:
         if exports:
@@ -184,7 +185,10 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     """
     directory = Path(directory)
     doc = read_plan(directory)
-    check_plan_document(doc)
+    if is_llm_document(doc):
+        check_llm_plan_document(doc)
+    else:
+        check_plan_document(doc)
     for key in ("files", "skipped"):
         if key not in doc:
             raise PlanCheckError(f"plan.json has no {key} (a plan from before topoopt listed "

@@ -10,6 +10,7 @@ import numpy as np
 from topoopt._io import atomic_path
 from topoopt.errors import TopoOptError
 from topoopt.plans.document import Plan
+from topoopt.plans.llm import LLMPlan
 from topoopt.traffic import derive_traffic
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
@@ -141,22 +142,43 @@ def write_plan_plots(plan: Plan, directory: str | Path) -> list[Path]:
     the planned rings (bytes split across each group's rings).
     """
     directory = Path(directory)
-    c, job, model = plan.cluster, plan.job, plan.model
-    batch = job.global_batch(c)
-    before = derive_traffic(model, plan.search.start, c.servers, batch, job.dtype_bytes)
-    after = derive_traffic(model, plan.strategy, c.servers, batch, job.dtype_bytes)
+    c, model = plan.cluster, plan.model
+    if isinstance(plan, LLMPlan):
+        heatmaps = _llm_heatmaps(plan)
+        times = [f.iteration.total for f in plan.fabrics]
+    else:
+        job = plan.job
+        batch = job.global_batch(c)
+        before = derive_traffic(model, plan.search.start, c.servers, batch, job.dtype_bytes)
+        after = derive_traffic(model, plan.strategy, c.servers, batch, job.dtype_bytes)
+        heatmaps = [(name, traffic.matrix(rings), f"{model.name} on {c.servers} servers: {label}")
+                    for name, traffic, rings, label in (
+                        ("traffic_before.png", before, None,
+                         f"start ({plan.search.start.name}), one ring"),
+                        ("traffic_after.png", after, plan.topology_plan.rings,
+                         "planned, TopoOpt rings"))]
+        times = [f.estimate.total for f in plan.fabrics]
     out = []
-    for name, traffic, rings, label in (
-            ("traffic_before.png", before, None, f"start ({plan.search.start.name}), one ring"),
-            ("traffic_after.png", after, plan.topology_plan.rings, "planned, TopoOpt rings")):
+    for name, matrix, title in heatmaps:
         out.append(directory / name)
-        plot_heatmap(traffic.matrix(rings), f"{model.name} on {c.servers} servers: {label}",
-                     str(out[-1]))
+        plot_heatmap(matrix, title, str(out[-1]))
     out.append(directory / "topology.png")
     plot_topology(plan.topology_plan, f"{model.name}: {c.servers} servers x {c.nics} ports",
                   str(out[-1]))
     out.append(directory / "fabrics.png")
-    plot_fabrics([f.name for f in plan.fabrics], [f.estimate.total for f in plan.fabrics],
-                 [f.cost.total for f in plan.fabrics],
+    plot_fabrics([f.name for f in plan.fabrics], times, [f.cost.total for f in plan.fabrics],
                  f"{model.name}, {c.servers} servers, d={c.nics}", str(out[-1]))
     return out
+
+
+def _llm_heatmaps(plan: LLMPlan) -> list[tuple[str, np.ndarray, str]]:
+    """An LLM plan's server traffic per iteration (PP and EP bytes plus the DP
+    AllReduces) with one ring per group in member order (before) and over the planned
+    rings (after): the blocks are the pipeline stages and DP groups."""
+    c, top = plan.cluster, plan.fabric("topoopt")
+    t, label = top.traffic, top.parallel.label()
+    return [(name, t.mp_matrix() + t.dp_matrix(rings),
+             f"{plan.model.name} {label} on {c.servers} servers: {how}")
+            for name, rings, how in (("traffic_before.png", None, "one ring per DP group"),
+                                     ("traffic_after.png", plan.topology_plan.rings,
+                                      "TopoOpt rings"))]

@@ -32,7 +32,7 @@ from topoopt.workloads import model_of
 
 __all__ = ["FORMAT", "BASELINES", "FabricResult", "Plan", "plan_to_json", "read_plan",
            "check_plan_document", "topology_of", "rings_of", "routes_of", "strategy_of",
-           "cluster_job_of", "PLAN_KEYS", "FOLDER_KEYS"]
+           "cluster_job_of", "PLAN_KEYS", "FOLDER_KEYS", "topology_plan_json"]
 
 FORMAT = "topoopt.plan/1"
 #: Baseline fabrics compared with the TopoOpt shard (names of topoopt.fabrics.catalog).
@@ -164,12 +164,9 @@ def _search_json(fs) -> dict:
             "chains": _chains_json(fs.chains)}
 
 
-def plan_to_json(p: Plan) -> dict:
-    """The ``plan.json`` document (schema: README, "plan.json").
-
-    Deterministic: the same inputs and seed give the same document, so no wall times.
-    """
-    tp = p.topology_plan
+def topology_plan_json(tp: TopologyPlan) -> dict:
+    """A TopologyFinder plan's ``topology``, ``rings`` and ``routes`` as in ``plan.json``
+    (every plan's shard, LLM plans' too: :mod:`topoopt.plans.llm`)."""
     topo = tp.topology
     groups = {g.members: g for g in tp.groups}
     rings = []
@@ -183,7 +180,23 @@ def plan_to_json(p: Plan) -> dict:
     routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
                                              for path, f in options]}
               for (s, d), options in sorted(tp.routes.paths.items())]
+    return {"topology": {"servers": topo.servers, "ports": topo.ports,
+                         "link_bandwidth": topo.link_bandwidth,
+                         "link_latency": topo.link_latency,
+                         "links": [list(link) for link in topo.links],
+                         "labels": list(topo.labels),
+                         "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
+            "rings": rings, "routes": routes}
 
+
+def plan_to_json(p: Plan) -> dict:
+    """The ``plan.json`` document (schema: README, "plan.json").
+
+    Deterministic: the same inputs and seed give the same document, so no wall times.
+    """
+    tp = p.topology_plan
+    topo = tp.topology
+    shard = topology_plan_json(tp)
     traffic = derive_traffic(p.model, p.strategy, p.cluster.servers,
                              p.job.global_batch(p.cluster), p.job.dtype_bytes)
     metrics = topology_metrics(topo, traffic, tp.rings, tp.routes)
@@ -193,17 +206,13 @@ def plan_to_json(p: Plan) -> dict:
         "cluster": _cluster_json(p.cluster),
         "job": _job_json(p.job, p.cluster),
         "strategy": p.strategy.to_json(p.model),
-        "topology": {"servers": topo.servers, "ports": topo.ports,
-                     "link_bandwidth": topo.link_bandwidth, "link_latency": topo.link_latency,
-                     "links": [list(link) for link in topo.links],
-                     "labels": list(topo.labels),
-                     "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
+        "topology": shard["topology"],
         "metrics": {"diameter": metrics.diameter,
                     "average_path_length": metrics.average_path_length,
                     "bandwidth_tax": metrics.bandwidth_tax, "mp_hops": metrics.mp_hops,
                     "max_link_load_bytes": metrics.max_link_load},
-        "rings": rings,
-        "routes": routes,
+        "rings": shard["rings"],
+        "routes": shard["routes"],
         "iteration_time_s": p.iteration_time_s,
         "gap_to_ideal": ({f.name: f.estimate.total / p.iteration_time_s["ideal"]
                           for f in p.fabrics} if "ideal" in p.iteration_time_s else {}),

@@ -1,0 +1,349 @@
+"""Plan an LLM or MoE training job: degrees, micro-batches, placement, and the shard's topology.
+
+:func:`plan_llm` is what :func:`topoopt.plan` runs for a ``gpt`` or ``moe`` model (or a
+preset of theirs):
+
+1. **Degrees** (:func:`rank_parallel`): every ``(tp, pp, dp, ep)`` that uses all GPUs
+   (``tp`` inside a server), every micro-batch count ``m`` dividing a replica's
+   sequences, activation recomputation off or full, ZeRO-1 off or on, plain or
+   interleaved 1F1B (``v`` = 1, 2) and both rank orders (:data:`~topoopt.llm.ORDERS`),
+   is checked against the GPUs' HBM (:func:`~topoopt.llm.memory_per_gpu`) and timed on
+   the Ideal Switch in closed form (:func:`~topoopt.llm.ideal_comm_times`). ZeRO-1 moves
+   the same bytes (reduce-scatter + all-gather), so it is turned on only when needed.
+   Exhaustive: a few thousand candidates, each in about a millisecond.
+2. **Placement and fabrics** (:func:`evaluate_fabric`): the ``top`` fastest candidates
+   are timed on every fabric on its routed links (:mod:`topoopt.llm.fabric`); the rank
+   order is the placement (which servers form each stage, DP group and expert group:
+   ``tp-dp-pp`` puts a stage's replicas on neighbouring servers, ``tp-pp-dp`` a
+   replica's stages). On the TopoOpt shard each candidate gets its own topology:
+   TopologyFinder (TopoOpt §4, Algorithm 1) receives the DP groups as AllReduce groups
+   (one per stage, or per stage and expert rank) and the PP and EP bytes as MP demand,
+   for every split of the ``d`` ports between them, and the fastest is kept -- the
+   co-optimization of strategy and topology, here by enumeration instead of MCMC,
+   because the LLM space is small and structured.
+
+Every fabric keeps its own best candidate; the plan's strategy is the TopoOpt shard's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
+
+from topoopt.cluster import Cluster, Job
+from topoopt.errors import ConfigError
+from topoopt.fabrics.catalog import FABRICS, build_fabric
+from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
+from topoopt.fabrics.direct import direct_connect
+from topoopt.finder.topology_finder import TopologyPlan, topology_finder
+from topoopt.interrupt import stop_requested
+from topoopt.llm import (
+    HBM_USABLE,
+    ORDERS,
+    LLMIteration,
+    LLMParallel,
+    LLMTraffic,
+    MemoryBreakdown,
+    finder_traffic,
+    ideal_comm_times,
+    llm_iteration,
+    llm_traffic,
+    memory_per_gpu,
+)
+from topoopt.llm.fabric import fabric_comm_times
+from topoopt.llm.iteration import CommTimes
+from topoopt.plans.document import BASELINES
+from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_order, launch_preserves_traffic
+from topoopt.workloads import model_of
+from topoopt.workloads.gpt import TransformerShape, transformer_shape
+
+__all__ = ["LLMCandidate", "LLMFabricResult", "LLMPlan", "enumerate_parallel", "rank_parallel",
+           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "check_fixed"]
+
+#: Candidates of the degree search timed on every fabric.
+TOP = 6
+
+
+@dataclass(frozen=True)
+class LLMCandidate:
+    """A parallelism that fits, with its memory and its Ideal Switch iteration."""
+
+    parallel: LLMParallel
+    memory: MemoryBreakdown
+    ideal: LLMIteration
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def enumerate_parallel(shape: TransformerShape, cluster: Cluster, global_batch: int,
+                       virtuals: Sequence[int] = (1, 2)) -> list[LLMParallel]:
+    """Every valid parallelism (:func:`~topoopt.llm.check_parallel`) of the search
+    space (module notes), ZeRO-1 off."""
+    g, total = cluster.gpus_per_server, cluster.servers * cluster.gpus_per_server
+    out = []
+    for tp in _divisors(g):
+        if shape.heads % tp or (shape.kv_heads % tp and tp % shape.kv_heads):
+            continue
+        for pp in _divisors(total // tp):
+            dp = total // tp // pp
+            if global_batch % dp:
+                continue
+            for v in virtuals:
+                if pp * v > shape.layers or (v > 1 and (pp == 1 or shape.layers % (pp * v))):
+                    continue
+                for ep in (_divisors(dp) if shape.moe else [1]):
+                    if shape.moe and shape.experts % ep:
+                        continue
+                    for m in _divisors(global_batch // dp):
+                        for recompute in ("none", "full"):
+                            for order in (ORDERS if pp > 1 and dp > 1 else ORDERS[:1]):
+                                out.append(LLMParallel(tp, pp, dp, ep, m, False, recompute,
+                                                       order, v))
+    return out
+
+
+def _fits(shape, par, batch, dtype, memory) -> tuple[LLMParallel, MemoryBreakdown] | None:
+    mem = memory_per_gpu(shape, par, batch, dtype, memory)
+    if mem.fits:
+        return par, mem
+    if par.dp > 1:
+        z = LLMParallel(**{**par.to_dict(), "zero1": True})
+        mem_z = memory_per_gpu(shape, z, batch, dtype, memory)
+        if mem_z.fits:
+            return z, mem_z
+    return None
+
+
+def time_on_fabric(shape: TransformerShape, par: LLMParallel, cluster: Cluster, job: Job,
+                   fabric=None, rings=None) -> tuple[LLMIteration, CommTimes, LLMTraffic]:
+    """``par``'s iteration on ``fabric`` (the Ideal Switch in closed form when None)."""
+    batch = job.global_batch(cluster)
+    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
+                    job.dtype_bytes)
+    comm = ideal_comm_times(t, cluster) if fabric is None else fabric_comm_times(t, fabric, rings)
+    return llm_iteration(shape, par, cluster, batch, job.precision, t, comm), comm, t
+
+
+#: What ``[plan] parallel = {...}`` may fix (the rest is searched).
+FIXABLE = ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "recompute", "order")
+
+
+def check_fixed(fixed: Mapping | None) -> dict:
+    """Validate ``[plan] parallel``: degrees the search must keep.
+
+    Raises
+    ------
+    ConfigError
+        ``plan.parallel.KEY`` for an unknown key or a bad value.
+    """
+    fixed = dict(fixed or {})
+    for key, value in fixed.items():
+        where = f"plan.parallel.{key}"
+        if key not in FIXABLE:
+            raise ConfigError(where, value, f"unknown key; fix some of {', '.join(FIXABLE)}")
+        if key in ("recompute", "order"):
+            allowed = ("none", "full") if key == "recompute" else ORDERS
+            if value not in allowed:
+                raise ConfigError(where, value, f"use one of {', '.join(allowed)}")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(where, value, "must be a positive integer")
+    return fixed
+
+
+def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
+                  fixed: Mapping | None = None) -> tuple[list[LLMCandidate], int]:
+    """Every parallelism that fits, fastest first on the Ideal Switch, and how many
+    were enumerated (those with the ``fixed`` values only, :func:`check_fixed`).
+
+    Raises
+    ------
+    ConfigError
+        ``cluster.servers`` when none fits, naming the least memory any needs and what
+        to change.
+    """
+    batch = job.global_batch(cluster)
+    fixed = check_fixed(fixed)
+    space = [p for p in enumerate_parallel(shape, cluster, batch)
+             if all(getattr(p, k) == v for k, v in fixed.items())]
+    if not space:
+        raise ConfigError("plan.parallel", fixed,
+                          f"no parallelism of {job.model} on {cluster.servers} x "
+                          f"{cluster.gpus_per_server} GPUs has these values; relax some")
+    fitting, least = [], None
+    for par in space:
+        found = _fits(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
+        if found is None:
+            z = LLMParallel(**{**par.to_dict(), "zero1": par.dp > 1})
+            mem = memory_per_gpu(shape, z, batch, job.dtype_bytes, cluster.gpu.memory)
+            if least is None or mem.total < least[1].total:
+                least = (z, mem)
+            continue
+        par, mem = found
+        it, _, _ = time_on_fabric(shape, par, cluster, job)
+        fitting.append(LLMCandidate(par, mem, it))
+    if not fitting:
+        if least is None:
+            raise ConfigError("cluster.servers", cluster.servers,
+                              f"{cluster.servers * cluster.gpus_per_server} GPUs cannot split "
+                              f"a global batch of {batch} sequences into replicas; make "
+                              "job.batch_per_gpu a multiple of a power of two")
+        par, mem = least
+        raise ConfigError(
+            "cluster.servers", cluster.servers,
+            f"no parallelism of {job.model} fits {HBM_USABLE * cluster.gpu.memory / 1e9:.0f} GB "
+            f"usable per {cluster.gpu.name}: the least needs {mem.total / 1e9:.1f} GB "
+            f"({par.label()}); add servers, lower job.batch_per_gpu or job.size.seq, or use "
+            "a smaller model")
+    fitting.sort(key=lambda c: (c.ideal.total, c.parallel.label()))
+    return fitting, len(space)
+
+
+def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
+    """``plan`` with each group's member-order ring (stride 1), when it has one, first
+    and starting at its smallest member: the ring NCCL runs for a communicator whose
+    ranks are in server order, which keeps the launch order (``rank_order.txt``) the
+    servers in order."""
+    rings = {}
+    for members, orders in plan.rings.items():
+        k = len(members)
+        first = [i for i, o in enumerate(orders)
+                 if any(tuple(o[(j + t) % k] for t in range(k)) == tuple(members)
+                        for j in range(k))]
+        if first:
+            i = first[0]
+            orders = (tuple(members),) + tuple(o for j, o in enumerate(orders) if j != i)
+        rings[members] = tuple(orders)
+    return replace(plan, rings=rings)
+
+
+def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
+    """``par`` on TopologyFinder's topology for its traffic, for every port split: only
+    the shards on which the launch order of ``rank_order.txt`` (NCCL following the
+    largest group's first ring) leaves the traffic as planned."""
+    batch = job.global_batch(cluster)
+    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
+                    job.dtype_bytes)
+    traffic = finder_traffic(t)
+    splits = ([None] if not traffic.allreduce or not traffic.mp.any()
+              else [None, *range(1, cluster.nics)])
+    out = []
+    for d_ar in splits:
+        plan = _member_ring_first(topology_finder(
+            traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
+            cluster.link_latency, seed=seed, allreduce_degree=d_ar, **finder_kwargs))
+        if not launch_preserves_traffic(t, launch_order(plan.rings, cluster.servers)):
+            continue
+        fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
+                                name="topoopt", rings=plan.rings)
+        comm = fabric_comm_times(t, fabric, plan.rings)
+        it = llm_iteration(shape, par, cluster, batch, job.precision, t, comm)
+        out.append((it, comm, t, plan, fabric, plan.degree_allreduce))
+    return out
+
+
+def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: TransformerShape,
+                    cluster: Cluster, job: Job, prices: PriceTable = DEFAULT_PRICES,
+                    seed: int = 0, finder_kwargs: Mapping | None = None) -> LLMFabricResult:
+    """The fastest of ``candidates`` on the fabric called ``name`` (the TopoOpt shard:
+    each on its own TopologyFinder topology, every port split tried)."""
+    best, tried = None, 0
+    fabric = None if name == "topoopt" else build_fabric(name, cluster, prices, seed)
+    for cand in candidates:
+        if stop_requested() and best is not None:
+            break
+        par = cand.parallel
+        if name == "topoopt":
+            for it, comm, t, plan, fab, d_ar in _topoopt(shape, par, cluster, job, seed,
+                                                         dict(finder_kwargs or {})):
+                tried += 1
+                if best is None or it.total < best[0].total:
+                    best = (it, comm, t, par, plan, fab, d_ar)
+        else:
+            it, comm, t = time_on_fabric(shape, par, cluster, job, fabric)
+            tried += 1
+            if best is None or it.total < best[0].total:
+                best = (it, comm, t, par, None, fabric, None)
+    if best is None:
+        raise ConfigError("plan.parallel", candidates[0].parallel.label(),
+                          f"no candidate gives {name} a shard on which the launch order "
+                          "(rank_order.txt) keeps the planned traffic; fix order = "
+                          "\"tp-dp-pp\" or time more candidates (top)")
+    it, comm, t, par, plan, fab, d_ar = best
+    return LLMFabricResult(name, FABRICS[name].title, par, it, comm, t,
+                           fabric_cost(fab, prices), plan, d_ar, tried)
+
+
+def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES,
+             prices: PriceTable | None = None, top: int = TOP, source: str = "",
+             fabric_seed: int = 0, finder_kwargs: Mapping | None = None,
+             on_fabric: Callable[[str, float, str], None] | None = None,
+             fixed: Mapping | None = None) -> LLMPlan:
+    """Plan an LLM job on the TopoOpt shard and on every baseline fabric.
+
+    Parameters
+    ----------
+    cluster, job : Cluster, Job
+        ``job.model`` is ``gpt``, ``moe`` or a preset of theirs; the global batch is
+        ``servers x gpus_per_server x batch_per_gpu`` sequences.
+    baselines : sequence of str
+        Fabrics compared with the TopoOpt shard.
+    prices : PriceTable, optional
+    top : int
+        Candidates of the degree search timed on every fabric.
+    source : str
+        The config's path, for the plan.
+    fabric_seed : int
+        The Expander's graph and TopologyFinder's tie-breaks.
+    finder_kwargs : mapping, optional
+        TopologyFinder options (``routing``, ``k_paths``, ...).
+    on_fabric : callable, optional
+        ``on_fabric(name, seconds, how)`` as each fabric is done.
+    fixed : mapping, optional
+        Values of :data:`FIXABLE` the search keeps (a config's ``[plan] parallel``).
+
+    Returns
+    -------
+    LLMPlan
+
+    Examples
+    --------
+    >>> from topoopt import Cluster, Job
+    >>> c = Cluster(servers=4, nics=4, link_bandwidth=100e9, gpus_per_server=4)
+    >>> j = Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512})
+    >>> p = plan_llm(c, j, top=2)
+    >>> p.iteration_time_s["ideal"] <= min(p.iteration_time_s.values())
+    True
+    """
+    model = model_of(job)
+    shape = transformer_shape(model)
+    prices = prices or DEFAULT_PRICES
+    for name in baselines:
+        if name not in FABRICS or name == "topoopt":
+            raise ConfigError("plan.baselines", name,
+                              f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
+        if FABRICS[name].reconfigurable:
+            raise ConfigError("plan.baselines", name, "an LLM plan compares fixed fabrics; "
+                                                      f"use some of {', '.join(BASELINES)}")
+    fixed = check_fixed(fixed)
+    ranked, space = rank_parallel(shape, cluster, job, fixed)
+    shortlist: list[LLMCandidate] = []
+    seen = set()
+    for cand in ranked:   # the best of each (tp, pp, dp, ep); orders kept for placement
+        key = (cand.parallel.tp, cand.parallel.pp, cand.parallel.dp, cand.parallel.ep,
+               cand.parallel.order)
+        if key not in seen:
+            seen.add(key)
+            shortlist.append(cand)
+        if len(shortlist) >= top:
+            break
+    results = []
+    for name in ("topoopt", *dict.fromkeys(baselines)):
+        r = evaluate_fabric(name, shortlist, shape, cluster, job, prices, fabric_seed,
+                            finder_kwargs)
+        results.append(r)
+        if on_fabric is not None:
+            on_fabric(name, r.iteration.total, f"{r.tried} timed")
+    return LLMPlan(cluster, job, model, shape, tuple(results), tuple(shortlist), space,
+                   len(ranked), source, fabric_seed, top, fixed)

@@ -1,0 +1,215 @@
+"""Megatron-style parallelism of a transformer: degrees, schedule, rank order, communicators.
+
+A :class:`LLMParallel` splits a job's ``tp x pp x dp`` GPUs into tensor-parallel groups
+inside a server (NVLink), pipeline stages and data-parallel replicas across servers, and
+-- for a mixture of experts -- expert-parallel groups of ``ep`` data-parallel ranks that
+exchange tokens by all-to-all. :func:`communicator_groups` lists every communicator as
+GPU ranks, the way Megatron-LM's ``parallel_state`` builds them; GPU rank ``r`` sits on
+server ``r // gpus_per_server``, which is how the groups become server-level traffic
+(:mod:`topoopt.llm.traffic`).
+
+References
+----------
+.. [1] D. Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+   Clusters Using Megatron-LM", SC'21: §2.2 (1F1B and its bubble (p - 1) / m, the
+   interleaved schedule's (p - 1) / (v m)), §2.3 (tensor parallelism), §3 (degrees).
+.. [2] D. Lepikhin et al., "GShard", ICLR 2021; W. Fedus et al., "Switch
+   Transformers", JMLR 2022: expert parallelism over data-parallel ranks.
+.. [3] S. Rajbhandari et al., "ZeRO", SC'20, §5.1 (optimizer-state partitioning, P_os).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from topoopt._require import require_choice, require_int
+from topoopt.cluster import Cluster
+from topoopt.errors import ConfigError
+from topoopt.workloads.gpt import TransformerShape
+
+__all__ = ["RECOMPUTE", "ORDERS", "LLMParallel", "check_parallel", "communicator_groups",
+           "gpu_coordinates", "stage_layers"]
+
+#: Activation recomputation: none, selective (attention scores and softmax only;
+#: Korthikanti et al. 2022 §4.2), full (every layer's forward again in backward).
+RECOMPUTE = ("none", "selective", "full")
+
+#: Rank orders, fastest-varying first (Megatron's ``order``): where consecutive GPUs,
+#: hence servers, go. ``tp-dp-pp`` (Megatron's default) puts a stage's replicas on
+#: neighbouring servers; ``tp-pp-dp`` a replica's stages. Expert-parallel groups are
+#: consecutive data-parallel ranks in both.
+ORDERS = ("tp-dp-pp", "tp-pp-dp")
+
+
+@dataclass(frozen=True)
+class LLMParallel:
+    """How a transformer is split over ``tp x pp x dp`` GPUs.
+
+    Attributes
+    ----------
+    tp, pp, dp : int
+        Tensor-, pipeline- and data-parallel degrees; ``tp`` divides the GPUs of a
+        server (tensor parallelism stays on NVLink).
+    ep : int
+        Expert-parallel degree: routed experts are spread over ``ep`` data-parallel
+        ranks (``ep`` divides ``dp`` and the expert count); 1 for a dense model.
+        Experts are tensor-split ``tp`` ways like the dense layers.
+    micro_batches : int
+        m, micro-batches per iteration per pipeline (divides the sequences of one
+        data-parallel replica).
+    zero1 : bool
+        Optimizer states sharded over the data-parallel group (ZeRO stage 1; the
+        gradient AllReduce becomes reduce-scatter + all-gather: the same bytes).
+    recompute : str
+        One of :data:`RECOMPUTE`.
+    order : str
+        One of :data:`ORDERS`.
+    virtual : int
+        v, model chunks per stage of the interleaved 1F1B schedule (1: plain 1F1B).
+    flash_attention : bool
+        Fused attention that keeps no ``s x s`` scores for the backward (FlashAttention,
+        Dao et al. 2022; what current Megatron-LM and Llama 3 train with); False: the
+        unfused kernels of Megatron-LM SC'21, whose scores and softmax are activations.
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int = 1
+    micro_batches: int = 1
+    zero1: bool = False
+    recompute: str = "none"
+    order: str = "tp-dp-pp"
+    virtual: int = 1
+    flash_attention: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "ep", "micro_batches", "virtual"):
+            require_int(f"parallel.{name}", getattr(self, name), minimum=1)
+        require_choice("parallel.recompute", self.recompute, RECOMPUTE)
+        require_choice("parallel.order", self.order, ORDERS)
+        if self.dp % self.ep:
+            raise ConfigError("parallel.ep", self.ep, f"must divide dp = {self.dp}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def bubble(self) -> float:
+        """The 1F1B pipeline bubble as a fraction of the ideal time: (p - 1) / (v m)."""
+        return (self.pp - 1) / (self.virtual * self.micro_batches)
+
+    def label(self) -> str:
+        """``tp8 pp8 dp16 ep1 m96`` and the switches that are on."""
+        extra = [x for x, on in (("zero1", self.zero1), (f"recompute={self.recompute}",
+                                                          self.recompute != "none"),
+                                 (f"v{self.virtual}", self.virtual > 1),
+                                 (self.order, self.order != ORDERS[0])) if on]
+        return " ".join([f"tp{self.tp} pp{self.pp} dp{self.dp} ep{self.ep} "
+                         f"m{self.micro_batches}", *extra])
+
+    def to_dict(self) -> dict:
+        return dict(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
+                    micro_batches=self.micro_batches, zero1=self.zero1,
+                    recompute=self.recompute, order=self.order, virtual=self.virtual,
+                    flash_attention=self.flash_attention)
+
+
+def stage_layers(layers: int, pp: int, virtual: int = 1) -> tuple[int, ...]:
+    """Transformer layers of each pipeline stage: as even as possible, the first
+    stages taking the remainder (Megatron requires ``layers % (pp v) == 0``; an uneven
+    split is allowed here and charged at its largest stage)."""
+    chunks = pp * virtual
+    base, extra = divmod(layers, chunks)
+    per_chunk = [base + (1 if c < extra else 0) for c in range(chunks)]
+    # chunk c runs on stage c % pp (the interleaved assignment)
+    return tuple(sum(per_chunk[c] for c in range(s, chunks, pp)) for s in range(pp))
+
+
+def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
+                   global_batch: int) -> None:
+    """Raise :class:`ConfigError` unless ``par`` can run ``shape`` on ``cluster``.
+
+    The GPUs must all be used (``tp pp dp = servers x gpus_per_server``), ``tp``
+    divides a server's GPUs and the heads (and KV heads), every stage gets a layer,
+    ``ep`` divides the experts, and ``m`` divides a replica's sequences.
+    """
+    g = cluster.gpus_per_server
+    total = cluster.servers * g
+    if par.gpus != total:
+        raise ConfigError("parallel", par.label(),
+                          f"tp x pp x dp = {par.gpus} must equal the cluster's {total} GPUs")
+    if g % par.tp:
+        raise ConfigError("parallel.tp", par.tp,
+                          f"must divide the {g} GPUs of a server (tensor parallelism on NVLink)")
+    if shape.heads % par.tp or shape.kv_heads % par.tp and par.tp % shape.kv_heads:
+        raise ConfigError("parallel.tp", par.tp,
+                          f"must divide the {shape.heads} heads and {shape.kv_heads} KV heads")
+    if par.pp * par.virtual > shape.layers:
+        raise ConfigError("parallel.pp", par.pp,
+                          f"pp x virtual must be at most the {shape.layers} layers")
+    if (shape.experts or 1) % par.ep:
+        raise ConfigError("parallel.ep", par.ep,
+                          f"must divide the {shape.experts or 1} experts")
+    if global_batch % par.dp:
+        raise ConfigError("parallel.dp", par.dp,
+                          f"must divide the global batch of {global_batch} sequences")
+    if (global_batch // par.dp) % par.micro_batches:
+        raise ConfigError("parallel.micro_batches", par.micro_batches,
+                          f"must divide the {global_batch // par.dp} sequences per replica")
+
+
+def gpu_coordinates(par: LLMParallel, rank: int) -> tuple[int, int, int]:
+    """``(tensor rank t, stage p, replica d)`` of GPU ``rank`` under ``par.order``."""
+    t, rest = rank % par.tp, rank // par.tp
+    if par.order == "tp-dp-pp":
+        return t, rest // par.dp, rest % par.dp
+    return t, rest % par.pp, rest // par.pp
+
+
+def _rank(par: LLMParallel, t: int, p: int, d: int) -> int:
+    if par.order == "tp-dp-pp":
+        return t + par.tp * (d + par.dp * p)
+    return t + par.tp * (p + par.pp * d)
+
+
+def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...], ...]]:
+    """Every communicator of ``par`` as sorted tuples of GPU ranks.
+
+    Returns
+    -------
+    mapping
+        ``"tp"``: one group per (stage, replica); ``"pp"``: one per (tensor rank,
+        replica), in stage order; ``"dp"``: one per (stage, tensor rank), the dense
+        gradients' AllReduce; ``"ep"``: one per (stage, tensor rank, block of ``ep``
+        consecutive replicas), the all-to-all; ``"edp"``: one per (stage, tensor
+        rank, expert rank), the routed experts' gradient AllReduce (``dp / ep``
+        members; empty when ``ep = dp`` or the model is dense).
+
+    Examples
+    --------
+    Megatron-LM's ``initialize_model_parallel`` example: 16 GPUs, tp 2, pp 4 (dp 2).
+
+    >>> g = communicator_groups(LLMParallel(tp=2, pp=4, dp=2))
+    >>> g["tp"][:2], g["dp"][:2], g["pp"][0]
+    (((0, 1), (2, 3)), ((0, 2), (1, 3)), (0, 4, 8, 12))
+    """
+    tp, pp, dp, ep = par.tp, par.pp, par.dp, par.ep
+    r = _rank
+    groups = {
+        "tp": tuple(tuple(r(par, t, p, d) for t in range(tp)) for p in range(pp)
+                    for d in range(dp)),
+        "pp": tuple(tuple(r(par, t, p, d) for p in range(pp)) for d in range(dp)
+                    for t in range(tp)),
+        "dp": tuple(tuple(r(par, t, p, d) for d in range(dp)) for p in range(pp)
+                    for t in range(tp)),
+        "ep": tuple(tuple(r(par, t, p, b * ep + e) for e in range(ep)) for p in range(pp)
+                    for t in range(tp) for b in range(dp // ep)) if ep > 1 else (),
+        "edp": tuple(tuple(r(par, t, p, b * ep + e) for b in range(dp // ep))
+                     for p in range(pp) for t in range(tp) for e in range(ep))
+        if 1 < ep < dp else (),
+    }
+    return {k: tuple(sorted(tuple(sorted(x)) for x in v)) if k != "pp" else
+            tuple(sorted(v)) for k, v in groups.items()}

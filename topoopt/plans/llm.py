@@ -1,0 +1,422 @@
+"""The plan of an LLM job (:class:`LLMPlan`) and its ``plan.json``, written and checked.
+
+An LLM plan's ``plan.json`` has the same format, cluster, job, topology, rings and
+routes as any plan (so the patch-panel, OCS, NCCL and MSCCL exports work unchanged),
+the per-fabric ``iteration_time_s``, ``gap_to_ideal`` and ``cost``, and an ``llm``
+table instead of the operator strategy and its MCMC search: the chosen parallelism,
+its placement (servers of each stage, DP group and expert group), the memory per GPU,
+and per fabric the parallelism, the iteration's parts, MFU and the bytes of each
+traffic kind (schema: README, "plan.json of an LLM job").
+:func:`check_llm_plan_document` derives every number again from the cluster, the job
+and the stored strategy and topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from topoopt.cluster import Cluster, Job
+from topoopt.errors import ConfigError, PlanCheckError
+from topoopt.fabrics.catalog import FABRICS, build_fabric
+from topoopt.fabrics.direct import direct_connect
+from topoopt.finder.topology_finder import GroupPlan, TopologyPlan, check_topology_plan
+from topoopt.llm import (
+    KINDS,
+    LLMIteration,
+    LLMParallel,
+    LLMTraffic,
+    check_parallel,
+    communicator_groups,
+    finder_traffic,
+    gpu_coordinates,
+    llm_iteration,
+    llm_traffic,
+    memory_per_gpu,
+)
+from topoopt.llm.fabric import fabric_comm_times
+from topoopt.llm.iteration import CommTimes
+from topoopt.model import Model
+from topoopt.plans.document import (
+    FOLDER_KEYS,
+    FORMAT,
+    _bad,
+    _bool,
+    _check_folder_keys,
+    _check_rings,
+    _check_topology,
+    _cluster_json,
+    _int,
+    _job_json,
+    _num,
+    _same,
+    _str,
+    _table,
+    cluster_job_of,
+    routes_of,
+    topology_plan_json,
+)
+from topoopt.workloads import model_of
+from topoopt.workloads.gpt import TransformerShape, is_transformer, transformer_shape
+
+__all__ = ["LLMFabricResult", "LLMPlan", "llm_plan_to_json", "check_llm_plan_document",
+           "is_llm_document", "placement", "launch_order", "launch_preserves_traffic",
+           "LLM_PLAN_KEYS"]
+
+#: Top-level keys of an LLM plan's ``plan.json`` (and ``files``, ``skipped``).
+LLM_PLAN_KEYS = ("format", "config", "cluster", "job", "topology", "rings", "routes",
+                 "iteration_time_s", "gap_to_ideal", "cost", "llm")
+_ITERATION = ("total", "micro_batch", "compute", "tp", "pp", "ep", "bubble", "dp", "mfu", "hfu")
+
+
+@dataclass(frozen=True)
+class LLMFabricResult:
+    """One fabric's best parallelism and its iteration.
+
+    Attributes
+    ----------
+    name, title : str
+    parallel : LLMParallel
+    iteration : LLMIteration
+    comm : CommTimes
+    traffic : LLMTraffic
+    cost : CostReport
+    topology_plan : TopologyPlan or None
+        The TopoOpt shard's (None on the other fabrics).
+    allreduce_degree : int or None
+        The ports per server the TopoOpt shard gives the DP rings.
+    tried : int
+        Candidates (x port splits on TopoOpt) timed on this fabric.
+    """
+
+    name: str
+    title: str
+    parallel: LLMParallel
+    iteration: LLMIteration
+    comm: CommTimes
+    traffic: LLMTraffic = field(repr=False)
+    cost: Any = field(repr=False)
+    topology_plan: TopologyPlan | None = field(default=None, repr=False)
+    allreduce_degree: int | None = None
+    tried: int = 0
+
+
+@dataclass(frozen=True)
+class LLMPlan:
+    """The plan of an LLM job: every fabric's result, the TopoOpt shard first.
+
+    Attributes
+    ----------
+    cluster, job : Cluster, Job
+    model : Model
+    shape : TransformerShape
+    fabrics : tuple of LLMFabricResult
+    candidates : tuple
+        The degree search's shortlist (:class:`topoopt.planners.llm.LLMCandidate`),
+        fastest on the Ideal Switch first.
+    space, feasible : int
+        Parallelisms enumerated, and how many fit in memory.
+    source : str
+    fabric_seed : int
+    top : int
+    fixed : Mapping
+        The values the search was told to keep (``[plan] parallel``).
+    """
+
+    cluster: Cluster
+    job: Job
+    model: Model
+    shape: TransformerShape
+    fabrics: tuple[LLMFabricResult, ...]
+    candidates: tuple
+    space: int
+    feasible: int
+    source: str = ""
+    fabric_seed: int = 0
+    top: int = 0
+    fixed: Mapping = field(default_factory=dict)
+
+    @property
+    def topology_plan(self) -> TopologyPlan:
+        return self.fabric("topoopt").topology_plan
+
+    @property
+    def parallel(self) -> LLMParallel:
+        """The TopoOpt shard's parallelism (the plan's)."""
+        return self.fabric("topoopt").parallel
+
+    @property
+    def iteration_time_s(self) -> dict[str, float]:
+        return {f.name: f.iteration.total for f in self.fabrics}
+
+    def fabric(self, name: str) -> LLMFabricResult:
+        for f in self.fabrics:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def placement(par: LLMParallel, gpus_per_server: int,
+              order: tuple[int, ...] | None = None) -> dict[str, list[list[int]]]:
+    """Servers of each pipeline stage, DP group and expert group (sorted, distinct),
+    with GPU rank ``r`` on server ``order[r // gpus_per_server]`` (the launch order;
+    the identity by default)."""
+    g = communicator_groups(par)
+    host = (lambda r: order[r // gpus_per_server]) if order is not None else \
+        (lambda r: r // gpus_per_server)
+
+    def servers(groups) -> list[list[int]]:
+        out = {tuple(sorted({host(r) for r in grp})) for grp in groups}
+        return [list(x) for x in sorted(out)]
+
+    stages = [sorted({host(r) for grp in g["dp"] for r in grp
+                      if gpu_coordinates(par, grp[0])[1] == p}) for p in range(par.pp)]
+    return {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
+
+
+
+def launch_order(rings, servers: int) -> tuple[int, ...]:
+    """The servers in the order ``rank_order.txt`` launches them (line ``i`` runs GPU
+    ranks ``i g .. i g + g - 1``): the first ring of the largest group (most members,
+    ties the smallest tuple), then the other servers ascending -- the rule of
+    :func:`topoopt.export.rank_order.rank_order`, restated here one layer below it."""
+    if not rings:
+        return tuple(range(servers))
+    members = min(rings, key=lambda m: (-len(m), tuple(m)))
+    first = tuple(int(x) for x in rings[members][0])
+    inside = set(first)
+    return first + tuple(x for x in range(servers) if x not in inside)
+
+
+def launch_preserves_traffic(traffic: LLMTraffic, order: tuple[int, ...]) -> bool:
+    """Whether launching logical server ``i`` on ``order[i]`` leaves the traffic as
+    planned: every pipeline step, all-to-all and DP group maps onto itself, so the shard
+    TopologyFinder built for the logical traffic serves the launched job."""
+    o = np.asarray(order)
+    if (o == np.arange(o.size)).all():
+        return True
+    for m in (traffic.pp_step, traffic.ep_step):
+        if not np.array_equal(m[np.ix_(o, o)], m):
+            return False
+    groups = {g.members: g.bytes for g in traffic.dp_groups}
+    return groups == {tuple(sorted(int(o[x]) for x in g.members)): g.bytes
+                      for g in traffic.dp_groups}
+
+
+def _iteration_json(it: LLMIteration) -> dict:
+    return {k: getattr(it, k) for k in _ITERATION}
+
+
+def llm_plan_to_json(p: LLMPlan) -> dict:
+    """The ``plan.json`` document of an LLM plan (deterministic: no wall times)."""
+    shard = topology_plan_json(p.topology_plan)
+    shape, c = p.shape, p.cluster
+    top = p.fabric("topoopt")
+    mem = memory_per_gpu(shape, top.parallel, p.job.global_batch(c), p.job.dtype_bytes,
+                         c.gpu.memory)
+    times = p.iteration_time_s
+    return {
+        "format": FORMAT,
+        "config": p.source,
+        "cluster": _cluster_json(c),
+        "job": _job_json(p.job, c),
+        **shard,
+        "iteration_time_s": times,
+        "gap_to_ideal": ({n: t / times["ideal"] for n, t in times.items()}
+                         if "ideal" in times else {}),
+        "cost": {f.name: f.cost.total for f in p.fabrics},
+        "llm": {
+            "model": {"params": shape.params, "active_params": shape.active_params,
+                      "training_flops_per_token": shape.training_flops_per_token()},
+            "parallel": top.parallel.to_dict(),
+            "placement": placement(top.parallel, c.gpus_per_server,
+                                   launch_order(p.topology_plan.rings, c.servers)),
+            "memory_per_gpu": {"stage": mem.stage, "weights": mem.weights,
+                               "gradients": mem.gradients, "optimizer": mem.optimizer,
+                               "activations": mem.activations, "total": mem.total,
+                               "capacity": mem.capacity},
+            "fabrics": {f.name: {"title": f.title, "parallel": f.parallel.to_dict(),
+                                 "iteration": _iteration_json(f.iteration),
+                                 "network_bytes": f.traffic.network_bytes(),
+                                 "nvlink_bytes": f.traffic.nvlink_bytes(),
+                                 "allreduce_degree": f.allreduce_degree, "tried": f.tried}
+                        for f in p.fabrics},
+            "search": {"space": p.space, "feasible": p.feasible, "top": p.top,
+                       "fabric_seed": p.fabric_seed, "fixed": dict(p.fixed),
+                       "candidates": [{"parallel": x.parallel.to_dict(),
+                                       "ideal_time_s": x.ideal.total} for x in p.candidates]},
+        },
+    }
+
+
+def is_llm_document(doc: object) -> bool:
+    """Whether a ``plan.json`` document is an LLM plan's."""
+    return isinstance(doc, dict) and "llm" in doc and "strategy" not in doc
+
+
+def _parallel_of(value: Any, where: str) -> LLMParallel:
+    t = _table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
+                              "order", "virtual", "flash_attention"))
+    kwargs = {k: _int(t[k], f"{where}.{k}", 1) for k in ("tp", "pp", "dp", "ep",
+                                                         "micro_batches", "virtual")}
+    kwargs.update(zero1=_bool(t["zero1"], f"{where}.zero1"),
+                  flash_attention=_bool(t["flash_attention"], f"{where}.flash_attention"),
+                  recompute=_str(t["recompute"], f"{where}.recompute"),
+                  order=_str(t["order"], f"{where}.order"))
+    try:
+        return LLMParallel(**kwargs)
+    except ConfigError as exc:
+        raise PlanCheckError(f"plan.json {where}: {exc}") from None
+
+
+def _check_parallel(value, where, shape, cluster, job) -> LLMParallel:
+    par = _parallel_of(value, where)
+    try:
+        check_parallel(par, shape, cluster, job.global_batch(cluster))
+    except ConfigError as exc:
+        raise PlanCheckError(f"plan.json {where}: {exc}") from None
+    mem = memory_per_gpu(shape, par, job.global_batch(cluster), job.dtype_bytes,
+                         cluster.gpu.memory)
+    if not mem.fits:
+        raise _bad(f"{where}", par.label(), f"needs {mem.total / 1e9:.1f} GB per GPU, more than "
+                                            f"the {mem.capacity / 1e9:.0f} GB usable")
+    return par
+
+
+def _same_table(stored: Any, derived: dict, where: str, what: str) -> None:
+    t = _table(stored, where, tuple(derived))
+    for k, v in derived.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            _same(_num(t[k], f"{where}.{k}"), v, f"{where}.{k}", what)
+        elif t[k] != v:
+            raise _bad(f"{where}.{k}", t[k], f"but {what} gives {v}")
+
+
+def check_llm_plan_document(doc: dict) -> None:
+    """Raise :class:`PlanCheckError` naming the first violated invariant of an LLM plan.
+
+    Checks: no unknown key; the cluster and job valid as a config's, the model a
+    transformer, ``global_batch`` derived; every fabric's parallelism valid for the
+    cluster and job and within the GPUs' memory; the plan's parallelism the TopoOpt
+    shard's; its placement and memory derived again; the topology the cluster's, with
+    rings exactly for its DP groups (each a Hamiltonian cycle, ``group_bytes`` derived)
+    and routes that TopologyFinder's own check accepts for its traffic; per fabric the
+    iteration's parts, MFU and bytes per kind derived again (the TopoOpt shard on the
+    stored topology, rings and routes; the others built from the catalog with the plan's
+    fabric seed); ``iteration_time_s`` and ``gap_to_ideal`` derived, the Ideal Switch no
+    slower than any fabric; costs positive; the search record well formed.
+    """
+    if not isinstance(doc, dict):
+        raise _bad("", doc, "must be a JSON object")
+    _table(doc, "", LLM_PLAN_KEYS, FOLDER_KEYS)
+    _str(doc["config"], "config")
+    cluster, job = cluster_job_of(doc)
+    model = model_of(job)
+    if not is_transformer(model):
+        raise _bad("job.model", job.model, "an LLM plan needs a gpt or moe model")
+    shape = transformer_shape(model)
+    batch = _int(doc["job"].get("global_batch"), "job.global_batch", 1)
+    if batch != job.global_batch(cluster):
+        raise _bad("job.global_batch", batch, f"but servers x gpus_per_server x batch_per_gpu "
+                   f"is {job.global_batch(cluster)}")
+    llm = _table(doc["llm"], "llm", ("model", "parallel", "placement", "memory_per_gpu",
+                                     "fabrics", "search"))
+    _same_table(llm["model"], {"params": shape.params, "active_params": shape.active_params,
+                               "training_flops_per_token": shape.training_flops_per_token()},
+                "llm.model", "the job's model")
+    par = _check_parallel(llm["parallel"], "llm.parallel", shape, cluster, job)
+    mem = memory_per_gpu(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
+    _same_table(llm["memory_per_gpu"], {"stage": mem.stage, "weights": mem.weights,
+                                        "gradients": mem.gradients, "optimizer": mem.optimizer,
+                                        "activations": mem.activations, "total": mem.total,
+                                        "capacity": mem.capacity},
+                "llm.memory_per_gpu", "llm.parallel")
+    # the topology and its rings and routes, for the plan's traffic
+    topo = _check_topology(doc, cluster)
+    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch, job.dtype_bytes)
+    traffic = finder_traffic(t)
+    rings = _check_rings(doc, topo, traffic)
+    if set(rings) != {g.members for g in traffic.allreduce}:
+        missing = sorted({g.members for g in traffic.allreduce} - set(rings))
+        raise _bad("rings", f"{len(rings)} groups",
+                   f"every DP group needs a ring; {list(missing[0]) if missing else '?'} has none")
+    routes = routes_of(doc)
+    groups = {g.members: g for g in traffic.allreduce}
+    direct = {tuple(r["members"]): r["direct"] for r in doc["rings"]}
+    tplan = TopologyPlan(topo, rings, routes, doc["topology"]["degree_allreduce"],
+                         doc["topology"]["degree_mp"],
+                         tuple(GroupPlan(m, groups[m].network_bytes,
+                                         len(rings[m]) if direct[m] else 0) for m in rings))
+    check_topology_plan(tplan, traffic)
+    order = launch_order(rings, cluster.servers)
+    if not launch_preserves_traffic(t, order):
+        raise _bad("rings", "the largest group's first ring",
+                   "launches the servers (rank_order.txt) in an order that moves the "
+                   "stages and groups off the shard built for them")
+    _same_table(llm["placement"], placement(par, cluster.gpus_per_server, order),
+                "llm.placement", "llm.parallel and the launch order")
+    # every fabric's iteration, derived again
+    fabrics = _table(llm["fabrics"], "llm.fabrics")
+    times = _table(doc["iteration_time_s"], "iteration_time_s")
+    if "topoopt" not in fabrics or set(fabrics) != set(times):
+        raise _bad("llm.fabrics", sorted(fabrics), "must be the fabrics of iteration_time_s, "
+                                                   "topoopt among them")
+    search = _table(llm["search"], "llm.search", ("space", "feasible", "top", "fabric_seed",
+                                                  "fixed", "candidates"))
+    seed = _int(search["fabric_seed"], "llm.search.fabric_seed", 0)
+    for key, value in _table(search["fixed"], "llm.search.fixed").items():
+        for name, f in llm["fabrics"].items():
+            got = _table(_table(f, f"llm.fabrics.{name}").get("parallel"),
+                         f"llm.fabrics.{name}.parallel").get(key)
+            if got != value:
+                raise _bad(f"llm.fabrics.{name}.parallel.{key}", got,
+                           f"but the search was told to keep {key} = {value!r}")
+    for name, f in fabrics.items():
+        where = f"llm.fabrics.{name}"
+        if name not in FABRICS or FABRICS[name].reconfigurable:
+            raise _bad(where, name, "is not a fixed fabric of the catalog")
+        f = _table(f, where, ("title", "parallel", "iteration", "network_bytes", "nvlink_bytes",
+                              "allreduce_degree", "tried"))
+        fpar = _check_parallel(f["parallel"], f"{where}.parallel", shape, cluster, job)
+        if name == "topoopt":
+            if fpar != par:
+                raise _bad(f"{where}.parallel", fpar.label(), f"but llm.parallel is {par.label()}")
+            fabric = direct_connect(topo, routes, name="topoopt", rings=rings)
+            ft, fr = t, rings
+        else:
+            fabric = build_fabric(name, cluster, seed=seed)
+            ft = llm_traffic(shape, fpar, cluster.servers, cluster.gpus_per_server, batch,
+                             job.dtype_bytes)
+            fr = None
+        it = llm_iteration(shape, fpar, cluster, batch, job.precision, ft,
+                           fabric_comm_times(ft, fabric, fr))
+        _same_table(f["iteration"], _iteration_json(it), f"{where}.iteration",
+                    "the parallelism on this fabric")
+        _same_table(f["network_bytes"], ft.network_bytes(), f"{where}.network_bytes",
+                    "the parallelism's traffic")
+        _same_table(f["nvlink_bytes"], ft.nvlink_bytes(), f"{where}.nvlink_bytes",
+                    "the parallelism's traffic")
+        _same(_num(times[name], f"iteration_time_s.{name}"), it.total,
+              f"iteration_time_s.{name}", f"{where}.iteration")
+        _int(f["tried"], f"{where}.tried", 1)
+        if set(f["network_bytes"]) != set(KINDS):
+            raise _bad(f"{where}.network_bytes", sorted(f["network_bytes"]),
+                       f"must have {', '.join(KINDS)}")
+        cost = _table(doc["cost"], "cost")
+        if name not in cost:
+            raise PlanCheckError(f"plan.json has no cost.{name}")
+        _num(cost[name], f"cost.{name}", positive=True)
+    gap = _table(doc["gap_to_ideal"], "gap_to_ideal")
+    if "ideal" in times:
+        for name, value in times.items():
+            if name not in gap:
+                raise PlanCheckError(f"plan.json has no gap_to_ideal.{name}")
+            _same(_num(gap[name], f"gap_to_ideal.{name}"), value / times["ideal"],
+                  f"gap_to_ideal.{name}", "iteration_time_s")
+            if value < times["ideal"] * (1 - 1e-9):
+                raise _bad(f"iteration_time_s.{name}", value,
+                           f"is faster than the Ideal Switch ({times['ideal']:.6g} s), "
+                           "which bounds every fabric")
+    _check_folder_keys(doc)
