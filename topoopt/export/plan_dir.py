@@ -269,11 +269,13 @@ def write_report(directory: str | Path) -> tuple[Path, dict]:
     owned = owned_files(directory)
     check_place(directory, REPORT, REPORT in owned)
     extras = report_extras(directory, doc)
+    files = doc.get("files")
+    listed = files is None or REPORT in files
+    if not listed:
+        doc["files"] = sorted([*files, REPORT])
     text = build_report(doc, extras)
     found = check_report(text, doc, extras)
-    files = doc.get("files")
-    if files is not None and REPORT not in files:  # listed first: never an unlisted page
-        doc["files"] = sorted([*files, REPORT])
+    if not listed:  # listed first: never a page plan.json does not list
         atomic_write_text(directory / "plan.json", _doc_text(doc))
     atomic_write_text(directory / REPORT, text)
     return directory / REPORT, found

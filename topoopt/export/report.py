@@ -22,6 +22,7 @@ Expressions (``data-f``, several separated by ``;``): a field path (``cost.fattr
 ``path~value`` (how many of its items equal ``value``), ``@FILE:path`` (a field of a
 validation or REACT JSON file in the folder), ``traffic:before|after:min|max``,
 ``load:I``/``load:max`` (bytes on link I, per :func:`topoopt.routing.link_loads`),
+``forwarded:paths`` (how many route paths go through other servers),
 ``describe:I`` (a line of :func:`topoopt.strategy.describe_strategy`); terms joined
 by ``*`` and ``/``.
 """
@@ -40,6 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from topoopt.errors import PlanCheckError
+from topoopt.fabrics.catalog import FABRICS
 from topoopt.plans.document import (
     cluster_job_of,
     rings_of,
@@ -66,6 +68,8 @@ _HEAT = ("#fde725", "#b5de2b", "#6ece58", "#35b779", "#1f9e89", "#26828e", "#316
 _STRIDE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#bcbd22", "#17becf")
 _FORWARDED = "#e6550d"
+#: Up to this many forwarded paths are drawn one by one, with a hover title each.
+_ROUTES_DRAWN = 400
 
 
 # ------------------------------------------------------------------------ values
@@ -178,6 +182,8 @@ class _Values:
         if term.startswith("load:"):
             i = term[5:]
             return float(self.loads.max(initial=0.0) if i == "max" else self.loads[int(i)])
+        if term == "forwarded:paths":
+            return sum(len(q["path"]) > 2 for r in self.doc["routes"] for q in r["paths"])
         if term.startswith("describe:"):
             return self.describe[int(term[9:])]
         if "~" in term:
@@ -336,8 +342,15 @@ def _section_job(p: _Page, doc: Mapping) -> str:
             + f"<h3>TopoOpt strategy</h3><ul class=\"strategy\">{lines}</ul></section>")
 
 
+def _fabric_names(doc: Mapping) -> list[str]:
+    """The plan's fabrics: TopoOpt first, then the catalog's order."""
+    order = list(FABRICS)
+    return sorted(doc["iteration_time_s"], key=lambda n: (n != "topoopt", order.index(n)
+                                                          if n in order else len(order), n))
+
+
 def _section_fabrics(p: _Page, doc: Mapping) -> str:
-    names = list(doc["iteration_time_s"])
+    names = _fabric_names(doc)
     head = ("<tr><th>fabric</th><th>iteration</th><th>vs Ideal Switch</th><th>compute</th>"
             "<th>MP</th><th>AllReduce</th><th>exposed communication</th>"
             "<th>cost (relative units)</th><th>cost ratio</th><th>search</th></tr>")
@@ -431,18 +444,24 @@ def _section_topology(p: _Page, doc: Mapping) -> str:
                      f'y1="{y1 + oy:.1f}" x2="{x2 + ox:.1f}" y2="{y2 + oy:.1f}" '
                      f'stroke="{_colour(lab, strides)}" stroke-width="{width:.2f}"{dash}>'
                      f'{title}</line>')
+    forwarded = [(i, k, q["path"]) for i, route in enumerate(doc["routes"])
+                 for k, q in enumerate(route["paths"]) if len(q["path"]) > 2]
     routes = []
-    for i, route in enumerate(doc["routes"]):
-        for k, q in enumerate(route["paths"]):
-            if len(q["path"]) <= 2:
-                continue
-            pts = " ".join(f"{xy[s][0]:.1f},{xy[s][1]:.1f}" for s in q["path"])
+    if len(forwarded) <= _ROUTES_DRAWN:  # one line with its own hover title each
+        for i, k, path in forwarded:
+            pts = " ".join(f"{xy[s][0]:.1f},{xy[s][1]:.1f}" for s in path)
             title = p.text("title", ["forwarded: server ", (f"routes[{i}].src", "int"),
                                      " \u2192 server ", (f"routes[{i}].dst", "int"), " via ",
-                                     ", ".join(str(s) for s in q["path"][1:-1]), ": ",
+                                     ", ".join(str(s) for s in path[1:-1]), ": ",
                                      (f"routes[{i}].paths[{k}].fraction", "pct"),
                                      " of the pair's bytes"], ids=True)
             routes.append(f'<polyline class="route" points="{pts}">{title}</polyline>')
+    else:  # thousands: one outline of them all (a title each would be megabytes)
+        d = "".join("M" + "L".join(f"{xy[s][0]:.0f} {xy[s][1]:.0f}" for s in path)
+                    for _, _, path in forwarded)
+        title = p.text("title", [("forwarded:paths", "int"), " forwarded paths of ",
+                                 ("#routes", "int"), " routed pairs"])
+        routes.append(f'<path class="route" d="{d}">{title}</path>')
     nodes = []
     font = 11 if n <= 48 else 7
     for s in range(n):
@@ -534,11 +553,11 @@ def _heatmap(p: _Page, which: str, caption: str) -> str:
         if rr.size:
             d = "".join(f"M{c} {r}h1v1h-1z" for r, c in zip(rr.tolist(), cc.tolist()))
             paths.append(f'<path fill="{_HEAT[b]}" d="{d}"/>')
-    px = 360
+    px = n * max(1, round(360 / n))  # whole pixels per cell: no seams between cells
     bar = "".join(f'<rect x="{i * 18}" y="0" width="18" height="10" fill="{c}"/>'
                   for i, c in enumerate(_HEAT))
     return (f'<figure class="heatmap"><figcaption>{_esc(caption)}</figcaption>'
-            f'<svg class="heat" data-which="{which}" viewBox="-0.5 -0.5 {n + 1} {n + 1}" '
+            f'<svg class="heat" data-which="{which}" viewBox="0 0 {n} {n}" '
             f'width="{px}" height="{px}" shape-rendering="crispEdges" role="img">'
             f'<rect x="0" y="0" width="{n}" height="{n}" fill="#ffffff" stroke="#999999" '
             f'stroke-width="{n / 300:.3f}"/>{"".join(paths)}</svg>'
@@ -603,7 +622,8 @@ def _section_search(p: _Page, doc: Mapping) -> str:
                                 ": ", (f"search.history[{r}].stop", "str")])
         charts.append(_curves(p, title, [(f"search.history[{r}].chains[{k}].curve_s", c["curve_s"])
                                          for k, c in enumerate(rnd["chains"])]))
-    for name, f in doc["fabrics"].items():
+    for name in _fabric_names(doc)[1:]:
+        f = doc["fabrics"][name]
         title = p.text("span", [f"{name}: ", (f"fabrics.{name}.search.stop", "str")])
         charts.append(_curves(p, title, [(f"fabrics.{name}.search.chains[{k}].curve_s",
                                           c["curve_s"])
@@ -686,7 +706,7 @@ table{border-collapse:collapse;margin:6px 0 12px}caption{text-align:left;font-we
 padding:4px 0}
 .kv th{text-align:left;font-weight:normal;color:#555;padding:2px 12px 2px 0}
 .grid th,.grid td{border:1px solid #ddd;padding:3px 7px;text-align:right}
-.grid th{background:#f4f4f4}.grid td.order{text-align:left;font-family:monospace;
+.grid th{background:#f4f4f4}.grid tr.fabric th{text-align:left}.grid td.order{text-align:left;font-family:monospace;
 font-size:12px;max-width:520px}
 .ports td{font-size:11px;text-align:left;white-space:nowrap}
 .cols{display:flex;flex-wrap:wrap;gap:22px;align-items:flex-start}
