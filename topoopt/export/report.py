@@ -15,7 +15,8 @@ Every number the page shows is written with the plan.json field it comes from
 (``data-f``, an expression over fields) and its unit (``data-u``);
 :func:`check_report` evaluates those expressions on the plan again, compares the
 printed text, and refuses any other digit on the page except server, port, ring and
-chain numbers (``data-ids``, checked against the plan's counts).
+chain numbers (``data-ids``, checked against the plan's counts) and names
+(``<cite>``, ``<abbr>``).
 
 Expressions (``data-f``, several separated by ``;``): a field path (``cost.fattree``,
 ``rings[2].order[0]``, ``[-1]`` the last item), ``#path`` (its length),
@@ -68,6 +69,9 @@ _HEAT = ("#fde725", "#b5de2b", "#6ece58", "#35b779", "#1f9e89", "#26828e", "#316
 _STRIDE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#bcbd22", "#17becf")
 _FORWARDED = "#e6550d"
+#: The packet simulator's name (a <cite>: its digit is no number of the plan; the
+#: checker skips <cite> and <abbr>, names and abbreviations such as p95).
+_NS3 = "<cite>ns-3</cite>"
 #: Up to this many forwarded paths are drawn one by one, with a hover title each.
 _ROUTES_DRAWN = 400
 
@@ -164,7 +168,7 @@ class _Values:
 
     def term(self, term: str) -> Any:
         if term.startswith("#"):
-            return len(_walk(self.doc, term[1:], term))
+            return len(self.term(term[1:]))
         if term.startswith("@"):
             name, _, path = term[1:].partition(":")
             if name not in self.extras:
@@ -677,21 +681,35 @@ def _section_extras(p: _Page, extras: Mapping[str, Any]) -> str:
                 f"<td>{p.n(f'{f}fabrics[{i}].ns3_s', 'time')}</td>"
                 f"<td>{p.n(f'{f}fabrics[{i}].ns3_s/{f}fabrics[{i}].predicted_s', 'ratio')}</td>"
                 "</tr>" for i in range(len(data["fabrics"])))
-            out.append(f"<h3>{p.n(f, 'str')}: packet-level validation (ns-3)</h3>"
+            out.append(f"<h3>{p.n(f, 'str')}: packet-level validation ({_NS3})</h3>"
                        '<table class="grid"><tr><th>fabric</th><th>predicted</th>'
-                       "<th>flow-level</th><th>ns-3</th><th>ns-3 / predicted</th></tr>"
+                       f"<th>flow-level</th><th>{_NS3}</th><th>{_NS3} / predicted</th></tr>"
                        f"{rows}</table>")
         else:
             sc = data["scenario"]
             what = [p.n(f"{f}scenario.{k}", "str") for k in ("collective", "kind", "fabric")
                     if isinstance(sc.get(k), str) and sc.get(k)]
+            setting = [p.n(f"{f}scenario.{k}", unit) + f" {label}" for k, unit, label in (
+                ("size", "size", "per collective"), ("congested", "int", "congested servers"),
+                ("p", "int", "flows each"), ("capacity", "bw", "external capacity"),
+                ("epochs", "int", "epochs"), ("warmup", "int", "warm-up epochs"))
+                if isinstance(sc.get(k), (int, float)) and not isinstance(sc.get(k), bool)]
+            cols = [("mean_s", "time", "mean"), ("p95_s", "time", '<abbr title="95th percentile">p95</abbr>'),
+                    ("algbw_Bps", "size", "algorithm bandwidth")]
+            cols = [c for c in cols if all(c[0] in data[k] for k in ("baseline", "react"))]
+            head = "".join(f"<th>{label}</th>" for _, _, label in cols)
+            body = "".join(
+                f"<tr><th>{k}</th>" + "".join(
+                    f"<td>{p.n(f'{f}{k}.{c}', unit)}{'/s' if c == 'algbw_Bps' else ''}</td>"
+                    for c, unit, _ in cols) + "</tr>" for k in ("baseline", "react"))
+            changes = (f", {p.n(f'#{f}changes', 'int')} changes of the schedule"
+                       if isinstance(data.get("changes"), list) else "")
             out.append(f"<h3>{p.n(f, 'str')}: REACT ({', '.join(what)})</h3>"
-                       '<table class="grid"><tr><th></th><th>mean</th><th>p95</th></tr>'
-                       + "".join(f"<tr><th>{k}</th><td>{p.n(f'{f}{k}.mean_s', 'time')}</td>"
-                                 f"<td>{p.n(f'{f}{k}.p95_s', 'time')}</td></tr>"
-                                 for k in ("baseline", "react") if "p95_s" in data[k])
-                       + "</table><p>REACT's speed-up: "
-                       + p.n(f"{f}baseline.mean_s/{f}react.mean_s", "ratio") + "</p>")
+                       f"<p>{', '.join(setting)}</p>"
+                       f'<table class="grid"><tr><th></th>{head}</tr>{body}</table>'
+                       "<p>REACT's speed-up on the mean: "
+                       + p.n(f"{f}baseline.mean_s/{f}react.mean_s", "ratio") + changes
+                       + "</p>")
     return ('<section id="validation"><h2>Validation and REACT runs</h2>'
             + "".join(out) + "</section>")
 
@@ -824,7 +842,8 @@ class _Reader(HTMLParser):
         if not self.stack:
             return
         tag = self.stack[-1][0]
-        if tag in ("style", "script", "cite"):  # <cite>: a paper's figure, not a number
+        if tag in ("style", "script", "cite", "abbr"):  # a paper's figure, a tool's name,
+            # an abbreviation (p95): names, not numbers
             return
         if tag == "title" and len(self.stack) >= 2 and self.stack[-2][0] == "head":
             self.title += data
@@ -848,7 +867,8 @@ def check_report(text: str, doc: Mapping, extras: Mapping[str, Any] | None = Non
     Each ``data-f`` element's text must be its expressions' values, formatted in its
     units, in order; what remains of it, and every text outside such elements, may hold
     no digit except server, port, ring and chain numbers inside a ``data-ids`` element
-    (whole numbers below the plan's largest count). The page must have one
+    (whole numbers below the plan's largest count) and names inside ``<cite>`` or
+    ``<abbr>`` (a paper's figure, ns-3, p95). The page must have one
     ``<g class="server">`` per server, one ``<line class="link">`` per link and one
     fabric row per fabric, and no script or external resource.
 
