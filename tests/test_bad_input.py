@@ -578,8 +578,8 @@ def corruptions(draw, plans):
         what = draw(st.sampled_from(["rm-file", "rm-entry", "bogus-entry", "rm-ocs",
                                      "truncate", "png", "skip", "rm-hostfile"]))
         files = [f for f in doc["files"] if f != "plan.json"]
-        if what == "rm-entry":  # an unlisted picture is a user's file like any other
-            files = [f for f in files if not f.endswith(".png")]
+        if what == "rm-entry":  # an unlisted picture or page is a user's file like any other
+            files = [f for f in files if not f.endswith((".png", ".html"))]
         rel = draw(st.sampled_from(files))
         if what == "rm-file":
             disk = ("rm", rel)

@@ -68,7 +68,7 @@ _HEAT = ("#fde725", "#b5de2b", "#6ece58", "#35b779", "#1f9e89", "#26828e", "#316
 #: Colours of ring strides, in order of stride (Tableau 10 without grey).
 _STRIDE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#bcbd22", "#17becf")
-_FORWARDED = "#e6550d"
+_FORWARDED = "#7f7f7f"
 #: The packet simulator's name (a <cite>: its digit is no number of the plan; the
 #: checker skips <cite> and <abbr>, names and abbreviations such as p95).
 _NS3 = "<cite>ns-3</cite>"
@@ -735,7 +735,7 @@ font-size:12px;max-width:520px}
 svg text{font-size:11px;fill:#222}svg .axis{fill:#555;stroke:#999}
 .link{stroke-linecap:round;opacity:.85}.link.mp{opacity:.7}.link.spare{opacity:.45}
 .link:hover{opacity:1;stroke-width:6}
-.route{fill:none;stroke:#e6550d;stroke-width:1;stroke-dasharray:1 3;opacity:.55}
+.route{fill:none;stroke:#7f7f7f;stroke-width:1;stroke-dasharray:1 3;opacity:.6}
 .server circle{fill:#555;stroke:#fff;stroke-width:1}.server text{fill:#111}
 .curve{fill:none;stroke-width:1.6}
 figure{margin:0}figcaption{font-weight:600;margin-bottom:4px}
