@@ -583,6 +583,11 @@ def _section_traffic(p: _Page, doc: Mapping) -> str:
             f'<div class="cols">{"".join(parts)}</div></section>')
 
 
+def _chain(curve_field: str) -> str:
+    """``...chains[k]`` of ``...chains[k].curve_s``."""
+    return curve_field.rsplit(".", 1)[0]
+
+
 def _curves(p: _Page, title: str, chains: list[tuple[str, list]]) -> str:
     """One chart: each chain's best-so-far curve; ``chains`` as (field, curve)."""
     chains = [(f, c) for f, c in chains if c]
@@ -593,11 +598,14 @@ def _curves(p: _Page, title: str, chains: list[tuple[str, list]]) -> str:
     lo = min(range(len(chains)), key=lambda i: chains[i][1][-1])
     ymax, ymin = chains[hi][1][0], chains[lo][1][-1]
     span = (ymax - ymin) or ymax or 1.0
-    longest = max(range(len(chains)), key=lambda i: len(chains[i][1]))
-    xmax = max(len(chains[longest][1]) - 1, 1)
+    moves = [p.v(_chain(f) + ".moves") for f, _ in chains]
+    longest = max(range(len(chains)), key=lambda i: moves[i])
+    xmax = max(moves[longest], 1)
     lines = []
     for k, (field, curve) in enumerate(chains):
-        pts = " ".join(f"{left + (w - left - 8) * j / xmax:.1f},"
+        # the curve is sampled every so many moves, evenly over the chain's moves
+        step = moves[k] / max(len(curve), 1)
+        pts = " ".join(f"{left + (w - left - 8) * (j + 1) * step / xmax:.1f},"
                        f"{8 + (h - bottom - 8) * (ymax - y) / span:.1f}"
                        for j, y in enumerate(curve))
         colour = _STRIDE[k % len(_STRIDE)]
@@ -613,9 +621,9 @@ def _curves(p: _Page, title: str, chains: list[tuple[str, list]]) -> str:
                   f' x="{left - 4}" y="14" text-anchor="end"')
             + p.n(f"{chains[lo][0]}[-1]", "time", "text",
                   f' x="{left - 4}" y="{h - bottom}" text-anchor="end"')
-            + p.n(f"#{chains[longest][0]}", "int", "text",
+            + p.n(_chain(chains[longest][0]) + ".moves", "int", "text",
                   f' x="{w - 8}" y="{h - 8}" text-anchor="end"')
-            + f'<text x="{left}" y="{h - 8}">curve points (moves)</text>'
+            + f'<text x="{left}" y="{h - 8}">moves</text>'
             + "".join(lines) + "</svg></figure>")
 
 
