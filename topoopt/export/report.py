@@ -43,13 +43,7 @@ import numpy as np
 
 from topoopt.errors import PlanCheckError
 from topoopt.fabrics.catalog import FABRICS
-from topoopt.plans.document import (
-    cluster_job_of,
-    rings_of,
-    routes_of,
-    strategy_of,
-    topology_of,
-)
+from topoopt.plans.document import cluster_job_of, rings_of, routes_of, strategy_of, topology_of
 from topoopt.routing.metrics import link_loads
 from topoopt.strategy import data_parallel, describe_strategy, hybrid
 from topoopt.traffic import derive_traffic
