@@ -17,7 +17,10 @@ from topoopt.errors import PlanCheckError
 from topoopt.export.plan_dir import check_plan_dir, write_plan, write_report
 from topoopt.export.report import REPORT, build_report, check_report, report_extras, value_of
 from topoopt.planners.planner import plan
+from topoopt.plans.document import cluster_job_of, rings_of, strategy_of
+from topoopt.traffic import derive_traffic
 from topoopt.units import format_time
+from topoopt.workloads import model_of
 
 SMALL_BERT = {"layers": 2, "hidden": 512, "heads": 8, "seq": 64, "vocab": 8000}
 
@@ -91,6 +94,12 @@ def test_plan_writes_a_report_that_checks(folder):
         assert cells[1] == format_time(doc["iteration_time_s"][name])
     assert sorted(dom.servers) == list(range(8))
     assert sorted(i for i, _, _ in dom.links) == list(range(len(doc["topology"]["links"])))
+    # the heatmap after planning: one cell per server pair that carries bytes
+    cluster, job = cluster_job_of(doc)
+    after = derive_traffic(model_of(job), strategy_of(doc["strategy"]), cluster.servers,
+                           job.global_batch(cluster), job.dtype_bytes).matrix(rings_of(doc))
+    heat = text.split('data-which="after"')[1].split("</svg>")[0]
+    assert heat.count('class="cell"') == np.count_nonzero(after) > 0
     # self-contained: no script, no external resource
     assert "<script" not in text and not re.search(r"(src|href)=\"(https?:)?//", text)
 

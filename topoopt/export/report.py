@@ -21,7 +21,7 @@ chain numbers (``data-ids``, checked against the plan's counts) and names
 Expressions (``data-f``, several separated by ``;``): a field path (``cost.fattree``,
 ``rings[2].order[0]``, ``[-1]`` the last item), ``#path`` (its length),
 ``path~value`` (how many of its items equal ``value``), ``@FILE:path`` (a field of a
-validation or REACT JSON file in the folder), ``traffic:before|after:min|max``,
+validation or REACT JSON file in the folder), ``traffic:before|after:min|max|R,C``,
 ``load:I``/``load:max`` (bytes on link I, per :func:`topoopt.routing.link_loads`),
 ``forwarded:paths`` (how many route paths go through other servers),
 ``describe:I`` (a line of :func:`topoopt.strategy.describe_strategy`); terms joined
@@ -66,6 +66,8 @@ _FORWARDED = "#7f7f7f"
 #: The packet simulator's name (a <cite>: its digit is no number of the plan; the
 #: checker skips <cite> and <abbr>, names and abbreviations such as p95).
 _NS3 = "<cite>ns-3</cite>"
+#: Heatmaps of up to this many servers get a hover title per cell.
+_CELLS_TITLED = 32
 #: Up to this many forwarded paths are drawn one by one, with a hover title each.
 _ROUTES_DRAWN = 400
 
@@ -175,6 +177,9 @@ class _Values:
             if m is None:
                 raise PlanCheckError(f"report shows {term} but the start strategy cannot be "
                                      "rebuilt")
+            if "," in stat:
+                r, c = stat.split(",")
+                return float(m[int(r), int(c)])
             positive = m[m > 0]
             return float(positive.max() if stat == "max" else positive.min())
         if term.startswith("load:"):
@@ -288,6 +293,27 @@ def _colour(label: str, strides: list[int]) -> str:
     if label == "mp":
         return "#000000"
     return _STRIDE[strides.index(_stride(label)) % len(_STRIDE)]
+
+
+def _summary(p: _Page, doc: Mapping) -> str:
+    """The answer first: the shard's time and cost next to the Ideal Switch and the
+    cost-equivalent Fat-tree (TopoOpt §5.2's comparison)."""
+    times = doc["iteration_time_s"]
+    out = ["The TopoOpt shard runs an iteration in " + p.n("iteration_time_s.topoopt", "time")
+           + " (" + p.n("breakdown.topoopt.exposed_communication", "time")
+           + " of it communication not hidden behind compute) at an interconnect cost of "
+           + p.n("cost.topoopt", "cost") + " (relative units)."]
+    if "ideal" in times:
+        out.append("The Ideal Switch takes " + p.n("iteration_time_s.ideal", "time")
+                   + " (the shard takes " + p.n("gap_to_ideal.topoopt", "ratio")
+                   + " as long) and costs " + p.n("cost.ideal/cost.topoopt", "ratio")
+                   + " as much.")
+    if "fattree" in times:
+        out.append("The Fat-tree of about the same cost takes "
+                   + p.n("iteration_time_s.fattree", "time") + ": the shard is "
+                   + p.n("iteration_time_s.fattree/iteration_time_s.topoopt", "ratio")
+                   + " as fast.")
+    return f'<p class="summary">{" ".join(out)}</p>'
 
 
 def _section_job(p: _Page, doc: Mapping) -> str:
@@ -548,7 +574,15 @@ def _heatmap(p: _Page, which: str, caption: str) -> str:
     paths = []
     for b in range(bins):
         rr, cc = np.nonzero((level == b) & (m > 0))
-        if rr.size:
+        if not rr.size:
+            continue
+        if n <= _CELLS_TITLED:  # a cell each, hover for its bytes
+            paths += [f'<rect class="cell" x="{c}" y="{r}" width="1" height="1" '
+                      f'fill="{_HEAT[b]}">'
+                      + p.text("title", ["server ", str(r), " \u2192 server ", str(c), ": ",
+                                         (f"traffic:{which}:{r},{c}", "size")], ids=True)
+                      + "</rect>" for r, c in zip(rr.tolist(), cc.tolist())]
+        else:  # one outline per colour: a title per cell would be megabytes
             d = "".join(f"M{c} {r}h1v1h-1z" for r, c in zip(rr.tolist(), cc.tolist()))
             paths.append(f'<path fill="{_HEAT[b]}" d="{d}"/>')
     px = n * max(1, round(360 / n))  # whole pixels per cell: no seams between cells
@@ -743,6 +777,7 @@ svg text{font-size:11px;fill:#222}svg .axis{fill:#555;stroke:#999}
 figure{margin:0}figcaption{font-weight:600;margin-bottom:4px}
 .scale{font-size:12px;color:#444}.scale svg{vertical-align:middle}
 .strategy{font-family:monospace;font-size:12px}
+.summary{font-size:15px;background:#f3f7fb;border-left:4px solid #1f77b4;padding:8px 12px}
 @media print{body{max-width:none;padding:0;font-size:11px}nav{display:none}
 section{break-inside:avoid-page}#ports,#topology{break-before:page}
 .link:hover{stroke-width:inherit}a{color:inherit;text-decoration:none}}
@@ -773,7 +808,7 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
     p = _Page(_Values(doc, extras))
     heading = p.text("h1", ["Plan: ", ("job.model", "str"), " on ", ("cluster.servers", "int"),
                             " servers \u00d7 ", ("cluster.nics", "int"), " ports"])
-    sections = [_section_job(p, doc), _section_fabrics(p, doc), _section_topology(p, doc),
+    sections = [_summary(p, doc), _section_job(p, doc), _section_fabrics(p, doc), _section_topology(p, doc),
                 _section_rings(p, doc), _section_traffic(p, doc), _section_search(p, doc),
                 _section_ports(p, doc), _section_extras(p, extras)]
     nav = " ".join(f'<a href="#{k}">{v}</a>' for k, v in (
