@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from topoopt.cli import main
-from topoopt.cluster import Cluster, Job
+from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import PlanCheckError
 from topoopt.export.plan_dir import check_plan_dir, write_plan, write_report
 from topoopt.export.report import REPORT, build_report, check_report, report_extras, value_of
@@ -244,3 +244,22 @@ def test_report_in_a_real_browser(folder, tmp_path):
     assert console == []
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 20_000  # a page drawn, not blank
+
+
+def test_an_llm_plan_has_a_report_too(tmp_path):
+    """An LLM job's plan.json (a parallelism, no operator strategy or MCMC search) gets the
+    same page: its fabrics with their parallelism, iteration parts and MFU, its shard."""
+    cluster = Cluster(servers=4, nics=4, link_bandwidth=100e9, gpus_per_server=4,
+                      gpu=GPUS["H100"], intra_server_bandwidth=GPUS["H100"].nvlink_bandwidth)
+    planned = plan(cluster, Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512}))
+    with pytest.warns(UserWarning):  # no DP group: MSCCL skipped
+        write_plan(planned, tmp_path / "plan", plots=False)
+    doc = _doc(tmp_path / "plan")
+    assert "llm" in doc and REPORT in check_plan_dir(tmp_path / "plan", simulate=False)
+    text = (tmp_path / "plan" / REPORT).read_text()
+    dom = _dom(text)
+    for name, t in doc["iteration_time_s"].items():
+        cells = dom.rows[name]
+        assert cells[1] == format_time(t)
+        assert cells[10] == f"{100 * doc['llm']['fabrics'][name]['iteration']['mfu']:.1f}%"
+    assert sorted(dom.servers) == [0, 1, 2, 3] and 'id="search"' not in text

@@ -43,12 +43,15 @@ import numpy as np
 
 from topoopt.errors import PlanCheckError
 from topoopt.fabrics.catalog import FABRICS
+from topoopt.llm import LLMParallel, finder_traffic, llm_traffic
 from topoopt.plans.document import cluster_job_of, rings_of, routes_of, strategy_of, topology_of
+from topoopt.plans.llm import is_llm_document
 from topoopt.routing.metrics import link_loads
 from topoopt.strategy import data_parallel, describe_strategy, hybrid
 from topoopt.traffic import derive_traffic
 from topoopt.units import format_bandwidth, format_size, format_time
 from topoopt.workloads import model_of
+from topoopt.workloads.gpt import transformer_shape
 
 __all__ = ["REPORT", "build_report", "check_report", "report_extras", "value_of"]
 
@@ -134,18 +137,38 @@ class _Values:
                               job.dtype_bytes)
 
     @cached_property
+    def llm(self) -> bool:
+        """An LLM job's plan (:mod:`topoopt.plans.llm`): a parallelism, no operator
+        strategy and no MCMC search."""
+        return is_llm_document(self.doc)
+
+    @cached_property
     def strategy(self):
         return strategy_of(self.doc["strategy"])
 
     @cached_property
+    def _llm_traffic(self):
+        """TopologyFinder's traffic of an LLM plan: the DP groups' AllReduces and the
+        PP/EP bytes (:func:`topoopt.llm.finder_traffic`)."""
+        cluster, job, model = self._setting
+        return finder_traffic(llm_traffic(
+            transformer_shape(model), LLMParallel(**self.doc["llm"]["parallel"]),
+            cluster.servers, cluster.gpus_per_server, job.global_batch(cluster),
+            job.dtype_bytes))
+
+    @cached_property
     def after(self) -> np.ndarray:
         """The planned strategy's bytes per server pair over the planned rings."""
-        return self._traffic(self.strategy).matrix(rings_of(dict(self.doc)))
+        traffic = self._llm_traffic if self.llm else self._traffic(self.strategy)
+        return traffic.matrix(rings_of(dict(self.doc)))
 
     @cached_property
     def before(self) -> np.ndarray | None:
         """The start strategy's bytes per pair, one ring per group in member order (as
-        ``traffic_before.png``); None if the start is not one the report can rebuild."""
+        ``traffic_before.png``; an LLM plan: its parallelism, one ring per DP group); None
+        if the start is not one the report can rebuild."""
+        if self.llm:
+            return self._llm_traffic.matrix(None)
         make = _STARTS.get(self.doc["search"]["start_strategy"])
         if make is None:
             return None
@@ -299,10 +322,12 @@ def _summary(p: _Page, doc: Mapping) -> str:
     """The answer first: the shard's time and cost next to the Ideal Switch and the
     cost-equivalent Fat-tree (TopoOpt §5.2's comparison)."""
     times = doc["iteration_time_s"]
+    how = (p.n("llm.fabrics.topoopt.iteration.mfu", "pct") + " model FLOPs utilization"
+           if p.v.llm else p.n("breakdown.topoopt.exposed_communication", "time")
+           + " of it communication not hidden behind compute")
     out = ["The TopoOpt shard runs an iteration in " + p.n("iteration_time_s.topoopt", "time")
-           + " (" + p.n("breakdown.topoopt.exposed_communication", "time")
-           + " of it communication not hidden behind compute) at an interconnect cost of "
-           + p.n("cost.topoopt", "cost") + " (relative units)."]
+           + f" ({how}) at an interconnect cost of " + p.n("cost.topoopt", "cost")
+           + " (relative units)."]
     if "ideal" in times:
         out.append("The Ideal Switch takes " + p.n("iteration_time_s.ideal", "time")
                    + " (the shard takes " + p.n("gap_to_ideal.topoopt", "ratio")
@@ -332,6 +357,8 @@ def _section_job(p: _Page, doc: Mapping) -> str:
     rows += [(f"model size: {_esc(k)}",
               p.n(f"job.size.{k}", "int" if isinstance(v, int) else "num"))
              for k, v in sorted(j["size"].items())]
+    if p.v.llm:
+        return _section_llm_job(p, doc, rows)
     s = doc["search"]
     search = [("degree split AllReduce / MP", p.n("topology.degree_allreduce", "int") + " / "
                + p.n("topology.degree_mp", "int") + " ports"),
@@ -366,6 +393,41 @@ def _section_job(p: _Page, doc: Mapping) -> str:
             + f"<h3>TopoOpt strategy</h3><ul class=\"strategy\">{lines}</ul></section>")
 
 
+def _kv(title: str, rows: list) -> str:
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="kv"><caption>{title}</caption>{body}</table>'
+
+
+def _field(name: str, path: str) -> str:
+    """A plan.json key as a row label (``zero1``: a name, not a number), its path on hover."""
+    return f'<abbr title="{_esc(path)}">{_esc(name)}</abbr>'
+
+
+def _unit(value: Any) -> str:
+    return "str" if isinstance(value, (str, bool)) else "int" if isinstance(value, int) \
+        else "num"
+
+
+def _section_llm_job(p: _Page, doc: Mapping, rows: list) -> str:
+    """An LLM plan's job: the parallelism it chose, the memory per GPU, the search."""
+    llm = doc["llm"]
+    rows.append(("parameters (active)", p.n("llm.model.params", "num") + " ("
+                 + p.n("llm.model.active_params", "num") + ")"))
+    par = [(_field(k, f"llm.parallel.{k}"), p.n(f"llm.parallel.{k}", _unit(v)))
+           for k, v in llm["parallel"].items()]
+    par.insert(0, ("degree split AllReduce / MP", p.n("topology.degree_allreduce", "int")
+                   + " / " + p.n("topology.degree_mp", "int") + " ports"))
+    mem = [(_field(k, f"llm.memory_per_gpu.{k}"),
+            p.n(f"llm.memory_per_gpu.{k}", "int" if k == "stage" else "size"))
+           for k in llm["memory_per_gpu"]]
+    search = [(_field(k, f"llm.search.{k}"), p.n(f"llm.search.{k}", _unit(v)))
+              for k, v in llm["search"].items()
+              if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+    return ('<section id="job"><h2>Job and cluster</h2><div class="cols">'
+            + _kv("Job and cluster", rows) + _kv("Parallelism (TopoOpt shard)", par)
+            + _kv("Memory per GPU", mem) + _kv("Search", search) + "</div></section>")
+
+
 def _fabric_names(doc: Mapping) -> list[str]:
     """The plan's fabrics: TopoOpt first, then the catalog's order."""
     order = list(FABRICS)
@@ -373,7 +435,43 @@ def _fabric_names(doc: Mapping) -> list[str]:
                                                           if n in order else len(order), n))
 
 
+def _section_llm_fabrics(p: _Page, doc: Mapping) -> str:
+    """An LLM plan's fabrics: each one's best parallelism, its iteration's parts, MFU."""
+    names = _fabric_names(doc)
+    parts = ("compute", "tp", "pp", "ep", "bubble", "dp")
+    head = ("<tr><th>fabric</th><th>iteration</th><th>vs Ideal Switch</th><th>parallelism</th>"
+            + "".join(f"<th>{k if k in ('compute', 'bubble') else k.upper()}</th>"
+                      for k in parts)
+            + "<th>MFU</th><th>cost (relative units)</th><th>cost ratio</th></tr>")
+    rows = []
+    for name in names:
+        f = f"llm.fabrics.{name}"
+        gap = p.n(f"gap_to_ideal.{name}", "ratio") if name in doc["gap_to_ideal"] else "-"
+        par = p.text("span", [x for k in ("tp", "pp", "dp", "ep")
+                              for x in (f"{k} ", (f"{f}.parallel.{k}", "int"), " ")])
+        rows.append(f'<tr class="fabric" data-fabric="{_esc(name)}"><th>'
+                    f'{p.n(f"{f}.title", "str")} ({_esc(name)})</th>'
+                    f'<td>{p.n(f"iteration_time_s.{name}", "time")}</td><td>{gap}</td>'
+                    f"<td>{par}</td>"
+                    + "".join(f'<td>{p.n(f"{f}.iteration.{k}", "time")}</td>' for k in parts)
+                    + f'<td>{p.n(f"{f}.iteration.mfu", "pct")}</td>'
+                    f'<td>{p.n(f"cost.{name}", "cost")}</td>'
+                    f'<td>{p.n(f"cost.{name}/cost.topoopt", "ratio")}</td></tr>')
+    table = f'<table id="fabric-table" class="grid">{head}{"".join(rows)}</table>'
+    charts = "".join(_bars(p, names, key, unit, label) for key, unit, label in (
+        ("iteration_time_s", "time", "iteration time"),
+        ("llm.fabrics.{}.iteration.mfu", "pct", "model FLOPs utilization"),
+        ("cost", "cost", "interconnect cost (relative units)")))
+    return ('<section id="fabrics"><h2>Fabrics compared</h2>'
+            "<p>Each fabric's own best parallelism (tensor, pipeline, data, expert); the "
+            "iteration's parts are the time each kind of communication is not hidden; the "
+            "Ideal Switch bounds them all.</p>"
+            + table + f'<div class="cols">{charts}</div></section>')
+
+
 def _section_fabrics(p: _Page, doc: Mapping) -> str:
+    if p.v.llm:
+        return _section_llm_fabrics(p, doc)
     names = _fabric_names(doc)
     head = ("<tr><th>fabric</th><th>iteration</th><th>vs Ideal Switch</th><th>compute</th>"
             "<th>MP</th><th>AllReduce</th><th>exposed communication</th>"
@@ -601,13 +699,20 @@ def _heatmap(p: _Page, which: str, caption: str) -> str:
 
 def _section_traffic(p: _Page, doc: Mapping) -> str:
     parts = []
-    if p.v.before is not None:
-        parts.append(_heatmap(p, "before", "Before: the start strategy, one ring per group"))
-    parts.append(_heatmap(p, "after", "After: the planned strategy over the planned rings"))
+    if p.v.llm:
+        parts += [_heatmap(p, "before", "Before: one ring per DP group, in member order"),
+                  _heatmap(p, "after", "After: the DP groups over the planned rings")]
+        what = ("Bytes each server sends each other server in one iteration (pipeline and "
+                "expert traffic, DP AllReduce ring hops; tensor parallelism stays on NVLink).")
+    else:
+        if p.v.before is not None:
+            parts.append(_heatmap(p, "before", "Before: the start strategy, one ring per group"))
+        parts.append(_heatmap(p, "after", "After: the planned strategy over the planned rings"))
+        what = ("Bytes each server sends each other server in one iteration (MP transfers and "
+                "AllReduce ring hops; <cite>TopoOpt Figs. 8, 9</cite>). The start strategy: "
+                + p.n("search.start_strategy", "str") + ".")
     return ('<section id="traffic"><h2>Traffic</h2>'
-            "<p>Bytes each server sends each other server in one iteration (MP transfers and "
-            "AllReduce ring hops; <cite>TopoOpt Figs. 8, 9</cite>). The start strategy: "
-            + p.n("search.start_strategy", "str") + ".</p>"
+            f"<p>{what}</p>"
             f'<div class="cols">{"".join(parts)}</div></section>')
 
 
@@ -656,6 +761,8 @@ def _curves(p: _Page, title: str, chains: list[tuple[str, list]]) -> str:
 
 
 def _section_search(p: _Page, doc: Mapping) -> str:
+    if p.v.llm:  # the parallelism is searched exhaustively, not by MCMC chains
+        return ""
     charts = []
     for r, rnd in enumerate(doc["search"]["history"]):
         title = p.text("span", ["TopoOpt shard, round ", (f"search.history[{r}].round", "int"),
@@ -808,13 +915,14 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
     p = _Page(_Values(doc, extras))
     heading = p.text("h1", ["Plan: ", ("job.model", "str"), " on ", ("cluster.servers", "int"),
                             " servers \u00d7 ", ("cluster.nics", "int"), " ports"])
-    sections = [_summary(p, doc), _section_job(p, doc), _section_fabrics(p, doc), _section_topology(p, doc),
-                _section_rings(p, doc), _section_traffic(p, doc), _section_search(p, doc),
-                _section_ports(p, doc), _section_extras(p, extras)]
+    sections = [_summary(p, doc), _section_job(p, doc), _section_fabrics(p, doc),
+                _section_topology(p, doc), _section_rings(p, doc), _section_traffic(p, doc),
+                _section_search(p, doc), _section_ports(p, doc), _section_extras(p, extras)]
+    body = "".join(sections)
     nav = " ".join(f'<a href="#{k}">{v}</a>' for k, v in (
         ("job", "job"), ("fabrics", "fabrics"), ("topology", "topology"), ("rings", "rings"),
-        ("traffic", "traffic"), ("search", "search"), ("ports", "port map"))
-        ) + (' <a href="#validation">validation</a>' if extras else "")
+        ("traffic", "traffic"), ("search", "search"), ("ports", "port map"),
+        ("validation", "validation")) if f'<section id="{k}">' in body)
     files = ", ".join(p.n(f"files[{i}]", "str") for i in range(len(doc.get("files", []))))
     title = "topoopt plan report"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>"
@@ -822,7 +930,7 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
             '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
             f"<style>{_CSS}</style></head><body>{heading}"
             f'<p class="sub">{p.n("config", "str")} \u00b7 format {p.n("format", "str")}</p>'
-            f"<nav>{nav}</nav>" + "".join(sections)
+            f"<nav>{nav}</nav>" + body
             + (f'<footer><h2>Files of this plan</h2><p>{files}</p></footer>' if files else "")
             + "</body></html>\n")
 
@@ -933,8 +1041,8 @@ def check_report(text: str, doc: Mapping, extras: Mapping[str, Any] | None = Non
     reader.feed(text)
     reader.close()
     t = doc["topology"]
-    chains = [len(r["chains"]) for r in doc["search"]["history"]]
-    chains += [len(f["search"]["chains"]) for f in doc["fabrics"].values()]
+    chains = [len(r["chains"]) for r in doc.get("search", {}).get("history", [])]
+    chains += [len(f["search"]["chains"]) for f in doc.get("fabrics", {}).values()]
     bound = max([t["servers"], t["ports"], len(doc["rings"]), *chains])
     checked = 0
     for attrs, shown, ids in reader.fields:
