@@ -435,51 +435,56 @@ def _fabric_names(doc: Mapping) -> list[str]:
                                                           if n in order else len(order), n))
 
 
-def _section_llm_fabrics(p: _Page, doc: Mapping) -> str:
-    """An LLM plan's fabrics: each one's best parallelism, its iteration's parts, MFU."""
+def _fabric_section(p: _Page, doc: Mapping, head: tuple[str, str], cells, title,
+                    second: tuple[str, str, str], prose: str) -> str:
+    """The fabric table and its bar charts: per fabric (TopoOpt first) its name, iteration
+    time, gap to the Ideal Switch, ``cells(name)`` (the columns in ``head[0]``), cost,
+    cost ratio and ``cells`` tail (``head[1]``); charts of the time, ``second`` (key
+    pattern, unit, label) and the cost."""
     names = _fabric_names(doc)
-    parts = ("compute", "tp", "pp", "ep", "bubble", "dp")
-    head = ("<tr><th>fabric</th><th>iteration</th><th>vs Ideal Switch</th><th>parallelism</th>"
-            + "".join(f"<th>{k if k in ('compute', 'bubble') else k.upper()}</th>"
-                      for k in parts)
-            + "<th>MFU</th><th>cost (relative units)</th><th>cost ratio</th></tr>")
     rows = []
     for name in names:
-        f = f"llm.fabrics.{name}"
         gap = p.n(f"gap_to_ideal.{name}", "ratio") if name in doc["gap_to_ideal"] else "-"
-        par = p.text("span", [x for k in ("tp", "pp", "dp", "ep")
-                              for x in (f"{k} ", (f"{f}.parallel.{k}", "int"), " ")])
-        rows.append(f'<tr class="fabric" data-fabric="{_esc(name)}"><th>'
-                    f'{p.n(f"{f}.title", "str")} ({_esc(name)})</th>'
+        middle, tail = cells(name)
+        rows.append(f'<tr class="fabric" data-fabric="{_esc(name)}"><th>{title(name)}'
+                    f' ({_esc(name)})</th>'
                     f'<td>{p.n(f"iteration_time_s.{name}", "time")}</td><td>{gap}</td>'
-                    f"<td>{par}</td>"
-                    + "".join(f'<td>{p.n(f"{f}.iteration.{k}", "time")}</td>' for k in parts)
-                    + f'<td>{p.n(f"{f}.iteration.mfu", "pct")}</td>'
-                    f'<td>{p.n(f"cost.{name}", "cost")}</td>'
-                    f'<td>{p.n(f"cost.{name}/cost.topoopt", "ratio")}</td></tr>')
-    table = f'<table id="fabric-table" class="grid">{head}{"".join(rows)}</table>'
+                    f'{middle}<td>{p.n(f"cost.{name}", "cost")}</td>'
+                    f'<td>{p.n(f"cost.{name}/cost.topoopt", "ratio")}</td>{tail}</tr>')
+    table = (f'<table id="fabric-table" class="grid"><tr><th>fabric</th><th>iteration</th>'
+             f"<th>vs Ideal Switch</th>{head[0]}<th>cost (relative units)</th>"
+             f'<th>cost ratio</th>{head[1]}</tr>{"".join(rows)}</table>')
     charts = "".join(_bars(p, names, key, unit, label) for key, unit, label in (
-        ("iteration_time_s", "time", "iteration time"),
-        ("llm.fabrics.{}.iteration.mfu", "pct", "model FLOPs utilization"),
+        ("iteration_time_s", "time", "iteration time"), second,
         ("cost", "cost", "interconnect cost (relative units)")))
     return ('<section id="fabrics"><h2>Fabrics compared</h2>'
-            "<p>Each fabric's own best parallelism (tensor, pipeline, data, expert); the "
-            "iteration's parts are the time each kind of communication is not hidden; the "
-            "Ideal Switch bounds them all.</p>"
-            + table + f'<div class="cols">{charts}</div></section>')
+            f"<p>{prose} Costs in relative units: one hundred is a one-hundred Gb/s "
+            "transceiver.</p>" + table + f'<div class="cols">{charts}</div></section>')
 
 
 def _section_fabrics(p: _Page, doc: Mapping) -> str:
-    if p.v.llm:
-        return _section_llm_fabrics(p, doc)
-    names = _fabric_names(doc)
-    head = ("<tr><th>fabric</th><th>iteration</th><th>vs Ideal Switch</th><th>compute</th>"
-            "<th>MP</th><th>AllReduce</th><th>exposed communication</th>"
-            "<th>cost (relative units)</th><th>cost ratio</th><th>search</th></tr>")
-    rows = []
-    for name in names:
-        title = "TopoOpt shard" if name == "topoopt" else p.n(f"fabrics.{name}.title", "str")
-        gap = p.n(f"gap_to_ideal.{name}", "ratio") if name in doc["gap_to_ideal"] else "-"
+    if p.v.llm:  # each fabric's parallelism, its iteration's parts and MFU
+        parts = ("compute", "tp", "pp", "ep", "bubble", "dp")
+
+        def llm_cells(name):
+            f = f"llm.fabrics.{name}"
+            par = p.text("span", [x for k in ("tp", "pp", "dp", "ep")
+                                  for x in (f"{k} ", (f"{f}.parallel.{k}", "int"), " ")])
+            return (f"<td>{par}</td>"
+                    + "".join(f'<td>{p.n(f"{f}.iteration.{k}", "time")}</td>' for k in parts)
+                    + f'<td>{p.n(f"{f}.iteration.mfu", "pct")}</td>', "")
+
+        head = ("<th>parallelism</th>"
+                + "".join(f"<th>{k if k in ('compute', 'bubble') else k.upper()}</th>"
+                          for k in parts) + "<th>MFU</th>", "")
+        return _fabric_section(
+            p, doc, head, llm_cells, lambda n: p.n(f"llm.fabrics.{n}.title", "str"),
+            ("llm.fabrics.{}.iteration.mfu", "pct", "model FLOPs utilization"),
+            "Each fabric's own best parallelism (tensor, pipeline, data, expert); the "
+            "iteration's parts are the time each kind of communication is not hidden; the "
+            "Ideal Switch bounds them all.")
+
+    def cells(name):
         b = f"breakdown.{name}"
         if name == "topoopt":
             h = doc["search"]["history"]
@@ -489,24 +494,17 @@ def _section_fabrics(p: _Page, doc: Mapping) -> str:
                    + p.n(f"fabrics.{name}.search.spread", "ratio"))
             if doc["fabrics"][name]["adopted_from"]:
                 how += ", from " + p.n(f"fabrics.{name}.adopted_from", "str")
-        rows.append(f'<tr class="fabric" data-fabric="{_esc(name)}"><th>{title}'
-                    f' ({_esc(name)})</th>'
-                    f'<td>{p.n(f"iteration_time_s.{name}", "time")}</td><td>{gap}</td>'
-                    f'<td>{p.n(f"{b}.compute", "time")}</td><td>{p.n(f"{b}.mp", "time")}</td>'
-                    f'<td>{p.n(f"{b}.allreduce", "time")}</td>'
-                    f'<td>{p.n(f"{b}.exposed_communication", "time")}</td>'
-                    f'<td>{p.n(f"cost.{name}", "cost")}</td>'
-                    f'<td>{p.n(f"cost.{name}/cost.topoopt", "ratio")}</td><td>{how}</td></tr>')
-    table = f'<table id="fabric-table" class="grid">{head}{"".join(rows)}</table>'
-    charts = "".join(_bars(p, names, key, unit, label) for key, unit, label in (
-        ("iteration_time_s", "time", "iteration time"),
+        return ("".join(f'<td>{p.n(f"{b}.{k}", "time")}</td>'
+                        for k in ("compute", "mp", "allreduce", "exposed_communication")),
+                f"<td>{how}</td>")
+
+    return _fabric_section(
+        p, doc, ("<th>compute</th><th>MP</th><th>AllReduce</th><th>exposed communication</th>",
+                 "<th>search</th>"), cells,
+        lambda n: "TopoOpt shard" if n == "topoopt" else p.n(f"fabrics.{n}.title", "str"),
         ("breakdown.{}.exposed_communication", "time", "exposed communication"),
-        ("cost", "cost", "interconnect cost (relative units)")))
-    return ('<section id="fabrics"><h2>Fabrics compared</h2>'
-            "<p>Each fabric's own best strategy from the same search budget; the Ideal "
-            "Switch (no blocking, no forwarding) bounds them all. Costs in relative units: "
-            "one hundred is a one-hundred Gb/s transceiver.</p>"
-            + table + f'<div class="cols">{charts}</div></section>')
+        "Each fabric's own best strategy from the same search budget; the Ideal Switch (no "
+        "blocking, no forwarding) bounds them all.")
 
 
 def _key(pattern: str, name: str) -> str:
