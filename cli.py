@@ -18,6 +18,7 @@ from topoopt.commands import (
     react,
     react_jobs,
     react_run,
+    report,
     simulate,
     sweep_reconfig,
     topology,
@@ -109,6 +110,7 @@ def _register() -> None:
     main.add_command(sweep_reconfig.sweep_reconfig)
     main.add_command(plan.plan)
     main.add_command(validate.validate)
+    main.add_command(report.report)
     main.add_command(cluster.cluster)
 
 

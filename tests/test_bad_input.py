@@ -578,8 +578,8 @@ def corruptions(draw, plans):
         what = draw(st.sampled_from(["rm-file", "rm-entry", "bogus-entry", "rm-ocs",
                                      "truncate", "png", "skip", "rm-hostfile"]))
         files = [f for f in doc["files"] if f != "plan.json"]
-        if what == "rm-entry":  # an unlisted picture is a user's file like any other
-            files = [f for f in files if not f.endswith(".png")]
+        if what == "rm-entry":  # an unlisted picture or page is a user's file like any other
+            files = [f for f in files if not f.endswith((".png", ".html"))]
         rel = draw(st.sampled_from(files))
         if what == "rm-file":
             disk = ("rm", rel)
@@ -729,8 +729,11 @@ def test_replanning_replaces_only_the_plans_files(tmp_path):
     assert cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots").exit_code == 0
     (out / "ocs" / "my_notes.txt").write_text("notes")
     (out / "fabrics.png.d").mkdir()
-    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports")
+    assert (out / "report.html").is_file()
+    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports",
+            "--no-report")
     assert r.exit_code == 0, r.output
+    assert not (out / "report.html").exists()  # the earlier plan's page: not written again
     assert (out / "ocs" / "my_notes.txt").read_text() == "notes"
     assert (out / "fabrics.png.d").is_dir()
     assert not (out / "patch_panel.csv").exists() and not (out / "ocs" / "port_map.csv").exists()
@@ -761,8 +764,11 @@ def test_a_plan_from_before_the_files_list(tmp_path):
     (out / "plan.json").write_text(json.dumps(doc))
     assert_one_line(cli("plan", "--check", out), 1, "has no files")
     (out / "ocs" / "notes.txt").write_text("mine")
-    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports")
+    assert (out / "report.html").is_file()
+    r = cli("plan", tmp_path / "c.toml", "-o", out, "--quiet", "--workers", "1", "--no-plots", "--no-exports",
+            "--no-report")
     assert r.exit_code == 0, r.output
+    assert not (out / "report.html").exists()  # the earlier plan's page: not written again
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == \
         ["ocs/notes.txt", "plan.json"]
 

@@ -184,10 +184,13 @@ def _check(directory: str) -> None:
 @click.option("--plots/--no-plots", default=True,
               help="Draw traffic heatmaps, the topology and the fabric comparison (needs "
                    "matplotlib).")
+@click.option("--report/--no-report", "html_report", default=True,
+              help="Write report.html: the plan as one self-contained page (topoopt report "
+                   "DIR writes it again, with validation results).")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def plan(config: str | None, output: str | None, check_dir: str | None, budget, rounds,
          chains, tolerance, seed, workers: int, ray: str | None, exports: bool, plots: bool,
-         quiet: bool) -> None:
+         html_report: bool, quiet: bool) -> None:
     """Plan CONFIG's job on a TopoOpt shard and compare it with other fabrics.
 
     Searches every fabric from the same structured strategies (tables x body
@@ -206,6 +209,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
       hostfile               the same with slots= per host
       msccl_allreduce.xml    MSCCL AllReduce over all planned rings
       *.png                  traffic before/after, topology, fabric comparison
+      report.html            all of it as one page (topoopt report DIR)
     """
     if check_dir:
         if config or output:
@@ -230,7 +234,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             click.echo("note: no matplotlib, skipping pictures (pip install 'topoopt[plot]')",
                        err=True)
             plots = False
-    check_plan_output(output, cfg.cluster, exports, plots)  # before the search, not after
+    # before the search, not after
+    check_plan_output(output, cfg.cluster, exports, plots, html_report)
     llm = is_transformer(model_of(cfg.job))
     if not llm:  # an LLM job's memory is checked per parallelism by its planner
         _require_batch_fits(cfg)
@@ -250,7 +255,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     progress.done()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ExportSkipped)
-        paths = write_plan(result, output, exports=exports, plots=plots)
+        paths = write_plan(result, output, exports=exports, plots=plots, report=html_report)
     for w in caught:
         if issubclass(w.category, ExportSkipped):
             click.echo(f"note: {w.message}", err=True)

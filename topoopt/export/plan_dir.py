@@ -16,12 +16,13 @@ import re
 import warnings
 from pathlib import Path
 
-from topoopt._io import check_place, check_writable, staging_dir
+from topoopt._io import atomic_write_text, check_place, check_writable, staging_dir
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
+from topoopt.export.report import REPORT, build_report, check_report, report_extras
 from topoopt.plans.document import (
     FORMAT,
     Plan,
@@ -35,14 +36,14 @@ from topoopt.plans.document import (
 from topoopt.plans.llm import LLMPlan, check_llm_plan_document, is_llm_document, llm_plan_to_json
 
 __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
-           "check_plan_output", "write_plan", "check_plan_dir"]
+           "check_plan_output", "write_plan", "write_report", "check_plan_dir"]
 
 #: Files of a plan folder outside ``ocs/`` (the OCS set is ``ocs/port_map.csv`` and
 #: ``ocs/ocs{u}.{netconf.xml,scpi,tl1,sonic.json}`` per unit).
 PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
               "msccl_allreduce.xml", "traffic_before.png", "traffic_after.png",
-              "topology.png", "fabrics.png")
-PLOTS = PLAN_FILES[5:]
+              "topology.png", "fabrics.png", REPORT)
+PLOTS = PLAN_FILES[5:9]
 _EXPORTS = PLAN_FILES[1:5]
 _OCS = re.compile(r"ocs/(port_map\.csv|ocs(0|[1-9][0-9]*)\.(" +
                   "|".join(re.escape(f) for f in OCS_FORMATS) + "))")
@@ -57,10 +58,11 @@ def is_plan_file(rel: str) -> bool:
     return rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
 
 
-def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True) -> list[str]:
+def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
+               report: bool = True) -> list[str]:
     """Every file a plan of ``cluster`` may write (the OCS and MSCCL files included,
     though a plan that does not fit them skips them)."""
-    names = ["plan.json"]
+    names = ["plan.json"] + [REPORT] * report
     if exports:
         names += list(_EXPORTS)
         try:
@@ -108,7 +110,7 @@ def owned_files(directory: str | Path) -> set[str]:
 
 
 def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = True,
-                      plots: bool = True) -> None:
+                      plots: bool = True, report: bool = True) -> None:
     """Before planning: raise unless a plan of ``cluster`` can be written into
     ``directory`` (writable, and no object topoopt did not write where it writes).
 
@@ -121,13 +123,19 @@ def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = T
     """
     check_writable(directory, "--output", folder=True)
     owned = owned_files(directory)
-    for rel in plan_files(cluster, exports, plots):
+    for rel in plan_files(cluster, exports, plots, report):
         check_place(directory, rel, rel in owned)
 
 
-def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True
-               ) -> list[Path]:
-    """Write ``plan.json``, the exports and (with matplotlib) the plots into ``directory``.
+def _doc_text(doc: dict) -> str:
+    """``plan.json``'s text: the same document gives the same bytes."""
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True,
+               report: bool = True) -> list[Path]:
+    """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
+    (``report.html``, :func:`~topoopt.export.report.build_report`) into ``directory``.
 
     All files are rendered in a staging folder first and moved in at the end, so a
     failure leaves ``directory`` as it was. Files an earlier plan wrote there (its
@@ -156,9 +164,10 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
-        doc["files"], doc["skipped"] = sorted(files), skipped
-        (stage / "plan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n",
-                                         encoding="utf-8")
+        doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
+        if report:  # a new plan: no validation of it yet, so no extras
+            (stage / REPORT).write_text(build_report(doc), encoding="utf-8")
+        (stage / "plan.json").write_text(_doc_text(doc), encoding="utf-8")
     for what, reason in skipped.items():
         warnings.warn(f"{what} not written: {reason}", ExportSkipped, stacklevel=2)
     return [directory / rel for rel in doc["files"]]
@@ -203,7 +212,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         raise PlanCheckError("plan.json files does not list plan.json")
     cluster, _ = cluster_job_of(doc)
     topo, rings = topology_of(doc), rings_of(doc)
-    exports = sorted(f for f in files if f not in PLOTS and f != "plan.json")
+    exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT))
     if exports:
         rendered = render_exports(topo, rings, cluster)
         want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
@@ -230,4 +239,43 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
             if not (data.startswith(_PNG) and data.endswith(_PNG_END)):
                 raise PlanCheckError(f"{rel} is not a whole PNG picture")
             checked.append(rel)
+    if REPORT in files:
+        check_report((directory / REPORT).read_text(encoding="utf-8"), doc,
+                     report_extras(directory, doc))
+        checked.append(REPORT)
     return checked
+
+
+def write_report(directory: str | Path) -> tuple[Path, dict]:
+    """Write ``DIR/report.html`` from ``DIR/plan.json`` and the validation and REACT
+    results beside it (:func:`~topoopt.export.report.report_extras`), and list it in
+    ``plan.json``'s ``files``.
+
+    Returns
+    -------
+    (Path, dict)
+        The page and what :func:`~topoopt.export.report.check_report` found on it.
+
+    Raises
+    ------
+    PlanCheckError
+        ``plan.json`` is not a valid plan.
+    TopoOptError
+        A file of the user's is where the report goes.
+    """
+    directory = Path(directory)
+    doc = read_plan(directory)
+    check_plan_document(doc)
+    owned = owned_files(directory)
+    check_place(directory, REPORT, REPORT in owned)
+    extras = report_extras(directory, doc)
+    files = doc.get("files")
+    listed = files is None or REPORT in files
+    if not listed:
+        doc["files"] = sorted([*files, REPORT])
+    text = build_report(doc, extras)
+    found = check_report(text, doc, extras)
+    if not listed:  # listed first: never a page plan.json does not list
+        atomic_write_text(directory / "plan.json", _doc_text(doc))
+    atomic_write_text(directory / REPORT, text)
+    return directory / REPORT, found
