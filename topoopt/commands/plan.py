@@ -265,5 +265,6 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
         _report_llm(result, config, time.monotonic() - started)
     else:
         _report(result, config, settings["seed"], time.monotonic() - started)
-    click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {output}/ (check them: "
-               f"topoopt plan --check {output})")
+    folder = output.rstrip("/") or "/"
+    click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {folder}/ (check them: "
+               f"topoopt plan --check {folder})")
