@@ -20,9 +20,15 @@ from topoopt._io import atomic_write_text, check_place, check_writable, staging_
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
+from topoopt.export.communicators import (
+    check_communicators,
+    is_communicator_file,
+    render_communicators,
+)
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
+from topoopt.llm import LLMParallel
 from topoopt.plans.document import (
     FORMAT,
     Plan,
@@ -55,7 +61,8 @@ _PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk (type and CRC) every PNG ends wit
 
 def is_plan_file(rel: str) -> bool:
     """Whether ``rel`` (relative to a plan folder) is a name a plan writes."""
-    return rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
+    return (rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
+            or is_communicator_file(rel))
 
 
 def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
@@ -162,6 +169,13 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
                 (stage / rel).write_text(text, encoding="utf-8")
             files += rendered.files
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+            if isinstance(p, LLMPlan):  # every communicator: communicators.json, msccl/
+                texts, more = render_communicators(p.parallel, p.topology_plan.rings, p.cluster)
+                for rel, text in texts.items():
+                    (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (stage / rel).write_text(text, encoding="utf-8")
+                files += texts
+                skipped.update(more)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
         doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
@@ -194,7 +208,8 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     """
     directory = Path(directory)
     doc = read_plan(directory)
-    if is_llm_document(doc):
+    llm = is_llm_document(doc)
+    if llm:
         check_llm_plan_document(doc)
     else:
         check_plan_document(doc)
@@ -212,10 +227,17 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         raise PlanCheckError("plan.json files does not list plan.json")
     cluster, _ = cluster_job_of(doc)
     topo, rings = topology_of(doc), rings_of(doc)
-    exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT))
+    exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT)
+                     and not is_communicator_file(f))
+    if not llm and any(is_communicator_file(f) for f in files):
+        raise PlanCheckError("plan.json files lists communicator files, which only an LLM "
+                             "plan writes")
+    par = LLMParallel(**doc["llm"]["parallel"]) if llm else None
     if exports:
         rendered = render_exports(topo, rings, cluster)
         want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+        if par is not None:
+            want.update(render_communicators(par, rings, cluster)[1])
         if exports != sorted(rendered.files):
             missing = sorted(set(rendered.files) - set(exports))
             extra = sorted(set(exports) - set(rendered.files))
@@ -228,11 +250,17 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     elif doc["skipped"]:
         raise PlanCheckError(f"plan.json skipped lists {sorted(doc['skipped'])} but the plan "
                              "wrote no exports")
+    if par is not None and not exports and any(is_communicator_file(f) for f in files):
+        raise PlanCheckError("plan.json files lists communicator files but no exports; "
+                             "they are written with the exports")
     checked = ["plan.json"]
     if exports:
         checked += check_exports(directory, topo, rings, cluster, simulate=simulate,
                                  ocs="ocs/port_map.csv" in files,
                                  msccl="msccl_allreduce.xml" in files)
+        if par is not None:
+            checked += check_communicators(directory, files, par, rings, cluster,
+                                           simulate=simulate)
     for rel in files:
         if rel in PLOTS:
             data = (directory / rel).read_bytes()
