@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
-from topoopt.errors import PlanCheckError
+from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.communicators import (
     COMMUNICATORS,
     EP_SKIPPED,
@@ -21,7 +21,7 @@ from topoopt.export.communicators import (
     render_communicators,
 )
 from topoopt.export.msccl import format_msccl_xml, parse_msccl_xml, ring_allreduce_algo
-from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.export.plan_dir import check_plan_dir, check_plan_output, write_plan
 from topoopt.llm import LLMParallel
 from topoopt.planners.llm import plan_llm
 
@@ -232,3 +232,15 @@ def test_same_plan_same_bytes(folders, tmp_path):
     assert a == b
     src = folders["moe-staged"]
     assert a[0][COMMUNICATORS] == (src / COMMUNICATORS).read_text()
+
+
+def test_a_users_communicators_json_is_refused_before_planning(tmp_path):
+    (tmp_path / COMMUNICATORS).write_text("mine\n")
+    check_plan_output(tmp_path, CLUSTER)                 # not an LLM plan: not its name
+    with pytest.raises(TopoOptError, match=COMMUNICATORS):
+        check_plan_output(tmp_path, CLUSTER, llm=True)
+    p = plan_llm(CLUSTER, DENSE, top=1, fixed=CASES["dense"][1])
+    with pytest.raises(TopoOptError, match=COMMUNICATORS):
+        write_plan(p, tmp_path, plots=False, report=False)
+    assert sorted(x.name for x in tmp_path.iterdir()) == [COMMUNICATORS]   # nothing written
+    assert (tmp_path / COMMUNICATORS).read_text() == "mine\n"

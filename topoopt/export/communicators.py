@@ -64,7 +64,7 @@ References
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -75,9 +75,10 @@ from topoopt.export._inputs import Rings
 from topoopt.export.rank_order import node_ring, rank_order
 from topoopt.llm import LLMParallel, communicator_groups
 
-__all__ = ["COMMUNICATORS", "COMMUNICATORS_FORMAT", "KINDS", "communicator_table",
-           "group_msccl_rings", "render_communicators", "check_communicators",
-           "is_communicator_file"]
+__all__ = ["COMMUNICATORS", "COMMUNICATORS_FORMAT", "KINDS", "EP_SKIPPED",
+           "CommunicatorExports", "communicator_table", "group_msccl_rings",
+           "communicator_exports", "render_communicators", "check_communicators",
+           "is_communicator_file", "msccl_name"]
 
 COMMUNICATORS = "communicators.json"
 COMMUNICATORS_FORMAT = "topoopt-communicators/1"
@@ -243,15 +244,31 @@ def _text(doc: dict) -> str:
     return "\n".join(lines) + "\n" + ",\n".join(kinds) + "\n }\n}\n"
 
 
-def render_communicators(par: LLMParallel, rings: Rings, cluster: Cluster, *,
-                         proto: str = "Simple") -> tuple[dict[str, str], dict[str, str]]:
-    """``communicators.json`` and the MSCCL file of every ringed DP group, in memory.
+@dataclass(frozen=True)
+class CommunicatorExports:
+    """An LLM plan's communicator files, rendered.
 
-    Returns
-    -------
-    (dict, dict)
-        Texts keyed by path relative to the plan folder, and the files skipped with
-        the reason (``plan.json`` ``skipped``).
+    Attributes
+    ----------
+    table : dict
+        The ``communicators.json`` document.
+    algos : mapping
+        MSCCL file -> its :class:`~topoopt.export.msccl.MscclAlgo`.
+    files : mapping
+        Path relative to the plan folder -> text.
+    skipped : mapping
+        File not written -> why (``plan.json`` ``skipped``).
+    """
+
+    table: dict = field(repr=False)
+    algos: Mapping[str, _msccl.MscclAlgo] = field(repr=False)
+    files: Mapping[str, str] = field(repr=False)
+    skipped: Mapping[str, str]
+
+
+def communicator_exports(par: LLMParallel, rings: Rings, cluster: Cluster, *,
+                         proto: str = "Simple") -> CommunicatorExports:
+    """``communicators.json`` and the MSCCL file of every ringed DP group, in memory.
 
     Raises
     ------
@@ -259,26 +276,35 @@ def render_communicators(par: LLMParallel, rings: Rings, cluster: Cluster, *,
         A DP group crossing servers has no planned ring.
     """
     algos, skipped, where = _algos(par, rings, cluster, proto)
-    if par.ep > 1 and any(len(set(row["servers"])) > 1 for row in
-                          communicator_table(par, rings, cluster)["groups"]["ep"]):
+    table = communicator_table(par, rings, cluster, where)
+    if any(len(row["servers"]) > 1 for row in table["groups"]["ep"]):
         skipped[EP_SKIPPED] = EP_REASON
-    doc = communicator_table(par, rings, cluster, where)
-    doc["skipped"] = dict(sorted(skipped.items()))
-    files = {COMMUNICATORS: _text(doc)}
+    table["skipped"] = dict(sorted(skipped.items()))
+    files = {COMMUNICATORS: _text(table)}
     files.update({name: _msccl.format_msccl_xml(a) for name, a in sorted(algos.items())})
-    return files, skipped
+    return CommunicatorExports(table, algos, files, table["skipped"])
+
+
+def render_communicators(par: LLMParallel, rings: Rings, cluster: Cluster, *,
+                         proto: str = "Simple") -> tuple[dict[str, str], dict[str, str]]:
+    """The texts of :func:`communicator_exports` keyed by path, and what it skipped."""
+    out = communicator_exports(par, rings, cluster, proto=proto)
+    return dict(out.files), dict(out.skipped)
 
 
 def check_communicators(directory: str | Path, files, par: LLMParallel, rings: Rings,
-                        cluster: Cluster, *, simulate: bool = True) -> list[str]:
+                        cluster: Cluster, *, simulate: bool = True,
+                        rendered: CommunicatorExports | None = None) -> list[str]:
     """Read ``communicators.json`` and the MSCCL files back against the plan.
 
     ``files`` is ``plan.json``'s list. ``communicators.json`` must equal the table
     derived from ``par`` and ``rings`` (the first differing group named); the MSCCL
     files listed must be exactly those the plan renders; each must parse by MSCCL's
-    rules, pass :func:`~topoopt.export.msccl.check_msccl_algo`, ring the group's
-    communicator ranks along its planned rings (:func:`group_msccl_rings`), and with
-    ``simulate`` be a correct AllReduce (:func:`~topoopt.export.msccl.check_msccl_allreduce`).
+    rules, pass :func:`~topoopt.export.msccl.check_msccl_algo`, be the schedule that
+    rings the group's communicator ranks along its planned rings
+    (:func:`group_msccl_rings`), and with ``simulate`` be a correct AllReduce
+    (:func:`~topoopt.export.msccl.check_msccl_allreduce`). ``rendered`` is
+    :func:`communicator_exports` of the plan, when the caller has it already.
 
     Returns
     -------
@@ -291,14 +317,13 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
         Naming the file and the first violation.
     """
     directory = Path(directory)
-    algos, _, where = _algos(par, rings, cluster, "Simple")
-    want = communicator_table(par, rings, cluster, where)
-    rendered, skipped = render_communicators(par, rings, cluster)
-    want["skipped"] = dict(sorted(skipped.items()))
+    if rendered is None:
+        rendered = communicator_exports(par, rings, cluster)
+    want, algos = rendered.table, rendered.algos
     listed = sorted(f for f in files if is_communicator_file(f))
-    if listed != sorted(rendered):
+    if listed != sorted(rendered.files):
         raise PlanCheckError(f"plan.json files lists {listed}, but the plan's communicator "
-                             f"files are {sorted(rendered)}")
+                             f"files are {sorted(rendered.files)}")
     try:
         got = json.loads((directory / COMMUNICATORS).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -21,9 +21,10 @@ from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
 from topoopt.export.communicators import (
+    COMMUNICATORS,
     check_communicators,
+    communicator_exports,
     is_communicator_file,
-    render_communicators,
 )
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
@@ -66,12 +67,13 @@ def is_plan_file(rel: str) -> bool:
 
 
 def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
-               report: bool = True) -> list[str]:
+               report: bool = True, llm: bool = False) -> list[str]:
     """Every file a plan of ``cluster`` may write (the OCS and MSCCL files included,
-    though a plan that does not fit them skips them)."""
+    though a plan that does not fit them skips them; an LLM plan's ``communicators.json``
+    with ``llm``, its ``msccl/`` files depend on the plan and are checked as it is written)."""
     names = ["plan.json"] + [REPORT] * report
     if exports:
-        names += list(_EXPORTS)
+        names += list(_EXPORTS) + [COMMUNICATORS] * llm
         try:
             layout = ocs_layout(cluster.servers, cluster.nics)
         except PlanCheckError:
@@ -117,7 +119,7 @@ def owned_files(directory: str | Path) -> set[str]:
 
 
 def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = True,
-                      plots: bool = True, report: bool = True) -> None:
+                      plots: bool = True, report: bool = True, llm: bool = False) -> None:
     """Before planning: raise unless a plan of ``cluster`` can be written into
     ``directory`` (writable, and no object topoopt did not write where it writes).
 
@@ -130,7 +132,7 @@ def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = T
     """
     check_writable(directory, "--output", folder=True)
     owned = owned_files(directory)
-    for rel in plan_files(cluster, exports, plots, report):
+    for rel in plan_files(cluster, exports, plots, report, llm):
         check_place(directory, rel, rel in owned)
 
 
@@ -170,12 +172,12 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
             files += rendered.files
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
             if isinstance(p, LLMPlan):  # every communicator: communicators.json, msccl/
-                texts, more = render_communicators(p.parallel, p.topology_plan.rings, p.cluster)
-                for rel, text in texts.items():
+                comm = communicator_exports(p.parallel, p.topology_plan.rings, p.cluster)
+                for rel, text in comm.files.items():
                     (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                     (stage / rel).write_text(text, encoding="utf-8")
-                files += texts
-                skipped.update(more)
+                files += comm.files
+                skipped.update(comm.skipped)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
         doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
@@ -237,7 +239,8 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         rendered = render_exports(topo, rings, cluster)
         want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
         if par is not None:
-            want.update(render_communicators(par, rings, cluster)[1])
+            comm = communicator_exports(par, rings, cluster)
+            want.update(comm.skipped)
         if exports != sorted(rendered.files):
             missing = sorted(set(rendered.files) - set(exports))
             extra = sorted(set(exports) - set(rendered.files))
@@ -260,7 +263,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
                                  msccl="msccl_allreduce.xml" in files)
         if par is not None:
             checked += check_communicators(directory, files, par, rings, cluster,
-                                           simulate=simulate)
+                                           simulate=simulate, rendered=comm)
     for rel in files:
         if rel in PLOTS:
             data = (directory / rel).read_bytes()
