@@ -299,11 +299,11 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
 
     ``files`` is ``plan.json``'s list. ``communicators.json`` must equal the table
     derived from ``par`` and ``rings`` (the first differing group named); the MSCCL
-    files listed must be exactly those the plan renders; each must parse by MSCCL's
-    rules, pass :func:`~topoopt.export.msccl.check_msccl_algo`, be the schedule that
-    rings the group's communicator ranks along its planned rings
-    (:func:`group_msccl_rings`), and with ``simulate`` be a correct AllReduce
-    (:func:`~topoopt.export.msccl.check_msccl_allreduce`). ``rendered`` is
+    files listed must be exactly those the plan renders; each must be the text of the
+    schedule that rings the group's communicator ranks along its planned rings
+    (:func:`group_msccl_rings`; a file that differs is parsed by MSCCL's rules and the
+    first difference named, a comment edit is accepted), and with ``simulate`` that
+    schedule is executed as an AllReduce (:func:`~topoopt.export.msccl.check_msccl_allreduce`). ``rendered`` is
     :func:`communicator_exports` of the plan, when the caller has it already.
 
     Returns
@@ -349,21 +349,23 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
                                      f"is not what the plan gives ({a.get(field)})")
     checked = [COMMUNICATORS]
     for name, algo in sorted(algos.items()):
-        path = directory / name
         try:
-            got_algo = _msccl.parse_msccl_xml(path.read_text(encoding="utf-8"))
-            _msccl.check_msccl_algo(got_algo)
+            text = (directory / name).read_text(encoding="utf-8")
         except OSError as exc:
             raise PlanCheckError(f"{name}: cannot be read ({exc})") from None
-        except PlanCheckError as exc:
-            raise PlanCheckError(f"{name}: {exc}") from None
-        if got_algo != replace(algo, comment=""):
-            raise PlanCheckError(f"{name}: its schedule is not the plan's: the group's "
-                                 f"{algo.ngpus} ranks ringed along its planned rings, "
-                                 f"{algo.nchannels} channels")
-        if simulate:
+        if text != rendered.files[name]:   # say what is wrong with it
             try:
-                _msccl.check_msccl_allreduce(got_algo)
+                got_algo = _msccl.parse_msccl_xml(text)
+                _msccl.check_msccl_algo(got_algo)
+            except PlanCheckError as exc:
+                raise PlanCheckError(f"{name}: {exc}") from None
+            if got_algo != replace(algo, comment=""):
+                raise PlanCheckError(f"{name}: its schedule is not the plan's: the group's "
+                                     f"{algo.ngpus} ranks ringed along its planned rings, "
+                                     f"{algo.nchannels} channels")
+        if simulate:   # the text is the plan's schedule: execute it
+            try:
+                _msccl.check_msccl_allreduce(algo)
             except PlanCheckError as exc:
                 raise PlanCheckError(f"{name}: {exc}") from None
         checked.append(name)
