@@ -303,7 +303,8 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
     schedule that rings the group's communicator ranks along its planned rings
     (:func:`group_msccl_rings`; a file that differs is parsed by MSCCL's rules and the
     first difference named, a comment edit is accepted), and with ``simulate`` that
-    schedule is executed as an AllReduce (:func:`~topoopt.export.msccl.check_msccl_allreduce`). ``rendered`` is
+    schedule is executed as an AllReduce
+    (:func:`~topoopt.export.msccl.check_msccl_allreduce`). ``rendered`` is
     :func:`communicator_exports` of the plan, when the caller has it already.
 
     Returns

@@ -195,8 +195,9 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     ``plan.json`` passes :func:`~topoopt.plans.check_plan_document`; every file in its
     ``files`` exists; the exports it lists and skips are those the plan renders (each
     skip for the reason given; other files, a user's, are not the plan's business); and
-    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`),
-    every picture a PNG.
+    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`;
+    an LLM plan's communicator files,
+    :func:`~topoopt.export.communicators.check_communicators`), every picture a PNG.
 
     Returns
     -------
