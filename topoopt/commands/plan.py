@@ -235,8 +235,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
                        err=True)
             plots = False
     # before the search, not after
-    check_plan_output(output, cfg.cluster, exports, plots, html_report)
     llm = is_transformer(model_of(cfg.job))
+    check_plan_output(output, cfg.cluster, exports, plots, html_report, llm=llm)
     if not llm:  # an LLM job's memory is checked per parallelism by its planner
         _require_batch_fits(cfg)
     prices = price_table(cfg.cost)

@@ -20,9 +20,16 @@ from topoopt._io import atomic_write_text, check_place, check_writable, staging_
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
+from topoopt.export.communicators import (
+    COMMUNICATORS,
+    check_communicators,
+    communicator_exports,
+    is_communicator_file,
+)
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
+from topoopt.llm import LLMParallel
 from topoopt.plans.document import (
     FORMAT,
     Plan,
@@ -55,16 +62,18 @@ _PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk (type and CRC) every PNG ends wit
 
 def is_plan_file(rel: str) -> bool:
     """Whether ``rel`` (relative to a plan folder) is a name a plan writes."""
-    return rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
+    return (rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
+            or is_communicator_file(rel))
 
 
 def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
-               report: bool = True) -> list[str]:
+               report: bool = True, llm: bool = False) -> list[str]:
     """Every file a plan of ``cluster`` may write (the OCS and MSCCL files included,
-    though a plan that does not fit them skips them)."""
+    though a plan that does not fit them skips them; an LLM plan's ``communicators.json``
+    with ``llm``, its ``msccl/`` files depend on the plan and are checked as it is written)."""
     names = ["plan.json"] + [REPORT] * report
     if exports:
-        names += list(_EXPORTS)
+        names += list(_EXPORTS) + [COMMUNICATORS] * llm
         try:
             layout = ocs_layout(cluster.servers, cluster.nics)
         except PlanCheckError:
@@ -110,7 +119,7 @@ def owned_files(directory: str | Path) -> set[str]:
 
 
 def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = True,
-                      plots: bool = True, report: bool = True) -> None:
+                      plots: bool = True, report: bool = True, llm: bool = False) -> None:
     """Before planning: raise unless a plan of ``cluster`` can be written into
     ``directory`` (writable, and no object topoopt did not write where it writes).
 
@@ -123,7 +132,7 @@ def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = T
     """
     check_writable(directory, "--output", folder=True)
     owned = owned_files(directory)
-    for rel in plan_files(cluster, exports, plots, report):
+    for rel in plan_files(cluster, exports, plots, report, llm):
         check_place(directory, rel, rel in owned)
 
 
@@ -162,6 +171,13 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
                 (stage / rel).write_text(text, encoding="utf-8")
             files += rendered.files
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+            if isinstance(p, LLMPlan):  # every communicator: communicators.json, msccl/
+                comm = communicator_exports(p.parallel, p.topology_plan.rings, p.cluster)
+                for rel, text in comm.files.items():
+                    (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (stage / rel).write_text(text, encoding="utf-8")
+                files += comm.files
+                skipped.update(comm.skipped)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
         doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
@@ -179,8 +195,9 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     ``plan.json`` passes :func:`~topoopt.plans.check_plan_document`; every file in its
     ``files`` exists; the exports it lists and skips are those the plan renders (each
     skip for the reason given; other files, a user's, are not the plan's business); and
-    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`),
-    every picture a PNG.
+    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`;
+    an LLM plan's communicator files,
+    :func:`~topoopt.export.communicators.check_communicators`), every picture a PNG.
 
     Returns
     -------
@@ -194,7 +211,8 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     """
     directory = Path(directory)
     doc = read_plan(directory)
-    if is_llm_document(doc):
+    llm = is_llm_document(doc)
+    if llm:
         check_llm_plan_document(doc)
     else:
         check_plan_document(doc)
@@ -212,10 +230,18 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         raise PlanCheckError("plan.json files does not list plan.json")
     cluster, _ = cluster_job_of(doc)
     topo, rings = topology_of(doc), rings_of(doc)
-    exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT))
+    exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT)
+                     and not is_communicator_file(f))
+    if not llm and any(is_communicator_file(f) for f in files):
+        raise PlanCheckError("plan.json files lists communicator files, which only an LLM "
+                             "plan writes")
+    par = LLMParallel(**doc["llm"]["parallel"]) if llm else None
     if exports:
         rendered = render_exports(topo, rings, cluster)
         want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+        if par is not None:
+            comm = communicator_exports(par, rings, cluster)
+            want.update(comm.skipped)
         if exports != sorted(rendered.files):
             missing = sorted(set(rendered.files) - set(exports))
             extra = sorted(set(exports) - set(rendered.files))
@@ -228,11 +254,17 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     elif doc["skipped"]:
         raise PlanCheckError(f"plan.json skipped lists {sorted(doc['skipped'])} but the plan "
                              "wrote no exports")
+    if par is not None and not exports and any(is_communicator_file(f) for f in files):
+        raise PlanCheckError("plan.json files lists communicator files but no exports; "
+                             "they are written with the exports")
     checked = ["plan.json"]
     if exports:
         checked += check_exports(directory, topo, rings, cluster, simulate=simulate,
                                  ocs="ocs/port_map.csv" in files,
                                  msccl="msccl_allreduce.xml" in files)
+        if par is not None:
+            checked += check_communicators(directory, files, par, rings, cluster,
+                                           simulate=simulate, rendered=comm)
     for rel in files:
         if rel in PLOTS:
             data = (directory / rel).read_bytes()

@@ -59,7 +59,7 @@ from topoopt._require import require_int
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import Rings, host_names, largest_group
 
-__all__ = ["rank_order", "nccl_ring", "format_rank_order", "format_hostfile",
+__all__ = ["rank_order", "node_ring", "nccl_ring", "format_rank_order", "format_hostfile",
            "parse_rank_order", "parse_hostfile", "check_rank_order", "write_rank_order"]
 
 
@@ -91,11 +91,21 @@ def nccl_ring(order: Sequence[int], members: Sequence[int], gpus_per_server: int
     position = {server: i for i, server in enumerate(order)}
     ranks = sorted(position[s] * gpus_per_server + local
                    for s in members for local in range(gpus_per_server))
-    nodes: list[int] = []
-    for rank in ranks:
-        host = order[rank // gpus_per_server]
-        if host not in nodes:
-            nodes.append(host)
+    return node_ring([order[rank // gpus_per_server] for rank in ranks])
+
+
+def node_ring(hosts: Sequence[int]) -> tuple[int, ...]:
+    """The hosts of communicator ranks ``0, 1, ...`` in the order NCCL's inter-node ring
+    visits them: numbered by first appearance, node ``n`` sending to node ``n + 1``.
+
+    Examples
+    --------
+    >>> node_ring([3, 3, 1, 1, 2, 2])
+    (3, 1, 2)
+    """
+    nodes: dict[int, None] = {}
+    for host in hosts:
+        nodes.setdefault(int(host), None)
     return tuple(nodes)
 
 
