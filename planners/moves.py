@@ -233,7 +233,8 @@ class MoveSet:
         """Every small structured change of ``strategy``, in a fixed order: each stage
         boundary of the body moved by one operator either way, all of them at once,
         each operator taking an adjacent operator's config, and each run of identical
-        operators given one of its members' configs. Yields ``(candidate, memory)``."""
+        operators given one of its members' configs, and every structured table layout
+        with the body kept. Yields ``(candidate, memory)``."""
         configs = strategy.configs
         body = self.body
         bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
@@ -268,6 +269,12 @@ class MoveSet:
                 out = emit({i: cfg for i in run})
                 if out is not None:
                     yield out
+        # every table layout under the current body (a layout move, made deterministic)
+        for tables in dict.fromkeys(tuple(lay.strategy.configs[i] for i in self.tables)
+                                    for lay in self.layouts):
+            out = emit(dict(zip(self.tables, tables)))
+            if out is not None:
+                yield out
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]
