@@ -55,8 +55,8 @@ def cluster_report(runs: list[ClusterRun], config) -> dict:
                    "fattree = one cost-equivalent full-bisection Fat-tree (d x B' per "
                    "server) shared by all jobs; oversub = a shared 2:1 Fat-tree of d x B "
                    "links; ideal, expander: shared too.")
-@click.option("--jobs", type=click.IntRange(1, 10_000), help="Total jobs, split over the [[mix]] shares [default: "
-                                       "run.jobs].")
+@click.option("--jobs", type=click.IntRange(1, 10_000),
+              help="Total jobs, split over the [[mix]] shares [default: run.jobs].")
 @click.option("--placement", type=click.Choice(PLACEMENTS),
               help="Servers of each job on a shared fabric: contiguous blocks, random, or "
                    "fragmented (dealt round-robin) [default: run.placement].")
@@ -71,8 +71,8 @@ def cluster_report(runs: list[ClusterRun], config) -> dict:
               help="plan = topoopt.plan per distinct job and fabric; hybrid / dp = that "
                    "strategy everywhere, TopologyFinder for the shards [default: "
                    "plan.strategy].")
-@click.option("--budget", type=click.IntRange(0, 100_000), help="MCMC moves per chain per round of each plan "
-                                         "[default: plan.budget, 100].")
+@click.option("--budget", type=click.IntRange(0, 100_000),
+              help="MCMC moves per chain per round of each plan [default: plan.budget, 100].")
 @click.option("--per-job", is_flag=True, help="Also print every job's times per fabric.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write every job's iteration times (seconds) to this JSON file.")

@@ -59,8 +59,9 @@ from topoopt.react.shard import ShardLayout, run_shard_react, shard_fabric
 from topoopt.topology.topology import Routes, Topology, check_topology
 
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
-           "compare_runs", "scenario_setup", "load_plan", "group_shard", "scenario_fabric", "run_two_jobs",
-           "summarize", "ShardScenario", "shard_scenario", "without_and_with", "PLACEMENTS"]
+           "compare_runs", "scenario_setup", "load_plan", "group_shard", "scenario_fabric",
+           "run_two_jobs", "summarize", "ShardScenario", "shard_scenario", "without_and_with",
+           "PLACEMENTS"]
 
 KINDS = ("external", "spine", "failures", "nic", "slow-server", "forwarded", "none")
 #: Job placements on the Fat-tree.
