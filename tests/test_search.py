@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from test_plan import tiny_job  # the two-operator job of the MCMC tests
 
 from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
@@ -87,15 +88,6 @@ def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     s, t, tried = descend(space, cost, start, cost(start), moves, limit=10_000)
     assert t <= cost(start) and t == cost(s) and tried > 0
     assert all(cost(c) >= t * (1 - 1e-12) for c, _ in moves.neighbourhood(s, space.memory(s)))
-
-
-def tiny_job():
-    ops = [{"name": "x", "kind": "input", "out_elems": 512},
-           {"name": "emb", "kind": "embedding", "params": 4_000_000, "fwd_flops": 2000,
-            "out_elems": 256, "mem_elems": 2000, "inputs": ["x"]},
-           {"name": "fc", "kind": "dense", "params": 30_000_000, "fwd_flops": 6e7,
-            "out_elems": 1024, "inputs": ["emb"]}]
-    return Job("custom", batch_per_gpu=32, operators=tuple(ops))
 
 
 @pytest.mark.parametrize("servers", [4, 8])

@@ -300,10 +300,10 @@ def group_shard(topo: Topology, rings: Sequence[Sequence[int]], routes: Routes
     if members == tuple(range(topo.servers)):
         return topo, [list(r) for r in rings], routes, members
     index = {s: i for i, s in enumerate(members)}
-    links = tuple((index[a], pa, index[b], pb) for a, pa, b, pb in topo.links
-                  if a in index and b in index)
-    labels = tuple(lab for (a, _, b, _), lab in zip(topo.links, topo.labels)
-                   if a in index and b in index) if topo.labels else ()
+    kept = [k for k, (a, _, b, _) in enumerate(topo.links) if a in index and b in index]
+    links = tuple((index[a], pa, index[b], pb)
+                  for a, pa, b, pb in (topo.links[k] for k in kept))
+    labels = tuple(topo.labels[k] for k in kept) if topo.labels else ()
     fibres = {(a, b) for a, _, b, _ in links}
     sub_rings = [[index[s] for s in r] for r in rings]
     for r in sub_rings:
