@@ -715,15 +715,19 @@ def _timed(rows: Any, where: str) -> list:
 
 
 def _check_fabric_search(fs: Any, where: str, start: float | None = None,
-                         keys: tuple[str, ...] = _SEARCH) -> dict:
-    """A fabric's search: stop reason, chains (each best no worse than its start or the
-    end of its best-so-far curve, which never rises), spread and moves derived."""
+                         keys: tuple[str, ...] = _SEARCH, first: str | None = None) -> dict:
+    """A fabric's search: stop reason, starts (the first one ``first`` when given, chain 0
+    from the fastest), chains (each best no worse than its start or the end of its
+    best-so-far curve, which never rises), spread and moves derived."""
     fs = _table(fs, where, keys)
     if fs["stop"] not in _STOPS:
         raise _bad(f"{where}.stop", fs["stop"], f"use {', '.join(_STOPS)}")
     starts = _timed(fs["starts"], f"{where}.starts")
     if start is not None and starts:
         _same(starts[0]["time_s"], start, f"{where}.starts[0].time_s", "its start_time_s")
+    if first is not None and starts and starts[0]["strategy"] != first:
+        raise _bad(f"{where}.starts[0].strategy", starts[0]["strategy"],
+                   f"must be {first!r}, the strategy the round began with")
     # strategies simulated: starts answered by the memo or cut short by the analytical
     # bound are not among them, so there may be fewer than starts
     _int(fs["evaluations"], f"{where}.evaluations", 0)
@@ -749,6 +753,10 @@ def _check_fabric_search(fs: Any, where: str, start: float | None = None,
                                                   f"({curve[-1]:.6g} s)")
         for kind, count in _table(c["improved_by"], f"{at}.improved_by").items():
             _int(count, f"{at}.improved_by.{kind}", 0)
+    if chains and starts:
+        # chain 0 begins at the fastest start (the others' times may be bounds above it)
+        _same(chains[0]["start_time_s"], min(r["time_s"] for r in starts),
+              f"{where}.chains[0].start_time_s", "the fastest of its starts")
     spread = _num(fs["spread"], f"{where}.spread", positive=True)
     if chains:
         bests = [c["best_time_s"] for c in chains]
@@ -800,7 +808,7 @@ def _check_search(doc: dict, cluster: Cluster, fabrics: list) -> None:
                    f"must have 1 to {rounds} rounds (search.rounds)")
     for i, r in enumerate(history):
         where = f"search.history[{i}]"
-        _check_fabric_search(r, where, keys=(*_ROUND, *_SEARCH))
+        _check_fabric_search(r, where, keys=(*_ROUND, *_SEARCH), first="current")
         for key, kind in _ROUND.items():
             at = f"{where}.{key}"
             if kind == "int":
