@@ -105,7 +105,7 @@ class Chain:
         self.best, self.best_t, self.start_t = start, t, t
         self.moves = self.accepted = 0
         self.trace: list[float] = []
-        self.improved = dict.fromkeys(MOVE_KINDS, 0)
+        self.improved = dict.fromkeys((*MOVE_KINDS, "descent"), 0)
         self.interrupted = False
 
     def step(self) -> None:
@@ -144,6 +144,18 @@ class Chain:
                 self.interrupted = True
                 return
             self.step()
+
+    def settle(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
+        """Descend from the best state (:func:`descend`, at most ``limit`` candidates) and
+        continue from where it ends; no moves are counted and the draws are untouched."""
+        if limit <= 0:
+            return
+        s, t, _ = descend(self.space, self.cost, self.best, self.best_t, self.moveset,
+                          limit, stop)
+        if t < self.best_t:
+            self.best, self.best_t = s, t
+            self.current, self.current_t, self.memory = s, t, self.space.memory(s)
+            self.improved["descent"] += 1
 
     def result(self) -> SearchResult:
         return SearchResult(self.best, self.best_t, self.start_t, self.moves, self.accepted,
@@ -202,25 +214,32 @@ def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: 
 def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: float,
             moves: MoveSet, limit: int = 400,
             stop: Callable[[], bool] = stop_requested) -> tuple[Strategy, float, int]:
-    """First-improvement descent over :meth:`MoveSet.neighbourhood` until no neighbour
-    is faster (or ``limit`` candidates were tried): the chains explore, this settles a
-    chain's best into the bottom of its basin, the same bottom whatever the seed.
-    Candidates are timed against the current time as a bound (a cost that supports it
-    stops there). Returns ``(strategy, time, candidates tried)``."""
+    """Steepest descent over :meth:`MoveSet.neighbourhood` until no neighbour is faster
+    (or ``limit`` candidates were tried): the chains explore, this settles a chain's best
+    into the bottom of its basin, the same bottom whatever the seed.
+
+    Each sweep times the whole neighbourhood and takes its fastest candidate; the first
+    improvement would follow whichever change the neighbourhood lists first (a stage
+    boundary) even where another (splitting the stage ``dp x mp``) opens a deeper basin.
+    Candidates are timed against the sweep's best so far as a bound (a cost that supports
+    it stops there). Returns ``(strategy, time, candidates tried)``."""
     bounded = bool(getattr(cost, "supports_bound", False))
     memory = space.memory(strategy)
     tried = 0
     improved = True
     while improved and tried < limit and not stop():
         improved = False
+        best = None
+        best_t = time
         for candidate, moved in moves.neighbourhood(strategy, memory):
             tried += 1
-            t = cost(candidate, time) if bounded else cost(candidate)
-            if t < time * (1.0 - 1e-12):
-                strategy, time, memory, improved = candidate, t, moved, True
-                break
+            t = cost(candidate, best_t) if bounded else cost(candidate)
+            if t < best_t * (1.0 - 1e-12):
+                best, best_t = (candidate, moved), t
             if tried >= limit or stop():
                 break
+        if best is not None:
+            (strategy, memory), time, improved = best, best_t, True
     return strategy, time, tried
 
 

@@ -20,6 +20,9 @@ good strategies change a whole repeated structure at once (every MLP layer split
   moves by one operator the same way -- the shift that rebalances stages together;
 - ``split``: the body operators from one on, as long as they share its config, get
   a new config -- a new stage cut off the end of one;
+- ``stage``: a stage (consecutive body operators on the same servers), or the members
+  of one run inside it, split ``dp x mp`` another way on the same servers -- the
+  tensor-split top of a pipeline stage whose bottom stays data parallel;
 - ``layout``: the table or body part of the strategy replaced by a structured layout
   (:mod:`topoopt.planners.structure`).
 
@@ -39,10 +42,11 @@ from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["MOVE_KINDS", "DEFAULT_MIX", "MoveSet", "neighbours"]
 
-MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "boundary", "split", "layout")
+MOVE_KINDS = ("single", "neighbour", "segment", "run", "swap", "boundary", "split", "stage",
+              "layout")
 #: Probability of each move kind (renormalized over the kinds a model has).
-DEFAULT_MIX = {"single": 0.15, "neighbour": 0.15, "segment": 0.1, "run": 0.2, "swap": 0.1,
-               "boundary": 0.1, "split": 0.05, "layout": 0.15}
+DEFAULT_MIX = {"single": 0.15, "neighbour": 0.15, "segment": 0.1, "run": 0.15, "swap": 0.1,
+               "boundary": 0.1, "split": 0.05, "stage": 0.05, "layout": 0.15}
 
 
 def neighbours(model: Model) -> list[list[int]]:
@@ -172,10 +176,14 @@ class MoveSet:
             i = run[int(rng.integers(len(run)))]
             cfg = self._draw_config(i, strategy.configs[i], rng)
             return self._fit(strategy, memory, {j: cfg for j in run})
-        # shift the run's shard pattern: every member to the next block of its size
+        out = self._shifted(strategy, run, int(rng.choice([-1, 1])))
+        return self._fit(strategy, memory, out) if out else None
+
+    def _shifted(self, strategy: Strategy, run: tuple[int, ...], step: int) -> dict:
+        """The run's shard pattern shifted: every member not on every server to the next
+        (``step`` = 1) or previous (-1) block of its size."""
         n = self.space.servers
         out = {}
-        step = int(rng.choice([-1, 1]))
         for j in run:
             c = strategy.configs[j]
             k = len(c.servers)
@@ -184,7 +192,7 @@ class MoveSet:
             first = (c.servers[0] + step * k) % n
             out[j] = OpConfig(tuple(range(first, first + k)), c.dp, c.mp) \
                 if first + k <= n else c
-        return self._fit(strategy, memory, out) if out else None
+        return out
 
     def _swap(self, strategy, memory, rng):
         run = self.runs[int(rng.integers(len(self.runs)))]
@@ -228,13 +236,51 @@ class MoveSet:
         cfg = self._draw_config(body[k], old, rng)
         return self._fit(strategy, memory, {i: cfg for i in tail})
 
+    def _stage_groups(self, strategy: Strategy) -> list[tuple[int, ...]]:
+        """Each stage of the body (a maximal run of consecutive operators on the same
+        servers) and each run's members inside it, in body order, without repeats."""
+        configs, body = strategy.configs, self.body
+        stages: list[list[int]] = []
+        for i in body:
+            if stages and configs[stages[-1][-1]].servers == configs[i].servers:
+                stages[-1].append(i)
+            else:
+                stages.append([i])
+        groups: dict[tuple[int, ...], None] = {}
+        for stage in stages:
+            groups.setdefault(tuple(stage))
+            members = set(stage)
+            for run in self.runs:
+                inside = tuple(i for i in run if i in members)
+                if inside:
+                    groups.setdefault(inside)
+        return list(groups)
+
+    def _stage_splits(self, strategy: Strategy, group: tuple[int, ...]) -> list[dict]:
+        """The changes that give every member of ``group`` the same ``dp x mp`` split of
+        its stage's servers, one per ``mp`` some member accepts."""
+        servers = strategy.configs[group[0]].servers
+        k = len(servers)
+        mps = sorted({c.mp for i in group for c in self.space.configs[i] if c.servers == servers})
+        return [{i: OpConfig(servers, k // m, m) for i in group} for m in mps if k % m == 0]
+
+    def _stage(self, strategy, memory, rng):
+        groups = self._stage_groups(strategy)
+        group = groups[int(rng.integers(len(groups)))]
+        splits = self._stage_splits(strategy, group)
+        if not splits:
+            return None
+        return self._fit(strategy, memory, splits[int(rng.integers(len(splits)))])
+
     # -- the deterministic neighbourhood (descent) -----------------------------------
     def neighbourhood(self, strategy: Strategy, memory: np.ndarray):
         """Every small structured change of ``strategy``, in a fixed order: each stage
         boundary of the body moved by one operator either way, all of them at once,
         each operator taking an adjacent operator's config, and each run of identical
-        operators given one of its members' configs, and every structured table layout
-        with the body kept. Yields ``(candidate, memory)``."""
+        operators given one of its members' configs or shifted a block either way, each
+        stage (and each run's members in it) split ``dp x mp`` every other way on its
+        servers, and every structured table
+        layout with the body kept. Yields ``(candidate, memory)``."""
         configs = strategy.configs
         body = self.body
         bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
@@ -267,6 +313,15 @@ class MoveSet:
         for run in self.runs:
             for cfg in dict.fromkeys(configs[i] for i in run):
                 out = emit({i: cfg for i in run})
+                if out is not None:
+                    yield out
+            for step in (1, -1):
+                out = emit(self._shifted(strategy, run, step))
+                if out is not None:
+                    yield out
+        for group in self._stage_groups(strategy):
+            for changes in self._stage_splits(strategy, group):
+                out = emit(changes)
                 if out is not None:
                     yield out
         # every table layout under the current body (a layout move, made deterministic)

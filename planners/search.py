@@ -7,14 +7,15 @@ the chains agree.
 2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from the best
    start of as many different families as there are chains (a family: one body layout,
    whatever its table layout or stage cut -- the basins differ between families far
-   more than within one) and run in blocks of ``block`` moves.
+   more than within one), first descend to the bottom of its basin (step 4: the same
+   bottom whatever the seed) and run in blocks of ``block`` moves from there.
 3. After each block the chains' bests are compared: once every chain is within
    ``tolerance`` of the best of all (after at least half the budget), the search has
    converged and stops; else it stops when each chain has made ``budget`` moves.
 4. Each chain's best then descends to the bottom of its basin
    (:func:`~topoopt.planners.mcmc.descend`: every stage boundary moved by one
-   operator, every operator given a neighbour's config, every run one config, first
-   improvement taken, until none improves).
+   operator, every operator given a neighbour's config, every run one config, every
+   stage split another way, the fastest taken, until none improves).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -24,11 +25,11 @@ spirit); the stop reason and each chain's best-so-far curve are kept for the pla
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from topoopt.interrupt import stop_requested
-from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult, descend
+from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
 from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
@@ -108,7 +109,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     chains : int
         Chains, each from a different start.
     budget : int
-        Most moves per chain.
+        Most moves per chain (0: the starts are only timed, no chain moves or descends).
     seed : int
         Chain ``c`` draws from ``seed * 1000 + c``.
     tolerance : float
@@ -118,7 +119,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     alpha, restart_every
         As :class:`~topoopt.planners.mcmc.Chain`.
     descent : int
-        Most candidates each chain's descent tries (0: none).
+        Most candidates each of a chain's two descents (from its start, from its best)
+        tries (0: none).
     progress : callable, optional
         ``progress(moves_done, best_time)`` after every block.
     stop : callable
@@ -165,6 +167,9 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
             for c, i in enumerate(picked[:chains])]     # cost(): exact, cut short or not
+    if budget > 0:                    # each chain explores from the bottom of its start's basin
+        for ch in runs:
+            ch.settle(descent, stop)
     stop_reason = "budget"
     done = 0
     while done < budget:
@@ -181,16 +186,10 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if done >= max(2 * block, budget // 2) and max(bests) <= min(bests) * (1.0 + tolerance):
             stop_reason = "converged"
             break
-    results = []
-    for ch in runs:
-        res = ch.result()
-        if descent > 0 and stop_reason != "interrupted":
-            s, t, _ = descend(space, cost, res.best, res.best_time, moveset, descent, stop)
-            if t < res.best_time:
-                res = replace(res, best=s, best_time=t,
-                              improved_by=res.improved_by + (("descent", 1),))
-        results.append(res)
-    results = tuple(results)
+    if budget > 0 and stop_reason != "interrupted":
+        for ch in runs:
+            ch.settle(descent, stop)
+    results = tuple(ch.result() for ch in runs)
     best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
     bests = [r.best_time for r in results]
     spread = max(bests) / min(bests) if min(bests) > 0 else math.inf

@@ -80,6 +80,35 @@ def test_every_move_stays_in_the_space_and_in_memory():
     assert kinds == set(MOVE_KINDS)
 
 
+def test_stage_splits_change_one_stage_on_its_own_servers():
+    _, _, model, space = small()
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    groups = moves._stage_groups(s)
+    body = set(moves.body)
+    assert set().union(*map(set, groups)) == body
+    for group in groups:
+        servers = {s.configs[i].servers for i in group}
+        assert len(servers) == 1                      # a group lies inside one stage
+        (where,) = servers
+        for changes in moves._stage_splits(s, group):
+            assert set(changes) == set(group)
+            assert len(set(changes.values())) == 1    # one split for all of them
+            c = next(iter(changes.values()))
+            assert c.servers == where and c.dp * c.mp == len(where)
+    # the tensor-split top of stage 0 (the top MLP's equal layers on its servers) is a
+    # neighbour of the two-stage layout, nothing else changed
+    first = s.configs[moves.body[0]].servers
+    top = next(r for r in moves.runs if all(model.operators[i].kind != "embedding" for i in r)
+               and any(s.configs[i].servers == first for i in r))
+    inside = [i for i in top if s.configs[i].servers == first]
+    want = list(s.configs)
+    for i in inside:
+        want[i] = type(s.configs[i])(first, len(first) // 2, 2)
+    assert tuple(want) in {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
+
+
 def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     cluster, job, model, space = small()
     cost = IterationCost(model, cluster, job, ideal_switch(8, cluster.server_bandwidth))
