@@ -110,8 +110,10 @@ class MoveSet:
         changes anything and fits; else None."""
         configs = list(strategy.configs)
         moved = memory
+        canonical = self.space.canonical
         for i, cfg in changes.items():
-            if configs[i] != cfg and cfg in self.space.config_sets[i]:
+            cfg = canonical[i].get(cfg)
+            if cfg is not None and configs[i] != cfg:
                 moved = self.space.moved_memory(moved, i, configs[i], cfg)
                 configs[i] = cfg
         if moved is memory or float(moved.max()) > self.space.memory_limit:
@@ -276,11 +278,12 @@ class MoveSet:
     def neighbourhood(self, strategy: Strategy, memory: np.ndarray):
         """Every small structured change of ``strategy``, in a fixed order: each stage
         boundary of the body moved by one operator either way, all of them at once,
-        each operator taking an adjacent operator's config, and each run of identical
-        operators given one of its members' configs or shifted a block either way, each
-        stage (and each run's members in it) split ``dp x mp`` every other way on its
-        servers, and every structured table
-        layout with the body kept. Yields ``(candidate, memory)``."""
+        each operator but a table taking an adjacent operator's config, each run of
+        identical operators given one member's config of each shape or shifted a block
+        either way, each stage (and each run's members in it) split ``dp x mp`` every
+        other way on its servers, every structured table layout with the body kept, and
+        every table split over one aligned block of ``n/16 .. n/2`` servers. Yields
+        ``(candidate, memory)``."""
         configs = strategy.configs
         body = self.body
         bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
@@ -305,13 +308,22 @@ class MoveSet:
                 out = emit(every)
                 if out is not None:
                     yield out
+        tables = set(self.tables)
         for i in self.space.movable:
+            if i in tables:     # it would replicate the table on the interaction's servers;
+                continue        # the table layouts and blocks below place tables instead
             for j in self.neighbours[i]:
                 out = emit({i: configs[j]})
                 if out is not None:
                     yield out
         for run in self.runs:
-            for cfg in dict.fromkeys(configs[i] for i in run):
+            # one member's config of each shape (the tables' 64 blocks of two are one
+            # shape: the blocks below try the others)
+            shapes = {}
+            for i in run:
+                c = configs[i]
+                shapes.setdefault((len(c.servers), c.dp, c.mp), c)
+            for cfg in shapes.values():
                 out = emit({i: cfg for i in run})
                 if out is not None:
                     yield out
@@ -330,6 +342,17 @@ class MoveSet:
             out = emit(dict(zip(self.tables, tables)))
             if out is not None:
                 yield out
+        # every table split over one aligned block of n/16 .. n/2 servers: on a shard
+        # whose links suit one block the tables' all-to-all is best kept there
+        n = self.space.servers
+        k = max(1, n // 16)
+        while self.tables and k < n:
+            for first in range(0, n, k):
+                cfg = OpConfig(tuple(range(first, first + k)), 1, k)
+                out = emit(dict.fromkeys(self.tables, cfg))
+                if out is not None:
+                    yield out
+            k *= 2
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]

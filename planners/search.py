@@ -119,8 +119,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     alpha, restart_every
         As :class:`~topoopt.planners.mcmc.Chain`.
     descent : int
-        Most candidates each of a chain's two descents (from its start, from its best)
-        tries (0: none).
+        Most candidates a chain's final descent tries, and no more than ``budget`` (0:
+        none); its first, from its start, tries half as many.
     progress : callable, optional
         ``progress(moves_done, best_time)`` after every block.
     stop : callable
@@ -135,12 +135,21 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     starts: list[tuple[str, Strategy, float]] = []
     seen: set = set()
     bounded = bool(getattr(cost, "supports_bound", False))
+    moveset = MoveSet(space, tuple(layouts))
+    # an extra start whose body is a layout's (the current strategy of a round, another
+    # fabric's best) belongs to that layout's family: two chains from one basin agree
+    # without proving anything
+    body_of = lambda s: tuple(s.configs[i] for i in moveset.body)  # noqa: E731
+    families = {}
+    for lay in layouts:
+        families.setdefault(body_of(lay.strategy), _family(lay.name))
+    family_of = {}
     family_best: dict[str, float] = {}
     for k, (name, s) in enumerate([*extra, *((lay.name, lay.strategy) for lay in layouts)]):
         if s.configs in seen or not space.contains(s):
             continue
         seen.add(s.configs)
-        fam = _family(name)
+        fam = family_of[s.configs] = families.get(body_of(s), _family(name))
         if k < len(extra) or not bounded or not starts:
             t = cost(s)
         else:
@@ -156,20 +165,22 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         raise ValueError("no valid start strategy")
     ranked = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
     picked = []
-    families: set = set()
+    taken: set = set()
     for i in ranked:                  # the best of each family first
-        fam = _family(starts[i][0])
-        if fam not in families:
-            families.add(fam)
+        fam = family_of[starts[i][1].configs]
+        if fam not in taken:
+            taken.add(fam)
             picked.append(i)
     picked += [i for i in ranked if i not in picked]
-    moveset = MoveSet(space, tuple(layouts))
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
             for c, i in enumerate(picked[:chains])]     # cost(): exact, cut short or not
-    if budget > 0:                    # each chain explores from the bottom of its start's basin
+    # a descent tries at most as many candidates as its chain makes moves, the first
+    # (into the start's basin) half as many
+    descent = min(descent, budget)
+    if descent > 1:                   # each chain explores from the bottom of its start's basin
         for ch in runs:
-            ch.settle(descent, stop)
+            ch.settle(descent // 2, stop)
     stop_reason = "budget"
     done = 0
     while done < budget:
@@ -186,7 +197,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if done >= max(2 * block, budget // 2) and max(bests) <= min(bests) * (1.0 + tolerance):
             stop_reason = "converged"
             break
-    if budget > 0 and stop_reason != "interrupted":
+    if descent > 0 and stop_reason != "interrupted":
         for ch in runs:
             ch.settle(descent, stop)
     results = tuple(ch.result() for ch in runs)

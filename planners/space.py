@@ -99,9 +99,11 @@ class StrategySpace:
                    cluster.gpus_per_server * cluster.gpu.memory, configs)
 
     @cached_property
-    def config_sets(self) -> tuple[frozenset, ...]:
-        """Candidate configs per operator as sets (fast membership)."""
-        return tuple(frozenset(c) for c in self.configs)
+    def canonical(self) -> tuple[dict, ...]:
+        """Per operator, each candidate config to the space's own instance of it: the
+        estimator's memos are keyed by config identity, so a move that builds an equal
+        config anew would miss them."""
+        return tuple({c: c for c in cands} for cands in self.configs)
 
     @cached_property
     def movable(self) -> tuple[int, ...]:
@@ -138,7 +140,7 @@ class StrategySpace:
     def contains(self, strategy: Strategy) -> bool:
         """Whether ``strategy`` is made of candidate configs and fits in memory."""
         return (len(strategy) == len(self.configs)
-                and all(c in cands for c, cands in zip(strategy.configs, self.configs))
+                and all(c in cands for c, cands in zip(strategy.configs, self.canonical))
                 and self.fits(strategy))
 
     def propose(self, strategy: Strategy, memory: np.ndarray, rng: np.random.Generator,

@@ -383,12 +383,15 @@ def plans(tmp_path_factory):
     """Valid plan folders of different shapes: a custom model on 4 x 2 (MP routes, OCS,
     MSCCL skipped: no AllReduce), a small DLRM on 8 x 2 (direct rings, MP routes over
     several hops, MSCCL, pictures), a small BERT on 6 x 3 (three direct rings with
-    stride labels, no routes)."""
+    stride labels, no routes). The two models plan their starts only (budget 0): the
+    search puts jobs this small on one or two servers."""
     root = tmp_path_factory.mktemp("plans")
     out = {}
     for name, doc, extra in (("custom", tiny_config(), ["--no-plots"]),
-                             ("dlrm", tiny_config(8, 2, "dlrm"), []),
-                             ("bert", tiny_config(6, 3, "bert"), ["--no-plots"])):
+                             ("dlrm", tiny_config(8, 2, "dlrm", plan={"budget": 0, "rounds": 1}),
+                              []),
+                             ("bert", tiny_config(6, 3, "bert", plan={"budget": 0, "rounds": 1}),
+                              ["--no-plots"])):
         (root / f"{name}.toml").write_text(to_toml(doc))
         r = cli("plan", root / f"{name}.toml", "-o", root / name, "--quiet", "--workers", "1", *extra)
         assert r.exit_code == 0, r.output
