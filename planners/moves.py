@@ -278,7 +278,7 @@ class MoveSet:
     def neighbourhood(self, strategy: Strategy, memory: np.ndarray):
         """Every small structured change of ``strategy``, in a fixed order: each stage
         boundary of the body moved by one operator either way, all of them at once,
-        each operator but a table taking an adjacent operator's config, each run of
+        each operator taking an adjacent operator's config, each run of
         identical operators given one member's config of each shape or shifted a block
         either way, each stage (and each run's members in it) split ``dp x mp`` every
         other way on its servers, every structured table layout with the body kept, and
@@ -308,10 +308,7 @@ class MoveSet:
                 out = emit(every)
                 if out is not None:
                     yield out
-        tables = set(self.tables)
         for i in self.space.movable:
-            if i in tables:     # it would replicate the table on the interaction's servers;
-                continue        # the table layouts and blocks below place tables instead
             for j in self.neighbours[i]:
                 out = emit({i: configs[j]})
                 if out is not None:
