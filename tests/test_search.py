@@ -119,6 +119,28 @@ def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     assert all(cost(c) >= t * (1 - 1e-12) for c, _ in moves.neighbourhood(s, space.memory(s)))
 
 
+def test_steepest_descent_splits_a_stage_before_moving_its_boundary():
+    # configs/dlrm-16.toml on the Ideal Switch, from two 8-server stages (30.82 ms): moving
+    # a stage boundary is the first improvement (28.42 ms, a local minimum of its own);
+    # the fastest neighbour splits the first stage's top layers dp4 x mp2 (26.98 ms),
+    # and its boundary then moves to 24.67 ms, the best any seed finds
+    from pathlib import Path
+
+    from topoopt.config import load_config
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
+    cluster, job, model = cfg.cluster, cfg.job, cfg.model
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(16, cluster.server_bandwidth,
+                                                           cluster.link_latency / 2))
+    layouts = structured_strategies(model, space)
+    start = next(lay.strategy for lay in layouts if lay.name == "tables-mpall+body-stages2")
+    t0 = cost(start)
+    s, t, _ = descend(space, cost, start, t0, MoveSet(space, layouts), limit=400)
+    assert t0 == pytest.approx(30.82e-3, rel=1e-3) and t == pytest.approx(24.67e-3, rel=1e-3)
+    top = [i for i, op in enumerate(model.operators) if op.name.startswith("top")]
+    assert any(s.configs[i].mp == 2 and len(s.configs[i].servers) == 8 for i in top)
+
+
 @pytest.mark.parametrize("servers", [4, 8])
 def test_the_search_finds_the_brute_force_optimum(servers):
     cluster = Cluster(servers=servers, nics=2, link_bandwidth=25e9)
@@ -146,6 +168,22 @@ def test_chains_that_agree_stop_early_and_say_so():
     assert found.moves < 2 * 2000
     assert all(len(c.trace) > 0 and list(c.trace) == sorted(c.trace, reverse=True)
                for c in found.chains)     # best-so-far curves only go down
+
+
+def test_chains_start_from_different_bodies_when_a_start_repeats_a_layout():
+    # a round's current strategy is often a structured layout under another name; two
+    # chains from one body would agree without proving anything
+    cluster, job, model, space = small()
+    cost = IterationCost(model, cluster, job, ideal_switch(8, cluster.server_bandwidth))
+    layouts = structured_strategies(model, space)
+    best = min(layouts, key=lambda lay: cost(lay.strategy))
+    moves = MoveSet(space, layouts)
+    body = lambda s: tuple(s.configs[i] for i in moves.body)  # noqa: E731
+    found = search_space(space, cost, layouts, extra=[("current", best.strategy)],
+                         chains=2, budget=0)
+    first, second = (c.best for c in found.chains)      # budget 0: each chain's start
+    assert first.configs == best.strategy.configs
+    assert body(first) != body(second)
 
 
 @pytest.fixture(scope="module")
