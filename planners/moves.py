@@ -277,13 +277,13 @@ class MoveSet:
     # -- the deterministic neighbourhood (descent) -----------------------------------
     def neighbourhood(self, strategy: Strategy, memory: np.ndarray):
         """Every small structured change of ``strategy``, in a fixed order: each stage
-        boundary of the body moved by one operator either way, all of them at once,
-        each operator taking an adjacent operator's config, each run of
-        identical operators given one member's config of each shape or shifted a block
-        either way, each stage (and each run's members in it) split ``dp x mp`` every
-        other way on its servers, every structured table layout with the body kept, and
-        every table split over one aligned block of ``n/16 .. n/2`` servers. Yields
-        ``(candidate, memory)``."""
+        boundary of the body moved by one operator either way, all of them at once, each
+        run of identical operators given one member's config of each shape or shifted a
+        block either way, each stage (and each run's members in it) split ``dp x mp``
+        every other way on its servers, every structured table layout with the body
+        kept, every table split over one aligned block of ``n/16 .. n/2`` servers, and
+        each operator taking an adjacent operator's config. Yields ``(candidate,
+        memory)``."""
         configs = strategy.configs
         body = self.body
         bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
@@ -306,11 +306,6 @@ class MoveSet:
                     yield out
             if len(bounds) > 1:
                 out = emit(every)
-                if out is not None:
-                    yield out
-        for i in self.space.movable:
-            for j in self.neighbours[i]:
-                out = emit({i: configs[j]})
                 if out is not None:
                     yield out
         for run in self.runs:
@@ -350,6 +345,13 @@ class MoveSet:
                 if out is not None:
                     yield out
             k *= 2
+        # last, the most numerous: each operator taking an adjacent operator's config (a
+        # descent cut short by its limit has tried the structured changes above)
+        for i in self.space.movable:
+            for j in self.neighbours[i]:
+                out = emit({i: configs[j]})
+                if out is not None:
+                    yield out
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]
