@@ -13,9 +13,11 @@ the chains agree.
    ``tolerance`` of the best of all (after at least half the budget), the search has
    converged and stops; else it stops when each chain has made ``budget`` moves.
 4. Each chain's best then descends to the bottom of its basin
-   (:func:`~topoopt.planners.mcmc.descend`: every stage boundary moved by one
-   operator, every operator given a neighbour's config, every run one config, every
-   stage split another way, the fastest taken, until none improves).
+   (:func:`~topoopt.planners.mcmc.descend` over
+   :meth:`~topoopt.planners.moves.MoveSet.neighbourhood`: stage boundaries moved,
+   runs given one config or shifted, stages split another way, table layouts and
+   blocks, single operators given a neighbour's config; the fastest taken, until none
+   improves).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -41,7 +43,8 @@ __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCEN
 DEFAULT_TOLERANCE = 0.01
 #: Moves per chain between two comparisons of the chains.
 BLOCK = 40
-#: Candidates each chain's final descent may try.
+#: Candidates each chain's final descent may try (at most its budget of moves; the
+#: descent from its start half as many).
 DESCENT = 300
 
 
