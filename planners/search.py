@@ -142,7 +142,9 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     # an extra start whose body is a layout's (the current strategy of a round, another
     # fabric's best) belongs to that layout's family: two chains from one basin agree
     # without proving anything
-    body_of = lambda s: tuple(s.configs[i] for i in moveset.body)  # noqa: E731
+    def body_of(s: Strategy) -> tuple:
+        return tuple(s.configs[i] for i in moveset.body)
+
     families = {}
     for lay in layouts:
         families.setdefault(body_of(lay.strategy), _family(lay.name))
