@@ -406,3 +406,56 @@ def test_the_analytical_bound_is_below_every_simulated_time(n):
             assert busiest <= t * (1 + 1e-12)
             loaded += busiest > 0.5 * t
         assert loaded  # and not vacuous: close to the time on some strategies
+
+
+# --- merging a pass's MP transfers ----------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merge_transfers_equals_unique_bincount_and_distinct_pairs(seed):
+    from topoopt.estimate._mp_kernel import merge_transfers
+    rng = np.random.default_rng(seed)
+    n, nseg = 6, 5
+    size = int(rng.integers(0, 400))
+    seg = rng.choice([0, 2, 3], size)            # consumer segments 1 and 4 absent
+    keys = seg * n * n + rng.integers(0, n * n, size) // (1 + seed % 2)
+    nbytes = rng.random(size) * 1e6
+    preds = rng.integers(0, 9, size)
+    uk, inv, sizes, k_of, p_of = merge_transfers(keys, nbytes, preds, n * n, nseg)
+    ref_uk, ref_inv = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(uk, ref_uk)
+    np.testing.assert_array_equal(inv, ref_inv.ravel())
+    np.testing.assert_array_equal(sizes, np.bincount(ref_inv.ravel(), nbytes, uk.size))
+    pairs = sorted({(int(k), int(p)) for k, p in zip(ref_inv.ravel(), preds)})
+    assert list(zip(k_of.tolist(), p_of.tolist())) == pairs
+
+
+def test_row_ranks_equal_unique_rows():
+    from topoopt.estimate.graph import _row_ranks
+    rng = np.random.default_rng(1)
+    rows = rng.integers(-1, 3, (7, 4))
+    mat = rows[rng.integers(0, 7, 200)]
+    np.testing.assert_array_equal(_row_ranks(mat),
+                                  np.unique(mat, axis=0, return_inverse=True)[1].ravel())
+
+
+@pytest.mark.parametrize("mp_flows", ["pair", "coflow"])
+def test_dense_and_sorted_mp_merges_build_the_same_graph(monkeypatch, mp_flows):
+    import topoopt.estimate.graph as graph
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth / 2)
+    for s in random_strategies(model, cluster, job, 8, seed=3):
+        dense = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
+        monkeypatch.setattr(graph, "_DENSE_MIN", 0)
+        monkeypatch.setattr(graph, "_DENSE_PER_TRANSFER", 0)
+        sort = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
+        monkeypatch.undo()
+        for f in ("flow_class", "flow_bytes", "flow_latency", "flow_kind"):
+            np.testing.assert_array_equal(getattr(dense, f), getattr(sort, f))
+        deps = [np.unique(np.stack([g.dep_before, g.dep_after], 1), axis=0)
+                for g in (dense, sort)]
+        np.testing.assert_array_equal(*deps)
+        # each dependency once: a coflow waits for its members' predecessors once
+        assert len(deps[0]) == dense.dep_before.size

@@ -51,6 +51,7 @@ class EstimateCache:
         self.key = (id(model), cluster, job)
         self.times: dict = {}
         self.transfers: dict = {}
+        self.loads: dict = {}
         self.segments: dict = {}
         self.consumers = _consumers(model)
         # fusion: v may join the segment of ``chain[v]`` (its only input, whose only
@@ -111,6 +112,21 @@ class EstimateCache:
             tensor = model.operators[u].out_elems * job.global_batch(cluster) * job.dtype_bytes
             hit = (cu, cv, edge_transfers(cu, cv, tensor))
             self.transfers[key] = hit
+        return hit[2]
+
+    def edge_load(self, model: Model, e: int, u: int, cu: OpConfig, cv: OpConfig,
+                  cluster: Cluster, job: Job) -> np.ndarray:
+        """Bytes each server sends plus receives on edge ``e`` (its :meth:`edge`
+        transfers summed per server; memoized like them)."""
+        key = (e, id(cu), id(cv))
+        hit = self.loads.get(key)
+        if hit is None or hit[0] is not cu or hit[1] is not cv:
+            if len(self.loads) >= self.limit:
+                self.loads.clear()
+            src, dst, b = self.edge(model, e, u, cu, cv, cluster, job)
+            n = cluster.servers
+            hit = (cu, cv, np.bincount(src, b, n) + np.bincount(dst, b, n))
+            self.loads[key] = hit
         return hit[2]
 
 
