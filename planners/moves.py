@@ -238,19 +238,24 @@ class MoveSet:
         cfg = self._draw_config(body[k], old, rng)
         return self._fit(strategy, memory, {i: cfg for i in tail})
 
-    def _stage_groups(self, strategy: Strategy) -> list[tuple[int, ...]]:
-        """Each stage of the body (a maximal run of consecutive operators on the same
-        servers) and each run's members inside it, in body order, without repeats."""
-        configs, body = strategy.configs, self.body
+    def _stages(self, strategy: Strategy) -> list[tuple[int, ...]]:
+        """The stages of the body: maximal runs of consecutive operators on the same
+        servers, in body order."""
+        configs = strategy.configs
         stages: list[list[int]] = []
-        for i in body:
+        for i in self.body:
             if stages and configs[stages[-1][-1]].servers == configs[i].servers:
                 stages[-1].append(i)
             else:
                 stages.append([i])
+        return [tuple(s) for s in stages]
+
+    def _stage_groups(self, strategy: Strategy) -> list[tuple[int, ...]]:
+        """Each stage of the body (:meth:`_stages`) and each run's members inside it, in
+        body order, without repeats."""
         groups: dict[tuple[int, ...], None] = {}
-        for stage in stages:
-            groups.setdefault(tuple(stage))
+        for stage in self._stages(strategy):
+            groups.setdefault(stage)
             members = set(stage)
             for run in self.runs:
                 inside = tuple(i for i in run if i in members)
@@ -280,9 +285,10 @@ class MoveSet:
         boundary of the body moved by one operator either way, all of them at once, each
         run of identical operators given one member's config of each shape or shifted a
         block either way, each stage (and each run's members in it) split ``dp x mp``
-        every other way on its servers, every structured table layout with the body
-        kept, every table split over one aligned block of ``n/16 .. n/2`` servers, and
-        each operator taking an adjacent operator's config. Yields ``(candidate,
+        every other way on its servers, each stage moved whole onto every other
+        aligned block of ``n/16 .. n/2`` servers, every structured table layout with the
+        body kept, every table split over one such block, and each operator taking an
+        adjacent operator's config. Yields ``(candidate,
         memory)``."""
         configs = strategy.configs
         body = self.body
@@ -328,6 +334,20 @@ class MoveSet:
                 out = emit(changes)
                 if out is not None:
                     yield out
+        # every stage moved whole onto another aligned block of n/16 .. n/2 servers (each
+        # member keeping its mp where the block allows): on a fabric where some blocks
+        # are better connected than others (an Expander) the stage's traffic is best
+        # kept on one of those
+        n = self.space.servers
+        for stage in self._stages(strategy):
+            k = max(1, n // 16)
+            while k < n:
+                for first in range(0, n, k):
+                    block = tuple(range(first, first + k))
+                    out = emit({i: _on_block(configs[i], block) for i in stage})
+                    if out is not None:
+                        yield out
+                k *= 2
         # every table layout under the current body (a layout move, made deterministic)
         for tables in dict.fromkeys(tuple(lay.strategy.configs[i] for i in self.tables)
                                     for lay in self.layouts):
@@ -336,7 +356,6 @@ class MoveSet:
                 yield out
         # every table split over one aligned block of n/16 .. n/2 servers: on a shard
         # whose links suit one block the tables' all-to-all is best kept there
-        n = self.space.servers
         k = max(1, n // 16)
         while self.tables and k < n:
             for first in range(0, n, k):
@@ -357,3 +376,11 @@ class MoveSet:
         layout = self.layouts[int(rng.integers(len(self.layouts)))]
         part = self.tables if (self.tables and rng.random() < 0.5) else self.body
         return self._fit(strategy, memory, {i: layout.strategy.configs[i] for i in part})
+
+
+def _on_block(cfg: OpConfig, block: tuple[int, ...]) -> OpConfig:
+    """``cfg`` moved onto ``block``: its ``mp`` kept if it divides the block, else data
+    parallel over it."""
+    k = len(block)
+    mp = cfg.mp if k % cfg.mp == 0 else 1
+    return OpConfig(block, k // mp, mp)

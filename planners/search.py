@@ -15,9 +15,10 @@ the chains agree.
 4. Each chain's best then descends to the bottom of its basin
    (:func:`~topoopt.planners.mcmc.descend` over
    :meth:`~topoopt.planners.moves.MoveSet.neighbourhood`: stage boundaries moved,
-   runs given one config or shifted, stages split another way, table layouts and
-   blocks, single operators given a neighbour's config; the fastest taken, until none
-   improves).
+   runs given one config or shifted, stages split another way or moved whole onto
+   another aligned block, table layouts and blocks, single operators given a
+   neighbour's config; the fastest taken, until none improves or it has tried
+   ``descent`` candidates).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -37,15 +38,21 @@ from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy
 
-__all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT"]
+__all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
+           "START_DESCENT"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
 #: Moves per chain between two comparisons of the chains.
 BLOCK = 40
-#: Candidates each chain's final descent may try (at most its budget of moves; the
-#: descent from its start half as many).
-DESCENT = 300
+#: Candidates each chain's final descent may try (at most four times its budget of
+#: moves): a sweep of a 128-server neighbourhood is 100-400 candidates, and a descent
+#: limited to the budget (100) stopped inside its first one (BERT-128's Expander, seeds
+#: 0-4 at the config's effort: 217-250 ms with 100 and 50, 159-169 ms with 400 and 200,
+#: 159-164 ms with 600 and 300 at 1.1x the CPU).
+DESCENT = 400
+#: Candidates the descent from a chain's start may try (at most twice its budget).
+START_DESCENT = 200
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
                  block: int = BLOCK, alpha: float = DEFAULT_ALPHA,
                  restart_every: int = RESTART_EVERY, descent: int = DESCENT,
+                 start_descent: int = START_DESCENT,
                  progress: Callable[[int, float], None] | None = None,
                  stop: Callable[[], bool] = stop_requested) -> FabricSearch:
     """Search ``space`` for the fastest strategy under ``cost`` (see the module docstring).
@@ -122,8 +130,11 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     alpha, restart_every
         As :class:`~topoopt.planners.mcmc.Chain`.
     descent : int
-        Most candidates a chain's final descent tries, and no more than ``budget`` (0:
-        none); its first, from its start, tries half as many.
+        Most candidates a chain's final descent tries, and no more than ``4 x budget``
+        (0: none).
+    start_descent : int
+        Most candidates the descent from a chain's start tries, and no more than
+        ``2 x budget``.
     progress : callable, optional
         ``progress(moves_done, best_time)`` after every block.
     stop : callable
@@ -180,12 +191,14 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
             for c, i in enumerate(picked[:chains])]     # cost(): exact, cut short or not
-    # a descent tries at most as many candidates as its chain makes moves, the first
-    # (into the start's basin) half as many
-    descent = min(descent, budget)
-    if descent > 1:                   # each chain explores from the bottom of its start's basin
+    # the descents try up to two (into the start's basin) and four (the last, which
+    # finishes the plan) times as many candidates as the chain makes moves: most are
+    # cut short by the bound, and a sweep of a 128-server neighbourhood is 100-400
+    first = min(start_descent, 2 * budget)
+    descent = min(descent, 4 * budget)
+    if first > 0:                     # each chain explores from the bottom of its start's basin
         for ch in runs:
-            ch.settle(descent // 2, stop)
+            ch.settle(first, stop)
     stop_reason = "budget"
     done = 0
     while done < budget:

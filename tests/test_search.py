@@ -109,6 +109,33 @@ def test_stage_splits_change_one_stage_on_its_own_servers():
     assert tuple(want) in {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
 
 
+def test_a_stage_moves_whole_onto_every_other_aligned_block():
+    _, _, model, space = small(servers=32)
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    stages = moves._stages(s)
+    assert [i for st in stages for i in st] == list(moves.body) and len(stages) == 2
+    cands = {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
+    for stage in stages:
+        # the stage on servers 8-15 (a block of n/4), each member data parallel there or
+        # keeping its mp; nothing else changed
+        block = tuple(range(8, 16))
+        want = list(s.configs)
+        for i in stage:
+            mp = s.configs[i].mp if len(block) % s.configs[i].mp == 0 else 1
+            want[i] = type(s.configs[i])(block, len(block) // mp, mp)
+        if space.fits(Strategy(tuple(want), "x")):
+            assert tuple(want) in cands
+    # every aligned block of n/16 .. n/2 servers is tried for the first stage
+    first = stages[0]
+    blocks = {c[first[0]].servers for c in cands
+              if all(c[i].servers == c[first[0]].servers for i in first)
+              and all(c[i] == s.configs[i] for i in range(len(c)) if i not in first)}
+    aligned = {tuple(range(a, a + k)) for k in (2, 4, 8, 16) for a in range(0, 32, k)}
+    assert len(blocks & aligned) >= 0.8 * len(aligned)
+
+
 def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     cluster, job, model, space = small()
     cost = IterationCost(model, cluster, job, ideal_switch(8, cluster.server_bandwidth))
