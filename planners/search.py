@@ -48,8 +48,8 @@ BLOCK = 40
 #: Candidates each chain's final descent may try (at most four times its budget of
 #: moves): a sweep of a 128-server neighbourhood is 100-400 candidates, and a descent
 #: limited to the budget (100) stopped inside its first one (BERT-128's Expander, seeds
-#: 0-4 at the config's effort: 217-250 ms with 100 and 50, 159-169 ms with 400 and 200,
-#: 159-164 ms with 600 and 300 at 1.1x the CPU).
+#: 0-4 at the config's effort, final and start limits: 180-214 ms with 100 and 50,
+#: 159-169 ms with 400 and 200, 159-164 ms with 600 and 300 at 1.1x the plan's time).
 DESCENT = 400
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200

@@ -501,8 +501,7 @@ class IterationGraphBuilder:
             # forward to the consumer, and the gradient back
             both += self.cache.edge_load(model, e, u, segs[gu].config, segs[gv].config,
                                          self.cluster, self.job)
-        sent = nbytes + both
-        recv = nbytes + both
+        sent = recv = nbytes + both
         with np.errstate(divide="ignore", invalid="ignore"):
             wire = np.maximum(np.where(self._out_bps > 0, sent * 8 / self._out_bps, 0.0),
                               np.where(self._in_bps > 0, recv * 8 / self._in_bps, 0.0))
@@ -793,7 +792,7 @@ def _row_ranks(mat: np.ndarray) -> np.ndarray:
 
 def _group(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(keys, return_index=True, return_inverse=True)`` by one stable
-    argsort: (distinct keys, first index of each, inverse)."""
+    argsort: (distinct keys, inverse, first index of each)."""
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
     new = np.empty(sk.size, bool)
