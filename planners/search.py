@@ -49,7 +49,9 @@ BLOCK = 40
 #: moves): a sweep of a 128-server neighbourhood is 100-400 candidates, and a descent
 #: limited to the budget (100) stopped inside its first one (BERT-128's Expander, seeds
 #: 0-4 at the config's effort, final and start limits: 180-214 ms with 100 and 50,
-#: 159-169 ms with 400 and 200, 159-164 ms with 600 and 300 at 1.1x the plan's time).
+#: 159-169 ms with 400 and 200, 159-164 ms with 600 and 300 at 1.1x the plan's time;
+#: 400 and 300 gave 159-164 too, but DLRM-16's TopoOpt seeds spread to 1.035 and its
+#: plan took up to 19.9 s).
 DESCENT = 400
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
