@@ -88,6 +88,7 @@ class MoveSet:
         self.body = tuple(i for i, op in enumerate(ops)
                           if op.kind not in ("embedding", "input"))
         self.wide = tuple(self._wide(i) for i in range(len(ops)))
+        self.blocks = _aligned_blocks(self.space.servers)
         mix = dict(DEFAULT_MIX if self.mix is None else self.mix)
         if not self.runs:
             mix.pop("run", None)
@@ -338,16 +339,11 @@ class MoveSet:
         # member keeping its mp where the block allows): on a fabric where some blocks
         # are better connected than others (an Expander) the stage's traffic is best
         # kept on one of those
-        n = self.space.servers
         for stage in self._stages(strategy):
-            k = max(1, n // 16)
-            while k < n:
-                for first in range(0, n, k):
-                    block = tuple(range(first, first + k))
-                    out = emit({i: _on_block(configs[i], block) for i in stage})
-                    if out is not None:
-                        yield out
-                k *= 2
+            for block in self.blocks:
+                out = emit({i: _on_block(configs[i], block) for i in stage})
+                if out is not None:
+                    yield out
         # every table layout under the current body (a layout move, made deterministic)
         for tables in dict.fromkeys(tuple(lay.strategy.configs[i] for i in self.tables)
                                     for lay in self.layouts):
@@ -356,14 +352,11 @@ class MoveSet:
                 yield out
         # every table split over one aligned block of n/16 .. n/2 servers: on a shard
         # whose links suit one block the tables' all-to-all is best kept there
-        k = max(1, n // 16)
-        while self.tables and k < n:
-            for first in range(0, n, k):
-                cfg = OpConfig(tuple(range(first, first + k)), 1, k)
-                out = emit(dict.fromkeys(self.tables, cfg))
+        if self.tables:
+            for block in self.blocks:
+                out = emit(dict.fromkeys(self.tables, OpConfig(block, 1, len(block))))
                 if out is not None:
                     yield out
-            k *= 2
         # last, the most numerous: each operator taking an adjacent operator's config (a
         # descent cut short by its limit has tried the structured changes above)
         for i in self.space.movable:
@@ -384,3 +377,14 @@ def _on_block(cfg: OpConfig, block: tuple[int, ...]) -> OpConfig:
     k = len(block)
     mp = cfg.mp if k % cfg.mp == 0 else 1
     return OpConfig(block, k // mp, mp)
+
+
+def _aligned_blocks(n: int) -> tuple[tuple[int, ...], ...]:
+    """The aligned blocks of ``n/16 .. n/2`` servers (at least one server each),
+    smallest first: where the descent tries a stage or all the tables."""
+    blocks = []
+    k = max(1, n // 16)
+    while k < n:
+        blocks += [tuple(range(first, first + k)) for first in range(0, n, k)]
+        k *= 2
+    return tuple(blocks)
