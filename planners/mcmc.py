@@ -157,6 +157,20 @@ class Chain:
             self.current, self.current_t, self.memory = s, t, self.space.memory(s)
             self.improved["descent"] += 1
 
+    def polish(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
+        """After the last descent: the stages' end operators split on their own
+        (:meth:`~topoopt.planners.moves.MoveSet.end_splits`), then, if that helped, the
+        descent again (a quarter of ``limit``). Never worse than the best before."""
+        if limit <= 0:
+            return
+        s, t, _ = descend(self.space, self.cost, self.best, self.best_t, self.moveset,
+                          limit, stop, self.moveset.end_splits)
+        if t < self.best_t:
+            self.best, self.best_t = s, t
+            self.current, self.current_t, self.memory = s, t, self.space.memory(s)
+            self.improved["descent"] += 1
+            self.settle(limit // 4, stop)
+
     def result(self) -> SearchResult:
         return SearchResult(self.best, self.best_t, self.start_t, self.moves, self.accepted,
                             tuple(self.trace), self.seed, self.interrupted,
@@ -213,10 +227,13 @@ def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: 
 
 def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: float,
             moves: MoveSet, limit: int = 400,
-            stop: Callable[[], bool] = stop_requested) -> tuple[Strategy, float, int]:
-    """Steepest descent over :meth:`MoveSet.neighbourhood` until no neighbour is faster
-    (or ``limit`` candidates were tried): the chains explore, this settles a chain's best
-    into the bottom of its basin, the same bottom whatever the seed.
+            stop: Callable[[], bool] = stop_requested,
+            neighbourhood: Callable | None = None) -> tuple[Strategy, float, int]:
+    """Steepest descent over :meth:`MoveSet.neighbourhood` (or ``neighbourhood``: a
+    function of ``(strategy, memory)`` that yields ``(candidate, memory)``) until no
+    neighbour is faster (or ``limit`` candidates were tried): the chains explore, this
+    settles a chain's best into the bottom of its basin, the same bottom whatever the
+    seed.
 
     Each sweep times the whole neighbourhood and takes its fastest candidate; the first
     improvement would follow whichever change the neighbourhood lists first (a stage
@@ -224,6 +241,7 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     Candidates are timed against the sweep's best so far as a bound (a cost that supports
     it stops there). Returns ``(strategy, time, candidates tried)``."""
     bounded = bool(getattr(cost, "supports_bound", False))
+    around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
     tried = 0
     improved = True
@@ -231,7 +249,7 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
         improved = False
         best = None
         best_t = time
-        for candidate, moved in moves.neighbourhood(strategy, memory):
+        for candidate, moved in around(strategy, memory):
             tried += 1
             t = cost(candidate, best_t) if bounded else cost(candidate)
             if t < best_t * (1.0 - 1e-12):

@@ -4,11 +4,15 @@ the chains agree.
 1. Every structured strategy (:func:`~topoopt.planners.structure.structured_strategies`)
    and the given extra starts are timed; they are seed-independent, so every run sees
    the same ones.
-2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from the best
-   start of as many different families as there are chains (a family: one body layout,
-   whatever its table layout or stage cut -- the basins differ between families far
-   more than within one), first descend to the bottom of its basin (step 4: the same
-   bottom whatever the seed) and run in blocks of ``block`` moves from there.
+2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from different
+   families (a family: one body layout, whatever its table layout or stage cut -- the
+   basins differ between families far more than within one). The best start of each of
+   the ``chains + screened_families`` best families (those within :data:`SCREEN_RATIO`
+   of the best start) descends to the bottom of its basin (step 4: the same bottom
+   whatever the seed); the chains take the best distinct bottoms -- a family's start says little of
+   its bottom (DLRM-128 on the 2:1 Fat-tree: the fifth family by start, 46.8 ms
+   against 36.4, descends to 33.7 ms, the first to 36.2) -- and run in blocks of
+   ``block`` moves from there.
 3. After each block the chains' bests are compared: once every chain is within
    ``tolerance`` of the best of all (after at least half the budget), the search has
    converged and stops; else it stops when each chain has made ``budget`` moves.
@@ -18,7 +22,9 @@ the chains agree.
    runs given one config or shifted, stages split another way or moved whole onto
    another aligned block, table layouts and blocks, single operators given a
    neighbour's config; the fastest taken, until none improves or it has tried
-   ``descent`` candidates).
+   ``descent`` candidates), and is polished (:meth:`~topoopt.planners.mcmc.Chain.polish`:
+   each stage's end operators split on their own, then the descent again if that
+   helped).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -39,7 +45,7 @@ from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy
 
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
-           "START_DESCENT"]
+           "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -55,6 +61,10 @@ BLOCK = 40
 DESCENT = 400
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
+#: Families descended beyond one per chain, before the chains pick where to start.
+SCREENED_FAMILIES = 3
+#: ... if their best start is within this factor of the best start.
+SCREEN_RATIO = 1.3
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
                  block: int = BLOCK, alpha: float = DEFAULT_ALPHA,
                  restart_every: int = RESTART_EVERY, descent: int = DESCENT,
                  start_descent: int = START_DESCENT,
+                 screened_families: int = SCREENED_FAMILIES,
                  progress: Callable[[int, float], None] | None = None,
                  stop: Callable[[], bool] = stop_requested) -> FabricSearch:
     """Search ``space`` for the fastest strategy under ``cost`` (see the module docstring).
@@ -137,6 +148,9 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     start_descent : int
         Most candidates the descent from a chain's start tries, and no more than
         ``2 x budget``.
+    screened_families : int
+        Families descended beyond one per chain before the chains pick their starts
+        (0: the best start of each of the first ``chains`` families).
     progress : callable, optional
         ``progress(moves_done, best_time)`` after every block.
     stop : callable
@@ -189,18 +203,36 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if fam not in taken:
             taken.add(fam)
             picked.append(i)
+    families_found = len(picked)
     picked += [i for i in ranked if i not in picked]
-    runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
-                  trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
-            for c, i in enumerate(picked[:chains])]     # cost(): exact, cut short or not
     # the descents try up to two (into the start's basin) and four (the last, which
     # finishes the plan) times as many candidates as the chain makes moves: most are
     # cut short by the bound, and a sweep of a 128-server neighbourhood is 100-400
     first = min(start_descent, 2 * budget)
     descent = min(descent, 4 * budget)
+    # families are judged by the bottom of their basin, not by their start: up to
+    # ``screened_families`` more families than chains, those whose best start is within
+    # SCREEN_RATIO of the best, descend too, and the chains go on from the best bottoms
+    best_start = starts[ranked[0]][2]
+    candidates = picked[:chains]
+    if first > 0:
+        more = picked[chains:min(families_found, chains + screened_families)]
+        candidates += [i for i in more if starts[i][2] <= SCREEN_RATIO * best_start]
+    runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
+                  trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
+            for c, i in enumerate(candidates)]     # cost(): exact, cut short or not
     if first > 0:                     # each chain explores from the bottom of its start's basin
         for ch in runs:
             ch.settle(first, stop)
+        if len(runs) > chains:
+            # the best distinct bottoms first (two families may share one)
+            order = sorted(range(len(runs)), key=lambda k: (runs[k].best_t, k))
+            first_of: dict = {}
+            for k in order:
+                first_of.setdefault(runs[k].best.configs, k)
+            distinct = set(first_of.values())
+            keep = [k for k in order if k in distinct] + [k for k in order if k not in distinct]
+            runs = [runs[k] for k in keep[:chains]]
     stop_reason = "budget"
     done = 0
     while done < budget:
@@ -220,6 +252,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     if descent > 0 and stop_reason != "interrupted":
         for ch in runs:
             ch.settle(descent, stop)
+            ch.polish(descent, stop)
     results = tuple(ch.result() for ch in runs)
     best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
     bests = [r.best_time for r in results]

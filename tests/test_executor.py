@@ -17,6 +17,15 @@ def test_serial_and_pool_agree():
         assert pool.map(parse_size, ITEMS) == expected
 
 
+def test_a_submitted_task_gives_its_result_after_a_later_map():
+    # the planner submits the Expander's search, then maps the Ideal Switch's
+    for workers in (1, 2):
+        with make_executor(workers) as ex:
+            pending = ex.submit(parse_size, ITEMS[-1])
+            assert ex.map(parse_size, ITEMS[:-1]) == [parse_size(x) for x in ITEMS[:-1]]
+            assert pending.result() == parse_size(ITEMS[-1])
+
+
 @pytest.mark.slow
 def test_ray_local_agrees(monkeypatch, tmp_path):
     pytest.importorskip("ray", reason="Ray not installed: pip install 'topoopt[ray]'")
@@ -26,6 +35,7 @@ def test_ray_local_agrees(monkeypatch, tmp_path):
     with make_executor(2, ray=True) as ray_exec:
         assert ray_exec.name == "ray"
         assert ray_exec.map(parse_size, ITEMS) == expected
+        assert ray_exec.submit(parse_size, ITEMS[3]).result() == expected[3]
 
 
 def test_bad_workers():

@@ -109,6 +109,67 @@ def test_stage_splits_change_one_stage_on_its_own_servers():
     assert tuple(want) in {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
 
 
+def test_end_splits_split_one_end_operator_of_a_stage_on_its_servers():
+    _, _, model, space = small()
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    stages = moves._stages(s)
+    ends = {i for st in stages for i in (st[0], st[-1])}
+    seen = set()
+    for c, _ in moves.end_splits(s, space.memory(s)):
+        (i,) = [k for k in range(len(c.configs)) if c.configs[k] != s.configs[k]]
+        assert i in ends and c.configs not in seen
+        seen.add(c.configs)
+        new, old = c.configs[i], s.configs[i]
+        assert new.servers == old.servers and new.mp != old.mp
+        assert new.dp * new.mp == len(old.servers) and space.contains(c)
+    # every split an end operator accepts on its servers is there
+    want = {(i, cfg.mp) for i in ends for cfg in space.configs[i]
+            if cfg.servers == s.configs[i].servers and cfg != s.configs[i]}
+    got = {(i, c.configs[i].mp) for c in (Strategy(x, "") for x in seen)
+           for i in ends if c.configs[i] != s.configs[i]}
+    fits = {(i, m) for i, m in want if space.fits(Strategy(tuple(
+        type(s.configs[i])(s.configs[i].servers, len(s.configs[i].servers) // m, m)
+        if k == i else s.configs[k] for k in range(len(s.configs))), ""))}
+    assert got == fits and got
+
+
+def test_polish_after_the_descent_splits_the_layer_at_the_cut():
+    # configs/dlrm-16.toml on the 2:1 Fat-tree: tables one per server, the body in two
+    # 8-server stages cut before top7 (29.38 ms, the bottom of its descent); the top
+    # MLP's top6 split dp4 x mp2 on its own gives 28.18 ms
+    from pathlib import Path
+
+    from topoopt.config import load_config
+    from topoopt.fabrics.catalog import build_fabric
+    from topoopt.planners.mcmc import Chain
+    from topoopt.strategy import OpConfig
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
+    cluster, job, model = cfg.cluster, cfg.job, cfg.model
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, build_fabric("oversub", cluster, job=job,
+                                                           model=model))
+    layouts = structured_strategies(model, space)
+    names = [op.name for op in model.operators]
+    cut = names.index("top7")
+    moves = MoveSet(space, layouts)
+    configs = list(next(lay.strategy for lay in layouts
+                        if lay.name == "tables-spread+body-stages2").configs)
+    for i in moves.body:
+        configs[i] = OpConfig(tuple(range(8) if i < cut else range(8, 16)), 8, 1)
+    start = Strategy(tuple(configs), "cut")
+    assert space.contains(start)
+    chain = Chain(space, cost, start, moves=moves)
+    chain.settle(400)
+    settled = chain.best_t
+    chain.polish(400)
+    top6 = names.index("top6")
+    assert settled == pytest.approx(29.38e-3, rel=1e-3)
+    assert chain.best_t == pytest.approx(28.18e-3, rel=1e-3)
+    assert chain.best.configs[top6].mp == 2 and len(chain.best.configs[top6].servers) == 8
+
+
 def test_a_stage_moves_whole_onto_every_other_aligned_block():
     _, _, model, space = small(servers=32)
     layouts = structured_strategies(model, space)
@@ -166,6 +227,34 @@ def test_steepest_descent_splits_a_stage_before_moving_its_boundary():
     assert t0 == pytest.approx(30.82e-3, rel=1e-3) and t == pytest.approx(24.67e-3, rel=1e-3)
     top = [i for i, op in enumerate(model.operators) if op.name.startswith("top")]
     assert any(s.configs[i].mp == 2 and len(s.configs[i].servers) == 8 for i in top)
+
+
+def test_a_chain_starts_from_the_family_with_the_best_bottom_not_the_best_start():
+    # configs/dlrm-16.toml on the Ideal Switch: by start time the families rank
+    # stages4@ops (28.40 ms), mp2 (29.38), stages2 (30.82); their descents end at 26.84,
+    # 29.21 and 24.67 ms. One chain that screens the families starts from stages2's
+    # bottom; without screening it starts from stages4@ops
+    from pathlib import Path
+
+    from topoopt.config import load_config
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
+    cluster, job, model = cfg.cluster, cfg.job, cfg.model
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(16, cluster.server_bandwidth,
+                                                           cluster.link_latency / 2))
+    layouts = structured_strategies(model, space)
+    by_name = {lay.name: cost(lay.strategy) for lay in layouts}
+
+    def first_chain(screen):
+        found = search_space(space, cost, layouts, chains=1, budget=100, seed=0,
+                             screened_families=screen)
+        return found.chains[0]
+
+    screened, unscreened = first_chain(3), first_chain(0)
+    assert unscreened.start_time == pytest.approx(by_name["tables-spread+body-stages4@ops"])
+    assert screened.start_time == pytest.approx(by_name["tables-spread+body-stages2"])
+    assert screened.trace[0] == pytest.approx(24.67e-3, rel=1e-3)   # its bottom, at once
+    assert screened.best_time <= unscreened.best_time
 
 
 @pytest.mark.parametrize("servers", [4, 8])

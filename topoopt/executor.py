@@ -15,22 +15,42 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 from topoopt.errors import TopoOptError
 from topoopt.interrupt import stop_on_first_interrupt
 
-__all__ = ["Executor", "SerialExecutor", "PoolExecutor", "RayExecutor", "make_executor"]
+__all__ = ["Executor", "Pending", "SerialExecutor", "PoolExecutor", "RayExecutor", "make_executor"]
 
 
 Done = Callable[[int, Any], None]
 
 
+class Pending(Protocol):
+    """A task started by :meth:`Executor.submit`."""
+
+    def result(self) -> Any: ...
+
+
 class Executor(Protocol):
     """Runs ``fn(item)`` for every item; returns the results in item order, and calls
-    ``on_done(index, result)`` as each one finishes (in completion order)."""
+    ``on_done(index, result)`` as each one finishes (in completion order). ``submit``
+    starts one task and returns at once (in-process: runs it first), so that later
+    ``map`` calls run beside it."""
 
     name: str
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any],
             on_done: Done | None = None) -> list[Any]: ...
 
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending: ...
+
     def close(self) -> None: ...
+
+
+class _Finished:
+    """A task that has already run (the serial executor's :class:`Pending`)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
 
 
 class SerialExecutor:
@@ -45,6 +65,9 @@ class SerialExecutor:
             if on_done is not None:
                 on_done(i, out[-1])
         return out
+
+    def submit(self, fn, item):
+        return _Finished(fn(item))
 
     def close(self) -> None:
         pass
@@ -79,6 +102,9 @@ class PoolExecutor(SerialExecutor):
                 on_done(index[f], f.result())
         return [f.result() for f in futures]
 
+    def submit(self, fn, item):
+        return self._pool.submit(fn, item)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -108,10 +134,14 @@ class RayExecutor(SerialExecutor):
         ray.init(**kwargs)
         self._remotes: dict[Callable, Any] = {}
 
-    def map(self, fn, items, on_done=None):
+    def _remote(self, fn):
         remote = self._remotes.get(fn)
         if remote is None:
             remote = self._remotes[fn] = self._ray.remote(fn)
+        return remote
+
+    def map(self, fn, items, on_done=None):
+        remote = self._remote(fn)
         refs = [remote.remote(item) for item in items]
         if on_done is not None:
             index = {r: i for i, r in enumerate(refs)}
@@ -121,8 +151,21 @@ class RayExecutor(SerialExecutor):
                 on_done(index[ready[0]], self._ray.get(ready[0]))
         return self._ray.get(refs)
 
+    def submit(self, fn, item):
+        return _RayPending(self._ray, self._remote(fn).remote(item))
+
     def close(self) -> None:
         self._ray.shutdown()
+
+
+class _RayPending:
+    """A Ray task's result when asked for."""
+
+    def __init__(self, ray, ref) -> None:
+        self._ray, self._ref = ray, ref
+
+    def result(self) -> Any:
+        return self._ray.get(self._ref)
 
 
 def make_executor(workers: int = 1, ray: str | bool | None = None) -> SerialExecutor:

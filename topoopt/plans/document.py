@@ -787,6 +787,9 @@ def _check_search(doc: dict, cluster: Cluster, fabrics: list) -> None:
     screened = _timed(s["screened"], "search.screened")
     # screened[0] is the start on Step 1's topology; start_time_s the start on the best of
     # that degree split and its neighbours, so never slower
+    if screened and screened[0]["strategy"] != "start":
+        raise _bad("search.screened[0].strategy", screened[0]["strategy"],
+                   "must be 'start' (the start on Step 1's topology comes first)")
     if screened and start > screened[0]["time_s"] * (1 + 1e-9):
         raise _bad("search.start_time_s", start, "is slower than the start on Step 1's "
                    f"topology (search.screened[0].time_s = {screened[0]['time_s']:.6g} s)")
