@@ -27,7 +27,12 @@ from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_f
 from topoopt.interrupt import stop_requested
 from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
-from topoopt.planners.search import DEFAULT_TOLERANCE, FabricSearch, search_space
+from topoopt.planners.search import (
+    DEFAULT_TOLERANCE,
+    SCREENED_FAMILIES,
+    FabricSearch,
+    search_space,
+)
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy, data_parallel, hybrid
@@ -171,6 +176,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
                              finder_kwargs: Mapping | None = None,
                              seeds: Mapping[str, Strategy] | None = None,
                              layouts: Sequence[Layout] = (), screen: int = SCREEN,
+                             screened_families: int = SCREENED_FAMILIES,
                              topology_seed: int | None = None,
                              progress: Callable[[str, int, float], None] | None = None
                              ) -> AlternatingResult:
@@ -202,6 +208,8 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         Structured strategies: the ``screen`` fastest on the Ideal Switch get their own
         topology too; all of them serve the search's moves.
     screen : int
+    screened_families : int
+        As :func:`~topoopt.planners.search.search_space`, for each round's search.
     topology_seed : int, optional
         TopologyFinder's seed (its tie-breaks); default ``seed``.
     progress : callable, optional
@@ -278,7 +286,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         cost = IterationCost(model, cluster, job, fabric, best_plan.rings)
         found = search_space(space, cost, layouts, extra=[("current", best_strategy)],
                              chains=chains, budget=budget, seed=seed * 1000 + r,
-                             tolerance=tolerance,
+                             tolerance=tolerance, screened_families=screened_families,
                              progress=(lambda m, t, s=stage: progress(s, m, t))
                              if progress else None)
         searches.append(found)
