@@ -31,6 +31,20 @@ def small(servers=8):
     return cluster, job, model, StrategySpace.build(model, cluster, job)
 
 
+def dlrm16(fabric: str = "ideal"):
+    """configs/dlrm-16.toml: (model, space, cost on ``fabric``, its structured layouts)."""
+    from pathlib import Path
+
+    from topoopt.config import load_config
+    from topoopt.fabrics.catalog import build_fabric
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
+    cluster, job, model = cfg.cluster, cfg.job, cfg.model
+    space = StrategySpace.build(model, cluster, job)
+    net = (ideal_switch(16, cluster.server_bandwidth, cluster.link_latency / 2)
+           if fabric == "ideal" else build_fabric(fabric, cluster, job=job, model=model))
+    return model, space, IterationCost(model, cluster, job, net), structured_strategies(model, space)
+
+
 def test_structured_strategies_are_valid_distinct_and_include_the_hybrid():
     cluster, job, model, space = small()
     layouts = structured_strategies(model, space)
@@ -139,18 +153,9 @@ def test_polish_after_the_descent_splits_the_layer_at_the_cut():
     # configs/dlrm-16.toml on the 2:1 Fat-tree: tables one per server, the body in two
     # 8-server stages cut before top7 (29.38 ms, the bottom of its descent); the top
     # MLP's top6 split dp4 x mp2 on its own gives 28.18 ms
-    from pathlib import Path
-
-    from topoopt.config import load_config
-    from topoopt.fabrics.catalog import build_fabric
     from topoopt.planners.mcmc import Chain
     from topoopt.strategy import OpConfig
-    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
-    cluster, job, model = cfg.cluster, cfg.job, cfg.model
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, build_fabric("oversub", cluster, job=job,
-                                                           model=model))
-    layouts = structured_strategies(model, space)
+    model, space, cost, layouts = dlrm16("oversub")
     names = [op.name for op in model.operators]
     cut = names.index("top7")
     moves = MoveSet(space, layouts)
@@ -212,15 +217,7 @@ def test_steepest_descent_splits_a_stage_before_moving_its_boundary():
     # a stage boundary is the first improvement (28.42 ms, a local minimum of its own);
     # the fastest neighbour splits the first stage's top layers dp4 x mp2 (26.98 ms),
     # and its boundary then moves to 24.67 ms, the best any seed finds
-    from pathlib import Path
-
-    from topoopt.config import load_config
-    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
-    cluster, job, model = cfg.cluster, cfg.job, cfg.model
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, ideal_switch(16, cluster.server_bandwidth,
-                                                           cluster.link_latency / 2))
-    layouts = structured_strategies(model, space)
+    model, space, cost, layouts = dlrm16()
     start = next(lay.strategy for lay in layouts if lay.name == "tables-mpall+body-stages2")
     t0 = cost(start)
     s, t, _ = descend(space, cost, start, t0, MoveSet(space, layouts), limit=400)
@@ -234,15 +231,7 @@ def test_a_chain_starts_from_the_family_with_the_best_bottom_not_the_best_start(
     # stages4@ops (28.40 ms), mp2 (29.38), stages2 (30.82); their descents end at 26.84,
     # 29.21 and 24.67 ms. One chain that screens the families starts from stages2's
     # bottom; without screening it starts from stages4@ops
-    from pathlib import Path
-
-    from topoopt.config import load_config
-    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
-    cluster, job, model = cfg.cluster, cfg.job, cfg.model
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, ideal_switch(16, cluster.server_bandwidth,
-                                                           cluster.link_latency / 2))
-    layouts = structured_strategies(model, space)
+    model, space, cost, layouts = dlrm16()
     by_name = {lay.name: cost(lay.strategy) for lay in layouts}
 
     def first_chain(screen):
