@@ -9,10 +9,10 @@ the chains agree.
    basins differ between families far more than within one). The best start of each of
    the ``chains + screened_families`` best families (those within :data:`SCREEN_RATIO`
    of the best start) descends to the bottom of its basin (step 4: the same bottom
-   whatever the seed); the chains take the best distinct bottoms -- a family's start says little of
-   its bottom (DLRM-128 on the 2:1 Fat-tree: the fifth family by start, 46.8 ms
-   against 36.4, descends to 33.7 ms, the first to 36.2) -- and run in blocks of
-   ``block`` moves from there.
+   whatever the seed); the chains take the best distinct bottoms -- a family's start
+   says little of its bottom (DLRM-128 on the Ideal Switch: the fifth family by start,
+   43.8 ms against 35.5, descends to 32.6 ms, the first to 35.4) -- and run in blocks
+   of ``block`` moves from there.
 3. After each block the chains' bests are compared: once every chain is within
    ``tolerance`` of the best of all (after at least half the budget), the search has
    converged and stops; else it stops when each chain has made ``budget`` moves.
