@@ -145,30 +145,27 @@ class Chain:
                 return
             self.step()
 
-    def settle(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
-        """Descend from the best state (:func:`descend`, at most ``limit`` candidates) and
-        continue from where it ends; no moves are counted and the draws are untouched."""
+    def settle(self, limit: int, stop: Callable[[], bool] = stop_requested,
+               neighbourhood: Callable | None = None) -> bool:
+        """Descend from the best state (:func:`descend` over ``neighbourhood``, at most
+        ``limit`` candidates) and continue from where it ends; no moves are counted and
+        the draws are untouched. Returns whether the best improved."""
         if limit <= 0:
-            return
+            return False
         s, t, _ = descend(self.space, self.cost, self.best, self.best_t, self.moveset,
-                          limit, stop)
-        if t < self.best_t:
-            self.best, self.best_t = s, t
-            self.current, self.current_t, self.memory = s, t, self.space.memory(s)
-            self.improved["descent"] += 1
+                          limit, stop, neighbourhood)
+        if t >= self.best_t:
+            return False
+        self.best, self.best_t = s, t
+        self.current, self.current_t, self.memory = s, t, self.space.memory(s)
+        self.improved["descent"] += 1
+        return True
 
     def polish(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
         """After the last descent: the stages' end operators split on their own
         (:meth:`~topoopt.planners.moves.MoveSet.end_splits`), then, if that helped, the
         descent again (a quarter of ``limit``). Never worse than the best before."""
-        if limit <= 0:
-            return
-        s, t, _ = descend(self.space, self.cost, self.best, self.best_t, self.moveset,
-                          limit, stop, self.moveset.end_splits)
-        if t < self.best_t:
-            self.best, self.best_t = s, t
-            self.current, self.current_t, self.memory = s, t, self.space.memory(s)
-            self.improved["descent"] += 1
+        if self.settle(limit, stop, self.moveset.end_splits):
             self.settle(limit // 4, stop)
 
     def result(self) -> SearchResult:

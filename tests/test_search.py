@@ -31,6 +31,15 @@ def small(servers=8):
     return cluster, job, model, StrategySpace.build(model, cluster, job)
 
 
+
+def two_stages(servers=8):
+    """The small DLRM's (model, space, move set, its two-stage layout)."""
+    _, _, model, space = small(servers)
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    return model, space, moves, next(lay.strategy for lay in layouts
+                                     if lay.name == "tables-spread+body-stages2")
+
 def dlrm16(fabric: str = "ideal"):
     """configs/dlrm-16.toml: (model, space, cost on ``fabric``, its structured layouts)."""
     from pathlib import Path
@@ -95,10 +104,7 @@ def test_every_move_stays_in_the_space_and_in_memory():
 
 
 def test_stage_splits_change_one_stage_on_its_own_servers():
-    _, _, model, space = small()
-    layouts = structured_strategies(model, space)
-    moves = MoveSet(space, layouts)
-    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    model, space, moves, s = two_stages()
     groups = moves._stage_groups(s)
     body = set(moves.body)
     assert set().union(*map(set, groups)) == body
@@ -124,10 +130,7 @@ def test_stage_splits_change_one_stage_on_its_own_servers():
 
 
 def test_end_splits_split_one_end_operator_of_a_stage_on_its_servers():
-    _, _, model, space = small()
-    layouts = structured_strategies(model, space)
-    moves = MoveSet(space, layouts)
-    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    model, space, moves, s = two_stages()
     stages = moves._stages(s)
     ends = {i for st in stages for i in (st[0], st[-1])}
     seen = set()
@@ -176,10 +179,7 @@ def test_polish_after_the_descent_splits_the_layer_at_the_cut():
 
 
 def test_a_stage_moves_whole_onto_every_other_aligned_block():
-    _, _, model, space = small(servers=32)
-    layouts = structured_strategies(model, space)
-    moves = MoveSet(space, layouts)
-    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2")
+    model, space, moves, s = two_stages(servers=32)
     stages = moves._stages(s)
     assert [i for st in stages for i in st] == list(moves.body) and len(stages) == 2
     cands = {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
