@@ -274,15 +274,18 @@ def test_simulate_dag_closed_forms_and_errors():
     assert simulate_dag(net, w).finish[t] == pytest.approx(3.0)
 
 
-def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False):
-    """Rates of the active flows ``act`` from the compiled engine's max-min solve."""
+def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=None):
+    """Rates of the active flows ``act`` from the compiled engine's max-min solve (flow
+    ``f`` standing for ``count[f]`` identical flows)."""
     C, L = len(routes), cap.size
     if state is None:
         state = [np.zeros(C, np.int64), np.zeros(C, np.int64), np.empty(flow_class.size,
                  np.int64), 0, np.zeros(C)]
+    if count is None:
+        count = np.ones(flow_class.size, np.int64)
     mult, pmult, prev_cls, nprev, crate = state
     rate = np.empty(act.size)
-    state[3] = _solve(act, act.size, flow_class, routes.ptr, routes.link, routes.weight, cap,
+    state[3] = _solve(act, act.size, flow_class, count, routes.ptr, routes.link, routes.weight, cap,
                       warm, mult, pmult, prev_cls, nprev, crate, np.zeros(L), np.zeros(L),
                       np.zeros(L, bool), np.zeros(L, bool), rate)
     return rate, state
@@ -313,6 +316,18 @@ def test_class_rows_weighted_by_count_equal_max_min_on_the_expanded_flows(seed):
     act = rng.permutation(flow_class.size)
     rate, _ = _kernel_rates(cap, routes, flow_class, act)
     np.testing.assert_allclose(rate, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_flow_standing_for_k_flows_weighs_k_in_max_min(seed):
+    # a merged flow node (flow_count k) gets the rate each of its k copies would get
+    rng, cap, rows, routes, flow_class = _random_problem(seed)
+    count = rng.integers(1, 4, size=flow_class.size)
+    act = rng.permutation(flow_class.size)
+    rate, _ = _kernel_rates(cap, routes, flow_class, act, count=count)
+    copies = np.repeat(act, count[act])
+    expanded = _expanded(cap, rows, routes, flow_class[copies])
+    np.testing.assert_allclose(np.repeat(rate, count[act]), expanded, rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -459,3 +474,60 @@ def test_dense_and_sorted_mp_merges_build_the_same_graph(monkeypatch, mp_flows):
         np.testing.assert_array_equal(*deps)
         # each dependency once: a coflow waits for its members' predecessors once
         assert len(deps[0]) == dense.dep_before.size
+
+
+# --- identical per-pair flows merged (merge_flows) ------------------------------------
+
+def _sharded_tables(model, n, spread):
+    """Every table sharded over ``spread`` aligned servers (mp), the rest data parallel
+    on all ``n``: the backward of the interaction sends each table the same gradients."""
+    from topoopt.strategy import OpConfig, Strategy
+    everyone = OpConfig(tuple(range(n)), dp=n)
+    return Strategy(tuple(OpConfig(tuple(range(spread)), dp=1, mp=spread)
+                          if op.kind == "embedding" else everyone for op in model.operators))
+
+
+@pytest.mark.parametrize("spread", [4, 16])
+def test_merged_flows_give_the_reference_times_and_events(monkeypatch, spread):
+    import topoopt.estimate.graph as graph_mod
+
+    monkeypatch.setattr(graph_mod, "_MERGE_MIN", 0)
+    n = 16
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    fabric = ideal_switch(n, cluster.server_bandwidth)
+    s = _sharded_tables(model, n, spread)
+    fast = FastEstimator(model, cluster, job, fabric)
+    merged = fast.graph(s)
+    plain = build_iteration(model, s, cluster, job, fabric)
+    assert plain.flow_count is None and merged.flow_count is not None
+    # eight tables' gradient blocks became one: fewer nodes, the same flows in all
+    assert merged.flow_kind.size < plain.flow_kind.size
+    assert int(merged.counts().sum()) == plain.flow_kind.size
+    assert (merged.counts() * merged.flow_bytes).sum() == pytest.approx(plain.flow_bytes.sum())
+    ref = both(lambda *a, **k: estimate_iteration(*a, **k, reference=True),
+               lambda *a, **k: fast.estimate(s), model, s, cluster, job, fabric)
+    # the merged graph expanded back into its flows runs the same on the reference engine
+    again = simulate(fabric, merged.workload, check=True)
+    assert again.makespan == pytest.approx(ref.total, rel=REL) and again.events == ref.events
+    # and the link-load bound counts every copy
+    assert link_load_bound(fabric.capacity, merged.dag) == pytest.approx(
+        link_load_bound(fabric.capacity, plain.dag), rel=1e-12)
+
+
+def test_blocks_merge_only_when_pairs_bytes_and_predecessors_match():
+    from topoopt.estimate.graph import _identical_blocks
+
+    seg = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    pair = np.array([1, 2, 1, 2, 1, 2, 1, 3])
+    sizes = np.array([5.0, 6.0, 5.0, 6.0, 5.0, 7.0, 5.0, 6.0])
+    k_of = np.arange(8)
+    p_of = np.array([9, 9, 9, 9, 9, 9, 9, 9])
+    flow_of, count = _identical_blocks(seg, pair, sizes, k_of, p_of)
+    # block 1 matches block 0; block 2 differs in bytes, block 3 in a pair
+    assert flow_of.tolist() == [0, 1, 0, 1, 4, 5, 6, 7]
+    assert count.tolist() == [2, 2, 0, 0, 1, 1, 1, 1]
+    # another predecessor keeps a block apart
+    p_of = np.array([9, 9, 9, 8, 9, 9, 9, 9])
+    assert _identical_blocks(seg, pair, sizes, k_of, p_of)[1] is None

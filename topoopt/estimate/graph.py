@@ -47,6 +47,9 @@ Rings = Mapping[tuple[int, ...], Sequence[Sequence[int]]]
 #: of (consumer segment, source, destination) while the table has at most this many
 #: entries per transfer (or ``_DENSE_MIN`` in all), else by sorting them.
 _DENSE_PER_TRANSFER, _DENSE_MIN = 8, 1 << 21
+#: ``merge_flows`` looks for identical blocks in a pass of at least this many pair flows
+#: (below it the search for them costs more than it saves).
+_MERGE_MIN = 4096
 #: Node kinds of an AllReduce dependency template (:class:`_ARPlan`).
 _BWD, _UPD, _RING, _BAR, _GLOBAL = range(5)
 
@@ -83,6 +86,10 @@ class IterationGraph:
     segments : tuple of Segment
     ring_orders : tuple of tuple of int
         The ring of every AllReduce flow, in flow order.
+    flow_count : ndarray of int, optional
+        Identical flows each flow stands for (``merge_flows`` of
+        :class:`IterationGraphBuilder`: same route class, bytes and predecessors, so
+        the same times; the flow precedes all their successors); ``None``: one each.
     """
 
     tasks: int
@@ -99,6 +106,7 @@ class IterationGraph:
     routes: FlowRoutes = field(repr=False)
     segments: tuple[Segment, ...] = field(repr=False)
     ring_orders: tuple[tuple[int, ...], ...] = field(repr=False)
+    flow_count: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def nodes(self) -> int:
@@ -111,6 +119,12 @@ class IterationGraph:
     @property
     def flow_nodes(self) -> np.ndarray:
         return self.tasks + np.arange(self.flow_kind.size)
+
+    def counts(self) -> np.ndarray:
+        """:attr:`flow_count`, ones where it is ``None``."""
+        if self.flow_count is None:
+            return np.ones(self.flow_kind.size, np.int64)
+        return self.flow_count
 
     def flow_routes(self) -> FlowRoutes:
         """One route row per flow (the classes expanded)."""
@@ -139,18 +153,41 @@ class IterationGraph:
         return DagArrays(n, is_flow, local, self.flow_nodes, 8.0 * self.flow_bytes,
                          self.flow_latency, self.flow_class, self.routes, node_res, node_dur,
                          succ_ptr, self.dep_after[order],
-                         np.bincount(self.dep_after, minlength=n), None)
+                         np.bincount(self.dep_after, minlength=n), None, self.flow_count)
 
     @cached_property
     def workload(self) -> Workload:
         """The graph as a :class:`~topoopt.netsim.Workload` for the general simulator
-        (:func:`topoopt.netsim.simulate`, the reference engine)."""
+        (:func:`topoopt.netsim.simulate`, the reference engine); a flow standing for
+        ``k`` identical flows becomes ``k`` flows, each with its dependencies."""
+        count = self.counts()
+        routes = self.flow_routes()
+        nbytes, latency = self.flow_bytes, self.flow_latency
+        before, after = self.dep_before, self.dep_after
+        if (count != 1).any():
+            t, nf = self.tasks, count.size
+            copy = np.repeat(np.arange(nf), count)
+            idx, counts = gather_rows(routes.ptr, copy)
+            routes = FlowRoutes(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                                routes.link[idx], routes.weight[idx])
+            nbytes, latency = nbytes[copy], latency[copy]
+            # node -> its first new id and its copies
+            first = np.arange(self.nodes, dtype=np.int64)
+            copies = np.ones(self.nodes, np.int64)
+            first[t:t + nf] = t + np.cumsum(count) - count
+            first[t + nf:] += int(count.sum()) - nf
+            copies[t:t + nf] = count
+            per = copies[before] * copies[after]
+            k = np.arange(int(per.sum())) - np.repeat(np.cumsum(per) - per, per)
+            ca = np.repeat(copies[after], per)
+            before = np.repeat(first[before], per) + k // ca
+            after = np.repeat(first[after], per) + k % ca
         w = Workload()
         w.add_tasks(self.task_duration, self.task_server)
-        w.add_flows(self.flow_bytes, self.flow_routes(), latency=self.flow_latency)
+        w.add_flows(nbytes, routes, latency=latency)
         if self.barriers:
             w.add_tasks(np.zeros(self.barriers), NO_RESOURCE)
-        w.add_dependencies(self.dep_before, self.dep_after)
+        w.add_dependencies(before, after)
         return w
 
 
@@ -275,6 +312,15 @@ class IterationGraphBuilder:
         One seeded random shortest path per flow instead of ECMP (routes then are
         drawn per graph, not cached).
     seed : int
+    merge_flows : bool
+        With per-pair MP flows, one flow node for identical flows
+        (:attr:`IterationGraph.flow_count`): where the blocks of flows of two segments
+        (a consumer's forward, a producer's backward) match pair by pair in route,
+        bytes and predecessors -- the gradients the backward of a DLRM interaction
+        sends to each of 64 tables sharded over every server -- their flows start
+        together and share every rate, so one node runs them, exactly (DLRM-128 on
+        the Ideal Switch: a million flows become 16 thousand). The planner's
+        engine sets it; the default keeps one node per flow.
     """
 
     #: Route entries and coflow routes kept before every route-derived cache is dropped,
@@ -286,7 +332,7 @@ class IterationGraphBuilder:
     def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric,
                  rings: Rings | None = None, overlap: bool = True, mp_flows: str = "auto",
                  cache: EstimateCache | None = None, random_paths: bool = False,
-                 seed: int = 0) -> None:
+                 seed: int = 0, merge_flows: bool = False) -> None:
         require_choice("mp_flows", mp_flows, MP_FLOWS)
         if mp_flows == "auto":
             one_switch = fabric.kind == "switched" and fabric.nodes == fabric.servers + 1
@@ -298,6 +344,7 @@ class IterationGraphBuilder:
         self.rings = rings if rings is not None else fabric.info.get("rings")
         self.overlap, self.mp_flows = overlap, mp_flows
         self.random_paths, self.seed = random_paths, seed
+        self.merge_flows = merge_flows
         self.cache = cache if cache is not None else EstimateCache(model, cluster, job)
         self.n = cluster.servers
         self.dtype_bytes = job.dtype_bytes
@@ -648,9 +695,11 @@ class IterationGraphBuilder:
             la = np.where(la < 0, ntask + nf - 1 - la, la)
             before.append(lb)
             after.append(la)
-        return IterationGraph(ntask, res, dur, *flows.arrays(), nbar,
+        *flow_arrays, count = flows.arrays()
+        return IterationGraph(ntask, res, dur, *flow_arrays, nbar,
                               np.concatenate(before), np.concatenate(after),
-                              self.routes.view(), segs, tuple(ring_orders))
+                              self.routes.view(), segs, tuple(ring_orders),
+                              count if flows.merged else None)
 
     def _add_mp(self, flows: "_Flows", keys: np.ndarray, nbytes: np.ndarray, preds: np.ndarray,
                 succ_base: np.ndarray, pos_mat: np.ndarray, before: list, after: list,
@@ -683,8 +732,19 @@ class IterationGraphBuilder:
             flow_of_succ = member
         else:
             cls, lat = self._pair_classes(src, dst)
-            ids = flows.add(cls, sizes, lat, FLOW_MP, np.ones(uk.size, np.int64))
             flow_of_succ = np.arange(uk.size)
+            count = None
+            if self.merge_flows and not self.random_paths and uk.size >= _MERGE_MIN:
+                flow_of_succ, count = _identical_blocks(g, rest, sizes, k_of, p_of)
+            if count is None:
+                ids = flows.add(cls, sizes, lat, FLOW_MP, np.ones(uk.size, np.int64))
+            else:
+                keep = count > 0
+                ids = np.zeros(uk.size, np.int64)
+                ids[keep] = flows.add(cls[keep], sizes[keep], lat[keep], FLOW_MP,
+                                      np.ones(int(keep.sum()), np.int64), count[keep])
+                take = keep[k_of]     # a merged block's predecessors are its first's
+                k_of, p_of = k_of[take], p_of[take]
         before.extend([p_of, ids[flow_of_succ]])
         after.extend([ids[k_of], succs])
 
@@ -695,16 +755,21 @@ class _Flows:
     def __init__(self, first: int) -> None:
         self.first, self.count = first, 0
         self.parts: list[tuple] = []
+        self.merged = False     # some flow stands for several
 
-    def add(self, cls, nbytes, lat, kind: int, hops) -> np.ndarray:
+    def add(self, cls, nbytes, lat, kind: int, hops, count=None) -> np.ndarray:
         ids = self.first + self.count + np.arange(cls.size)
         self.count += cls.size
-        self.parts.append((cls, nbytes, lat, np.full(cls.size, kind, np.int8), hops))
+        if count is None:
+            count = np.ones(cls.size, np.int64)
+        else:
+            self.merged = True
+        self.parts.append((cls, nbytes, lat, np.full(cls.size, kind, np.int8), hops, count))
         return ids
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """(class, bytes, latency, kind, hops) per flow."""
-        dtypes = (np.int64, float, float, np.int8, np.int64)
+        """(class, bytes, latency, kind, hops, count) per flow."""
+        dtypes = (np.int64, float, float, np.int8, np.int64, np.int64)
         if not self.parts:
             return tuple(np.empty(0, dt) for dt in dtypes)
         return tuple(np.concatenate([p[i] for p in self.parts]).astype(dt, copy=False)
@@ -743,6 +808,59 @@ def _distinct_pairs(inv: np.ndarray, preds: np.ndarray) -> tuple[np.ndarray, np.
     if pairs.size:
         pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
     return pairs // width, pairs % width
+
+
+def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of: np.ndarray,
+                      p_of: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Merge the flow blocks of segments that match flow by flow.
+
+    The merged flows of one pass are sorted by segment, then by (source, destination)
+    ``pair``; ``(k_of, p_of)`` are their distinct (flow, predecessor task) pairs, sorted
+    by flow. Two segments' blocks match when they list the same pairs with the same
+    bytes and the same predecessors: their flows then start together on the same
+    routes and end together, so the first block's flows stand for the others'.
+
+    Returns
+    -------
+    flow_of : ndarray of int
+        Per flow, the flow that stands for it (itself if kept).
+    count : ndarray of int or None
+        Per flow, the flows it stands for (0 if merged away); ``None`` when no two
+        blocks match.
+    """
+    cut = np.flatnonzero(seg[1:] != seg[:-1]) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [seg.size]])
+    pstart = np.searchsorted(k_of, starts)
+    pend = np.searchsorted(k_of, ends)
+    # only blocks whose length and predecessor count another block shares can match
+    shape = list(zip((ends - starts).tolist(), (pend - pstart).tolist()))
+    common: dict = {}
+    for b, key in enumerate(shape):
+        common.setdefault(key, []).append(b)
+    flow_of = None
+    count = None
+    for blocks in common.values():
+        if len(blocks) < 2:
+            continue
+        first: dict = {}
+        for b in blocks:
+            a, e, pa, pe = int(starts[b]), int(ends[b]), int(pstart[b]), int(pend[b])
+            key = (pair[a:e].tobytes(), sizes[a:e].tobytes(), (k_of[pa:pe] - a).tobytes(),
+                   p_of[pa:pe].tobytes())
+            r = first.setdefault(key, b)
+            if r == b:
+                continue
+            if flow_of is None:
+                flow_of = np.arange(seg.size)
+                count = np.ones(seg.size, np.int64)
+            ra = int(starts[r])
+            flow_of[a:e] = np.arange(ra, ra + e - a)
+            count[a:e] = 0
+            count[ra:ra + e - a] += 1
+    if flow_of is None:
+        return np.arange(seg.size), None
+    return flow_of, count
 
 
 def _coflow_groups(k_of: np.ndarray, p_of: np.ndarray, keys: int

@@ -75,7 +75,7 @@ class FastEstimator:
     """Iteration times of many strategies of one job on one fabric (the planner's cost).
 
     One :class:`~topoopt.estimate.graph.IterationGraphBuilder` (its caches kept across
-    strategies) on the DAG engine.
+    strategies, identical per-pair flows merged: ``merge_flows``) on the DAG engine.
 
     Parameters
     ----------
@@ -101,7 +101,7 @@ class FastEstimator:
                  rings: Rings | None = None, overlap: bool = True, mp_flows: str = "auto",
                  cache: EstimateCache | None = None) -> None:
         self.builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
-                                             mp_flows, cache)
+                                             mp_flows, cache, merge_flows=True)
         self.fabric = fabric
 
     def graph(self, strategy: Strategy) -> IterationGraph:
@@ -145,15 +145,17 @@ def summarize(graph: IterationGraph, start: np.ndarray, finish: np.ndarray, even
     fn = graph.flow_nodes
     mp = graph.flow_kind == FLOW_MP
     ar = graph.flow_kind == FLOW_ALLREDUCE
+    count = graph.counts()
+    nbytes = graph.flow_bytes * count
     total = _makespan(finish)
     return IterationEstimate(
         total=total, compute=compute,
         mp=_busy(start[fn[mp]], finish[fn[mp]]),
         allreduce=_busy(start[fn[ar]], finish[fn[ar]]),
         exposed_communication=max(total - compute, 0.0), fabric=fabric_name,
-        flows=int(fn.size), tasks=graph.tasks, events=events,
-        mp_bytes=float(graph.flow_bytes[mp].sum()),
-        allreduce_bytes=float((graph.flow_bytes[ar] * graph.hop_count[ar]).sum()))
+        flows=int(count.sum()), tasks=graph.tasks, events=events,
+        mp_bytes=float(nbytes[mp].sum()),
+        allreduce_bytes=float((nbytes[ar] * graph.hop_count[ar]).sum()))
 
 
 def _makespan(finish: np.ndarray) -> float:

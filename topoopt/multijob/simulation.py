@@ -156,7 +156,7 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
     width = np.array([int(g.task_server.max()) + 1 if g.tasks else 1 for g in graphs])
     r_base = np.concatenate([[0], np.cumsum(K * width)[:-1]])
     resources = int((K * width).sum())
-    server, duration, fclass, fbytes, flat, fkind, fhops = [], [], [], [], [], [], []
+    server, duration, fclass, fbytes, flat, fkind, fhops, fcount = [], [], [], [], [], [], [], []
     before, after, ends = [], [], []
     class_off = 0
     routes = []
@@ -184,6 +184,7 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
         flat.append(np.tile(g.flow_latency, k))
         fkind.append(np.tile(g.flow_kind, k))
         fhops.append(np.tile(g.hop_count, k))
+        fcount.append(np.tile(g.counts(), k))
         routes.append(FlowRoutes(g.routes.ptr, g.routes.link + job.link_offset,
                                  g.routes.weight))
         class_off += len(g.routes)
@@ -197,7 +198,8 @@ def stack_iterations(jobs: Sequence[PlacedJob]) -> StackedIterations:
         flow_kind=cat(fkind).astype(np.int8), hop_count=cat(fhops),
         barriers=int((K * Bb).sum()), dep_before=cat(before).astype(np.int64),
         dep_after=cat(after).astype(np.int64), routes=FlowRoutes.concat(routes),
-        segments=(), ring_orders=())
+        segments=(), ring_orders=(),
+        flow_count=cat(fcount) if any(g.flow_count is not None for g in graphs) else None)
     return StackedIterations(graph, tuple(ends), phase)
 
 

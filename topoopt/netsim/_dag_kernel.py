@@ -3,7 +3,9 @@
 Same model and event grouping as :func:`topoopt.netsim.simulate`: max-min fair rates
 re-solved whenever the set of transmitting flows changes, events within 1e-9 relative
 processed together, ready tasks dispatched per resource in (priority, node id) order.
-Flows of one route class are one row of the max-min problem with their count as weight.
+Flows of one route class are one row of the max-min problem with their count as weight;
+a flow node may stand for several identical flows (``fcount``: same route, size and
+predecessors, so the same rate and times), each counted in its class's weight.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def _fill(e_cls, e_link, e_w, alive, links, nlinks, residual, load, sat, crate, 
 
 
 @njit(cache=True)
-def _solve(act, nact, flow_class, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
+def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
            nprev, crate, residual, load, seen, sat, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
@@ -184,7 +186,7 @@ def _solve(act, nact, flow_class, cptr, clink, cweight, cap, warm, mult, pmult, 
         if mult[c] == 0:
             cls[ncls] = c
             ncls += 1
-        mult[c] += 1
+        mult[c] += fcount[act[i]]
     fixed_n = 0
     level0 = 0.0
     lam = -np.inf           # a class is kept frozen iff its old rate is below lam
@@ -309,8 +311,8 @@ def _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
 
 
 @njit(cache=True)
-def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, cptr, clink, cweight,
-               node_res, node_dur, succ_ptr, succ, pending0, table, slot, cap, horizon):
+def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount, cptr, clink,
+               cweight, node_res, node_dur, succ_ptr, succ, pending0, table, slot, cap, horizon):
     """Run the DAG; returns ``(start, finish, tx_end, events, status, value)``: status
     :data:`OK`; :data:`PAST_HORIZON` with the next event's time as ``value``; or
     :data:`STUCK` with a flow's local id that cannot progress as ``value`` (-1: no
@@ -424,8 +426,8 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, cptr, c
             nnew = 0
             dirty = False
             t_ref = t
-            nprev = _solve(act, nact, flow_class, cptr, clink, cweight, cap, warm, mult, pmult,
-                           prev_cls, nprev, crate, residual, load, seen, sat, arate)
+            nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
+                           pmult, prev_cls, nprev, crate, residual, load, seen, sat, arate)
             flow_next = np.inf
             sent_next = np.inf
             for i in range(nact):

@@ -52,6 +52,10 @@ class DagArrays:
     queue_order : ndarray of int, optional
         Tasks with a resource, in dispatch order per resource (priority, then node
         id); ``None`` = node id order.
+    flow_count : ndarray of int, shape (F,), optional
+        Identical flows each flow node stands for (same class, size and
+        predecessors: they share every rate, so one node runs them all; each counts
+        in the max-min problem and in the link loads); ``None`` = one each.
     """
 
     nodes: int
@@ -68,6 +72,13 @@ class DagArrays:
     succ: np.ndarray
     pending: np.ndarray
     queue_order: np.ndarray | None = None
+    flow_count: np.ndarray | None = None
+
+    def counts(self) -> np.ndarray:
+        """:attr:`flow_count`, ones where it is ``None``."""
+        if self.flow_count is None:
+            return np.ones(self.flow_node.size, np.int64)
+        return self.flow_count
 
 
 class HorizonExceeded(Exception):
@@ -204,7 +215,8 @@ def link_load_bound(cap: np.ndarray, dag: DagArrays) -> float:
     classes = r.ptr.size - 1
     if not r.link.size:
         return 0.0
-    class_bits = np.bincount(dag.flow_class, weights=dag.flow_bits, minlength=classes)
+    bits = dag.flow_bits if dag.flow_count is None else dag.flow_bits * dag.flow_count
+    class_bits = np.bincount(dag.flow_class, weights=bits, minlength=classes)
     entry_bits = np.repeat(class_bits, np.diff(r.ptr)) * r.weight
     load = np.bincount(r.link, weights=entry_bits, minlength=cap.size)
     live = cap > 0
@@ -264,7 +276,8 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     f64 = (lambda a: np.ascontiguousarray(a, np.float64))
     start, finish, tx_end, events, status, value = run_kernel(
         n, np.ascontiguousarray(dag.is_flow, np.bool_), i64(dag.local), i64(dag.flow_node),
-        f64(dag.flow_bits), f64(dag.flow_latency), i64(dag.flow_class), i64(r.ptr),
+        f64(dag.flow_bits), f64(dag.flow_latency), i64(dag.flow_class), i64(dag.counts()),
+        i64(r.ptr),
         i64(r.link), f64(r.weight), i64(node_res), f64(dag.node_duration), i64(dag.succ_ptr),
         i64(dag.succ), i64(dag.pending), table, slot, f64(cap), float(horizon))
     if status == PAST_HORIZON:
