@@ -307,3 +307,32 @@ def test_the_ideal_switch_bounds_every_fabric(plans_by_seed):
     for p in plans_by_seed.values():
         ideal = p.iteration_time_s["ideal"]
         assert all(t >= ideal * (1 - 1e-9) for t in p.iteration_time_s.values())
+
+
+def test_the_rounds_best_descends_on_every_degree_splits_topology():
+    # finer-grain alternation: DLRM-16's two-stage tensor-split layout is fastest on
+    # Step 1's 3 + 1 split, but descends further on the 2 + 2 split's topology
+    import importlib
+
+    from topoopt.config import load_config
+    from topoopt.planners.alternating import split_topologies, topoopt_fabric
+
+    alt = importlib.import_module("topoopt.planners.alternating")
+    from pathlib import Path
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "dlrm-16.toml")
+    cluster, job, model = cfg.cluster, cfg.job, cfg.model
+    space = StrategySpace.build(model, cluster, job)
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    s = next(lay.strategy for lay in layouts if lay.name == "tables-spread+body-stages2-mp2")
+    splits = split_topologies(model, s, cluster, job)
+    (first, t_first), (second, t_second) = splits[:2]
+    assert t_first < t_second <= alt.SPLIT_RATIO * t_first
+    on_first = descend(space, IterationCost(model, cluster, job, topoopt_fabric(first),
+                                            first.rings), s, t_first, moves, 100)[1]
+    best, plan_d, t = alt._descend_splits(space, moves, model, cluster, job, s, first,
+                                          t_first, splits, 100)
+    assert plan_d is second and t < 0.9 * on_first
+    # the pair returned is timed on its own topology
+    assert IterationCost(model, cluster, job, topoopt_fabric(plan_d),
+                         plan_d.rings)(best) == pytest.approx(t, rel=1e-12)

@@ -1,5 +1,6 @@
 """TopologyFinder (TopoOpt §4): invariants over random traffic, and each step against a reference."""
 
+import importlib
 from itertools import combinations
 
 import networkx as nx
@@ -244,6 +245,39 @@ def test_disjoint_groups_get_a_backbone():
     assert plan.backbone is not None
     assert sum(lab.startswith("backbone") for lab in plan.topology.labels) == n
     assert [g.degree for g in plan.groups] == [1, 1]
+
+
+def test_backbone_stride_carries_the_mp_demand_in_the_fewest_hop_bytes():
+    # two halves, each its own AllReduce group, and a pipeline between them (i -> i + n/2)
+    # plus heavy MP inside the first half: the stride-1 backbone would cross between the
+    # halves at two links only
+    from topoopt.finder.topology_finder import _backbone_stride
+
+    n, h = 32, 16
+    mp = np.zeros((n, n))
+    for i in range(h):
+        mp[i, i + h] = mp[i + h, i] = 1e8          # the stage boundary
+    for a in range(0, h, 2):
+        mp[a, a + 1] = mp[a + 1, a] = 1e9          # tensor-parallel partners
+    t = make_traffic(n, [(tuple(range(h)), 4e9), (tuple(range(h, n)), 4e9)], mp)
+    plan = topology_finder(t, n, 4, 100e9, allreduce_degree=3)
+    check_topology_plan(plan, t)
+    p = plan.backbone.strides[0]
+    assert p != 1
+    # brute force over every stride on the topology built without a backbone
+    tf = importlib.import_module("topoopt.finder.topology_finder")
+    base = tf._build(t, n, 4, 100e9, 1e-6, False, tf._decay_fn(0.5), 0, None, "rustworkx",
+                     3)["topology"]
+    links = [(a, b) for a, _, b, _ in base.links]
+
+    def hop_bytes(q):
+        g = nx.DiGraph(links + [(i, (i + q) % n) for i in range(n)])
+        d = dict(nx.all_pairs_shortest_path_length(g))
+        return sum(mp[u, v] * d[u][v] for u, v in zip(*np.nonzero(mp)))
+
+    costs = {q: hop_bytes(q) for q in totient_perms(n)}
+    assert _backbone_stride(mp, base, False, 0) == p
+    assert costs[p] == min(costs.values()) < 0.75 * costs[1]
 
 
 def test_group_of_two_and_uncovered_servers_use_all_ports():

@@ -217,8 +217,12 @@ def link_load_bound(cap: np.ndarray, dag: DagArrays) -> float:
         return 0.0
     bits = dag.flow_bits if dag.flow_count is None else dag.flow_bits * dag.flow_count
     class_bits = np.bincount(dag.flow_class, weights=bits, minlength=classes)
-    entry_bits = np.repeat(class_bits, np.diff(r.ptr)) * r.weight
-    load = np.bincount(r.link, weights=entry_bits, minlength=cap.size)
+    # only the classes this graph uses: a builder's route store keeps every class it
+    # has met (half a million entries on a 128-server Expander after a search)
+    used = np.flatnonzero(class_bits)
+    idx, counts = gather_rows(r.ptr, used)
+    entry_bits = np.repeat(class_bits[used], counts) * r.weight[idx]
+    load = np.bincount(r.link[idx], weights=entry_bits, minlength=cap.size)
     live = cap > 0
     return float((load[live] / cap[live]).max()) if live.any() else 0.0
 
