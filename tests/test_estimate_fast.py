@@ -462,8 +462,8 @@ def test_dense_and_sorted_mp_merges_build_the_same_graph(monkeypatch, mp_flows):
     cluster = cluster_of(n)
     fabric = fat_tree(n, cluster.server_bandwidth / 2)
     for s in random_strategies(model, cluster, job, 8, seed=3):
+        monkeypatch.setattr(graph, "_DENSE_PER_TRANSFER", 1 << 40)
         dense = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
-        monkeypatch.setattr(graph, "_DENSE_MIN", 0)
         monkeypatch.setattr(graph, "_DENSE_PER_TRANSFER", 0)
         sort = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
         monkeypatch.undo()

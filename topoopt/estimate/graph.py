@@ -45,8 +45,10 @@ Rings = Mapping[tuple[int, ...], Sequence[Sequence[int]]]
 
 #: :meth:`IterationGraphBuilder._add_mp` merges a pass's transfers through a dense table
 #: of (consumer segment, source, destination) while the table has at most this many
-#: entries per transfer (or ``_DENSE_MIN`` in all), else by sorting them.
-_DENSE_PER_TRANSFER, _DENSE_MIN = 8, 1 << 21
+#: entries per transfer, else by sorting them (the table is scanned whole: on the
+#: transfers of 236 DLRM-128 passes on the Ideal Switch and the Fat-tree, 2 per
+#: transfer took 0.59 s in all, 8 or at most 2^21 entries 2.1 s, sorting all 1.0 s).
+_DENSE_PER_TRANSFER = 2
 #: ``merge_flows`` looks for identical blocks in a pass of at least this many pair flows
 #: (below it the search for them costs more than it saves).
 _MERGE_MIN = 4096
@@ -708,7 +710,7 @@ class IterationGraphBuilder:
         pairs or as coflows, with their dependencies (each distinct one once)."""
         n = self.n
         nn = n * n
-        if consumers * nn <= max(_DENSE_PER_TRANSFER * keys.size, _DENSE_MIN):
+        if consumers * nn <= _DENSE_PER_TRANSFER * keys.size:
             uk, inv, sizes, k_of, p_of = merge_transfers(keys, nbytes, preds, nn,
                                                          succ_base.size)
         else:   # too many servers for a dense table: sort
