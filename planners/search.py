@@ -22,7 +22,8 @@ the chains agree.
    runs given one config or shifted, stages split another way or moved whole onto
    another aligned block, table layouts and blocks, single operators given a
    neighbour's config; the fastest taken, until none improves or it has tried
-   ``descent`` candidates), and is polished (:meth:`~topoopt.planners.mcmc.Chain.polish`:
+   ``descent`` candidates; the chain ahead then goes on to ``best_descent``), and is
+   polished (:meth:`~topoopt.planners.mcmc.Chain.polish`:
    each stage's end operators split on their own, then the descent again if that
    helped).
 
@@ -45,7 +46,7 @@ from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy
 
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
-           "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO"]
+           "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO", "BEHIND_RATIO"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -59,8 +60,17 @@ BLOCK = 40
 #: 400 and 300 gave 159-164 too, but DLRM-16's TopoOpt seeds spread to 1.035 and its
 #: plan took up to 19.9 s).
 DESCENT = 400
+#: Candidates the final descent of the chain ahead may try in all (at most sixteen
+#: times its budget): a 128-server Expander's neighbourhood is ~330 candidates, so 400
+#: is about one steepest step, and its seeds ended where that step left them (DLRM-128,
+#: seeds 0-4: 156.2-165.1 ms, 1.057). Only the chain ahead after every chain's
+#: :data:`DESCENT` goes on: it is the plan's answer.
+BEST_DESCENT = 1600
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
+#: A chain whose start's basin bottom is more than this factor behind the best one's
+#: starts from the best one's bottom instead.
+BEHIND_RATIO = 1.1
 #: Families descended beyond one per chain, before the chains pick where to start.
 SCREENED_FAMILIES = 3
 #: ... if their best start is within this factor of the best start.
@@ -114,7 +124,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
                  block: int = BLOCK, alpha: float = DEFAULT_ALPHA,
                  restart_every: int = RESTART_EVERY, descent: int = DESCENT,
-                 start_descent: int = START_DESCENT,
+                 best_descent: int = BEST_DESCENT, start_descent: int = START_DESCENT,
                  screened_families: int = SCREENED_FAMILIES,
                  progress: Callable[[int, float], None] | None = None,
                  stop: Callable[[], bool] = stop_requested) -> FabricSearch:
@@ -145,6 +155,9 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     descent : int
         Most candidates a chain's final descent tries, and no more than ``4 x budget``
         (0: none).
+    best_descent : int
+        Candidates the chain ahead after the final descents may try in all (it goes on
+        from where ``descent`` stopped it; no more than ``16 x budget``).
     start_descent : int
         Most candidates the descent from a chain's start tries, and no more than
         ``2 x budget``.
@@ -210,6 +223,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     # cut short by the bound, and a sweep of a 128-server neighbourhood is 100-400
     first = min(start_descent, 2 * budget)
     descent = min(descent, 4 * budget)
+    best_descent = max(descent, min(best_descent, 16 * budget)) if descent > 0 else 0
     # families are judged by the bottom of their basin, not by their start: up to
     # ``screened_families`` more families than chains, those whose best start is within
     # SCREEN_RATIO of the best, descend too, and the chains go on from the best bottoms
@@ -233,6 +247,13 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
             distinct = set(first_of.values())
             keep = [k for k in order if k in distinct] + [k for k in order if k not in distinct]
             runs = [runs[k] for k in keep[:chains]]
+        # a chain whose basin bottom is far behind explores the best basin instead, with
+        # its own draws: two chains from 173.9 ms find more of that basin than one does
+        # while the other climbs out of 222.2 (BERT-128's Expander)
+        lead = min(runs, key=lambda ch: ch.best_t)
+        for ch in runs:
+            if ch.best_t > BEHIND_RATIO * lead.best_t:
+                ch.adopt(lead.best, lead.best_t)
     stop_reason = "budget"
     done = 0
     while done < budget:
@@ -253,6 +274,10 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         for ch in runs:
             ch.settle(descent, stop)
             ch.polish(descent, stop)
+        # the chain ahead goes on descending where its limit stopped it
+        lead = min(runs, key=lambda ch: (ch.best_t, ch.seed))
+        if best_descent > descent and lead.settle(best_descent - descent, stop):
+            lead.polish(descent, stop)
     results = tuple(ch.result() for ch in runs)
     best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
     bests = [r.best_time for r in results]
