@@ -336,3 +336,58 @@ def test_the_rounds_best_descends_on_every_degree_splits_topology():
     # the pair returned is timed on its own topology
     assert IterationCost(model, cluster, job, topoopt_fabric(plan_d),
                          plan_d.rings)(best) == pytest.approx(t, rel=1e-12)
+
+
+def test_the_chain_ahead_goes_on_descending_past_the_final_limit():
+    # budget 2: every chain's final descent stops at 8 candidates; the chain ahead goes
+    # on to 16 x 2 and reaches a basin the limit had cut it off from
+    cluster, job, model, space = small()
+    layouts = structured_strategies(model, space)
+    net = ideal_switch(8, cluster.server_bandwidth)
+    found = {bd: search_space(space, IterationCost(model, cluster, job, net), layouts,
+                              chains=2, budget=2, seed=0, best_descent=bd)
+             for bd in (0, 1600)}
+    assert found[1600].best_time < 0.5 * found[0].best_time
+    # only the lead moved on: the other chain ends where it did
+    lead = min(found[0].chains, key=lambda c: (c.best_time, c.seed))
+    for a, b in zip(found[0].chains, found[1600].chains):
+        if a.seed != lead.seed:
+            assert b.best_time == a.best_time
+
+
+def test_a_chain_far_behind_goes_on_from_the_best_bottom(monkeypatch):
+    # with the ratio at 1, every chain whose start's basin bottom is slower than the
+    # best one's adopts it (its own draws, its own start kept)
+    import importlib
+
+    from topoopt.planners.mcmc import Chain
+
+    search = importlib.import_module("topoopt.planners.search")
+    cluster, job, model, space = small()
+    layouts = structured_strategies(model, space)
+    net = ideal_switch(8, cluster.server_bandwidth)
+    adopted = []
+    original = Chain.adopt
+
+    def spy(self, strategy, time):
+        adopted.append((self.seed, self.best_t, time))
+        start = self.start_t
+        original(self, strategy, time)
+        assert self.best is strategy and self.current is strategy and self.best_t == time
+        assert self.start_t == start
+        np.testing.assert_array_equal(self.memory, space.memory(strategy))
+
+    monkeypatch.setattr(Chain, "adopt", spy)
+    monkeypatch.setattr(search, "BEHIND_RATIO", 1.0)
+    found = search_space(space, IterationCost(model, cluster, job, net), layouts, chains=3,
+                         budget=10, seed=1)
+    assert adopted and all(behind > lead for _, behind, lead in adopted)
+    assert len({lead for _, _, lead in adopted}) == 1          # one best bottom
+    best_bottom = adopted[0][2]
+    assert all(c.best_time <= best_bottom for c in found.chains
+               if c.seed in {s for s, _, _ in adopted})
+    adopted.clear()
+    monkeypatch.setattr(search, "BEHIND_RATIO", 1e9)
+    search_space(space, IterationCost(model, cluster, job, net), layouts, chains=3,
+                 budget=10, seed=1)
+    assert not adopted
