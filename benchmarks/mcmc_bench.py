@@ -17,6 +17,13 @@ It prints CPU seconds (``time.process_time``: the machine is shared, so wall tim
 charge other people's jobs to ours), moves per second, the ratio, and the best time
 each chain reached. Run: ``python benchmarks/mcmc_bench.py [--moves 60]
 [--baseline 9b813ff] [--only dlrm-16]``.
+
+The two versions' chains walk different strategies (other moves, another cost), and a
+chain that reaches heavy strategies pays for them. ``--fixed`` times the two cost
+functions on the *same* strategies instead: the candidates this version's chain of
+``--moves`` moves proposes, each simulated in full (no bound, no memo) by both
+versions; it prints evaluations per second, the ratio and the largest relative
+difference between the two versions' times.
 """
 
 from __future__ import annotations
@@ -76,6 +83,80 @@ print(json.dumps({"cpu": cpu, "moves": result.moves, "best": result.best_time,
 '''
 
 
+#: The candidates of this version's chain, as JSON (``--fixed``).
+PROPOSALS = r'''
+import json, sys
+from dataclasses import replace
+from topoopt.config import load_config
+from topoopt.fabrics.catalog import build_fabric
+from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.mcmc import mcmc_search
+from topoopt.planners.space import StrategySpace
+from topoopt.workloads import model_of
+path, n, fabric_name, moves = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+cfg = load_config(path)
+cluster, job = replace(cfg.cluster, servers=n), cfg.job
+model = model_of(job)
+space = StrategySpace.build(model, cluster, job)
+start = start_strategy(model, cluster, job, space)
+if fabric_name == "topoopt":
+    plan = plan_topology(model, start, cluster, job)
+    fabric, rings = topoopt_fabric(plan), plan.rings
+else:
+    fabric, rings = build_fabric(fabric_name, cluster, job=job, model=model,
+                                 strategy=start), None
+cost = IterationCost(model, cluster, job, fabric, rings)
+seen = {}
+def spy(s, bound=float("inf")):
+    seen.setdefault(s.configs, s)
+    return cost(s, bound)
+spy.supports_bound = True
+mcmc_search(space, spy, start, moves, seed=0)
+print(json.dumps([[[list(c.servers), c.dp, c.mp] for c in k] for k in seen]))
+'''
+
+#: Both versions' cost of each strategy of a file, in full (``--fixed``).
+TIMER = r'''
+import json, sys, time
+from dataclasses import replace
+from topoopt.config import load_config
+from topoopt.fabrics.catalog import build_fabric
+from topoopt.strategy import OpConfig, Strategy
+try:                                     # this version
+    from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
+    from topoopt.planners.cost import IterationCost
+    from topoopt.workloads import model_of
+except ImportError:                      # the baseline (before the package layout)
+    from planners.alternating import plan_topology, start_strategy, topoopt_fabric
+    from planners.mcmc import IterationCost
+    model_of = lambda job: job.build_model()
+path, n, fabric_name, file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cfg = load_config(path)
+cluster, job = replace(cfg.cluster, servers=n), cfg.job
+model = model_of(job)
+start = start_strategy(model, cluster, job)
+if fabric_name == "topoopt":
+    plan = plan_topology(model, start, cluster, job)
+    fabric, rings = topoopt_fabric(plan), plan.rings
+else:
+    fabric, rings = build_fabric(fabric_name, cluster, job=job, model=model,
+                                 strategy=start), None
+fabric._core()
+strategies = [Strategy(tuple(OpConfig(tuple(sv), dp, mp) for sv, dp, mp in s))
+              for s in json.loads(open(file).read())]
+cost = IterationCost(model, cluster, job, fabric, rings)
+cost(start)                              # first call: compiles, warms caches (not timed)
+times = []
+t0 = time.process_time()
+for s in strategies:
+    cost.memo.clear()
+    times.append(cost(s))
+cpu = time.process_time() - t0
+print(json.dumps({"cpu": cpu, "times": times}))
+'''
+
+
 def baseline_tree(rev: str) -> Path:
     """A checkout of ``rev`` (reused across runs), made with ``git worktree``."""
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
@@ -97,6 +178,25 @@ def run(tree: Path, case: tuple, fabric: str, moves: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def fixed(base: Path, case: tuple, fabric: str, moves: int, tmp: Path) -> dict:
+    """Both versions' cost functions on this version's chain's candidates."""
+    _, n, path = case
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", PROPOSALS, str(ROOT / path), str(n), fabric,
+                          str(moves)], cwd=ROOT, env=env, check=True, capture_output=True,
+                         text=True)
+    file = tmp / f"{case[0]}-{n}-{fabric}.json"
+    file.write_text(out.stdout.strip().splitlines()[-1])
+    result = {}
+    for name, tree in (("base", base), ("new", ROOT)):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run([sys.executable, "-c", TIMER, str(ROOT / path), str(n), fabric,
+                              str(file)], cwd=tree, env=env, check=True, capture_output=True,
+                             text=True)
+        result[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def table(headers, rows):
     cells = [[str(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
@@ -114,9 +214,30 @@ def main(argv=None):
                     help="git revision to compare with (default: main before issue 13)")
     ap.add_argument("--only", default=None, help="cases, e.g. 'dlrm-16,bert-128'")
     ap.add_argument("--fabrics", default=",".join(FABRICS))
+    ap.add_argument("--fixed", action="store_true",
+                    help="time both cost functions on the same strategies")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.only or f"{c[0]}-{c[1]}" in args.only.split(",")]
     base = baseline_tree(args.baseline)
+    rows = []
+    if args.fixed:
+        with tempfile.TemporaryDirectory() as tmp:
+            for case in cases:
+                for fabric in args.fabrics.split(","):
+                    r = fixed(base, case, fabric, args.moves, Path(tmp))
+                    k = len(r["new"]["times"])
+                    old, new = k / r["base"]["cpu"], k / r["new"]["cpu"]
+                    diff = max(abs(a - b) / b for a, b in zip(r["new"]["times"],
+                                                               r["base"]["times"]))
+                    rows.append([case[0], case[1], fabric, k, f"{old:.1f}", f"{new:.1f}",
+                                 f"{new / old:.1f}x", f"{diff:.1e}"])
+                    print(" ".join(map(str, rows[-1])), flush=True)
+        print()
+        print(f"baseline {args.baseline} ({base}) vs this tree ({ROOT}): the candidates of "
+              f"this version's {args.moves}-move chain, each simulated in full by both")
+        table(["model", "n", "fabric", "strategies", "base evals/s", "evals/s", "ratio",
+               "max rel diff"], rows)
+        return
     rows = []
     for case in cases:
         for fabric in args.fabrics.split(","):

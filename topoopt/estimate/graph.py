@@ -321,8 +321,9 @@ class IterationGraphBuilder:
         bytes and predecessors -- the gradients the backward of a DLRM interaction
         sends to each of 64 tables sharded over every server -- their flows start
         together and share every rate, so one node runs them, exactly (DLRM-128 on
-        the Ideal Switch: a million flows become 16 thousand). The planner's
-        engine sets it; the default keeps one node per flow.
+        the Ideal Switch, tables sharded over every server: a graph of a million
+        flows becomes one of 40 thousand). The planner's engine sets it; the default
+        keeps one node per flow.
     """
 
     #: Route entries and coflow routes kept before every route-derived cache is dropped,
@@ -713,7 +714,7 @@ class IterationGraphBuilder:
         if consumers * nn <= _DENSE_PER_TRANSFER * keys.size:
             uk, inv, sizes, k_of, p_of = merge_transfers(keys, nbytes, preds, nn,
                                                          succ_base.size)
-        else:   # too many servers for a dense table: sort
+        else:   # a sparse table (scanned whole, it costs more than a sort)
             uk, inv, _ = _group(keys)
             sizes = np.bincount(inv, weights=nbytes)
             k_of, p_of = _distinct_pairs(inv, preds)

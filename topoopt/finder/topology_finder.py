@@ -206,14 +206,12 @@ def _backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed
     src = np.flatnonzero(mp.sum(axis=1) > 0)
     if src.size == 0:
         return default
-    base = np.array([(a, b) for a, _, b, _ in topology.links], np.int64).reshape(-1, 2)
+    base = _adjacency(topology)
     ring = np.arange(n)
     best, best_cost = default, np.inf
     for p in cands:
-        a = np.concatenate([base[:, 0], ring])
-        b = np.concatenate([base[:, 1], (ring + p) % n])
-        adj = csr_matrix((np.ones(a.size), (a, b)), shape=(n, n))
-        adj.data[:] = 1.0
+        adj = base + csr_matrix((np.ones(n), (ring, (ring + p) % n)), shape=(n, n))
+        adj.data[:] = 1.0           # a ring hop beside a link is still one hop
         dist = shortest_path(adj, method="D", unweighted=True, directed=True, indices=src)
         cost = float((mp[src] * dist).sum())
         if cost < best_cost * (1.0 - 1e-12):

@@ -281,9 +281,9 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     start, finish, tx_end, events, status, value = run_kernel(
         n, np.ascontiguousarray(dag.is_flow, np.bool_), i64(dag.local), i64(dag.flow_node),
         f64(dag.flow_bits), f64(dag.flow_latency), i64(dag.flow_class), i64(dag.counts()),
-        i64(r.ptr),
-        i64(r.link), f64(r.weight), i64(node_res), f64(dag.node_duration), i64(dag.succ_ptr),
-        i64(dag.succ), i64(dag.pending), table, slot, f64(cap), float(horizon))
+        i64(r.ptr), i64(r.link), f64(r.weight), i64(node_res), f64(dag.node_duration),
+        i64(dag.succ_ptr), i64(dag.succ), i64(dag.pending), table, slot, f64(cap),
+        float(horizon))
     if status == PAST_HORIZON:
         raise HorizonExceeded(value)
     if status == STUCK:
