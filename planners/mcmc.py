@@ -161,13 +161,6 @@ class Chain:
         self.improved["descent"] += 1
         return True
 
-    def adopt(self, strategy: Strategy, time: float) -> None:
-        """Go on from ``strategy`` (another chain's state, faster than this one's best)
-        with this chain's own draws; its start stays the one it was given."""
-        self.best, self.best_t = strategy, time
-        self.current, self.current_t = strategy, time
-        self.memory = self.space.memory(strategy)
-
     def polish(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
         """After the last descent: the stages' end operators split on their own
         (:meth:`~topoopt.planners.moves.MoveSet.end_splits`), then, if that helped, the

@@ -46,7 +46,7 @@ from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy
 
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
-           "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO", "BEHIND_RATIO"]
+           "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -68,9 +68,6 @@ DESCENT = 400
 BEST_DESCENT = 1600
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
-#: A chain whose start's basin bottom is more than this factor behind the best one's
-#: starts from the best one's bottom instead.
-BEHIND_RATIO = 1.1
 #: Families descended beyond one per chain, before the chains pick where to start.
 SCREENED_FAMILIES = 3
 #: ... if their best start is within this factor of the best start.
@@ -247,13 +244,6 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
             distinct = set(first_of.values())
             keep = [k for k in order if k in distinct] + [k for k in order if k not in distinct]
             runs = [runs[k] for k in keep[:chains]]
-        # a chain whose basin bottom is far behind explores the best basin instead, with
-        # its own draws: two chains from 173.9 ms find more of that basin than one does
-        # while the other climbs out of 222.2 (BERT-128's Expander)
-        lead = min(runs, key=lambda ch: ch.best_t)
-        for ch in runs:
-            if ch.best_t > BEHIND_RATIO * lead.best_t:
-                ch.adopt(lead.best, lead.best_t)
     stop_reason = "budget"
     done = 0
     while done < budget:
