@@ -269,7 +269,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if best_descent > descent and lead.settle(best_descent - descent, stop):
             lead.polish(descent, stop)
     results = tuple(ch.result() for ch in runs)
-    best = min(results, key=lambda r: (r.best_time, r.seed))   # chain 0 began at the best start
+    best = min(results, key=lambda r: (r.best_time, r.seed))
     bests = [r.best_time for r in results]
     spread = max(bests) / min(bests) if min(bests) > 0 else math.inf
     return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,

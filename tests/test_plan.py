@@ -261,3 +261,25 @@ def test_ctrl_c_requests_a_graceful_stop():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C interrupts for real
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_chains_may_begin_at_any_start_but_none_below_the_fastest(planned, tmp_path):
+    # the chains begin from the best screened basin bottoms, so chain 0 need not be the
+    # one at the fastest start (the README's DLRM-16 plan, seed 0); none may begin
+    # faster than every start
+    out = tmp_path / "plan"
+    write_plan(planned, out, exports=False, plots=False, report=False)
+    doc = json.loads((out / "plan.json").read_text())
+    search = doc["fabrics"]["ideal"]["search"]
+    assert len(search["chains"]) >= 2
+    search["chains"].reverse()
+    slow = max(search["chains"], key=lambda c: c["start_time_s"])
+    slow["start_time_s"] *= 1.5        # began at a slower start: still a start's time
+    (out / "plan.json").write_text(json.dumps(doc))
+    check_plan_dir(out)
+    fastest = min(r["time_s"] for r in search["starts"])
+    search["chains"][0]["start_time_s"] = 0.5 * fastest
+    search["chains"][0]["best_time_s"] = min(search["chains"][0]["best_time_s"], 0.5 * fastest)
+    (out / "plan.json").write_text(json.dumps(doc))
+    with pytest.raises(PlanCheckError, match="faster than the fastest of its starts"):
+        check_plan_dir(out)
