@@ -43,12 +43,14 @@ CASES = [("dlrm", 16, "configs/dlrm-16.toml"), ("dlrm", 128, "configs/dlrm-128.t
          ("bert", 128, "configs/bert-128.toml")]
 FABRICS = ("ideal", "fattree", "topoopt")
 
-#: The chain a version runs; works on both APIs (the baseline's and this one's).
-RUNNER = r'''
+#: What every runner starts with: the job, its space and start, the fabric; works on
+#: both APIs (the baseline's and this one's). Reads CONFIG, n and the fabric from argv.
+SETUP = r'''
 import json, sys, time
 from dataclasses import replace
 from topoopt.config import load_config
 from topoopt.fabrics.catalog import build_fabric
+from topoopt.strategy import OpConfig, Strategy
 try:                                     # this version
     from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
     from topoopt.planners.cost import IterationCost
@@ -60,7 +62,7 @@ except ImportError:                      # the baseline (before the package layo
     from planners.mcmc import IterationCost, mcmc_search
     from planners.space import StrategySpace
     model_of = lambda job: job.build_model()
-path, n, fabric_name, moves = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+path, n, fabric_name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = load_config(path)
 cluster, job = replace(cfg.cluster, servers=n), cfg.job
 model = model_of(job)
@@ -73,6 +75,11 @@ else:
     fabric, rings = build_fabric(fabric_name, cluster, job=job, model=model,
                                  strategy=start), None
 fabric._core()                           # routing tables: built once, not timed
+'''
+
+#: The chain a version runs (argv[4]: moves).
+RUNNER = SETUP + r'''
+moves = int(sys.argv[4])
 cost = IterationCost(model, cluster, job, fabric, rings)
 cost(start)                              # first call: compiles, warms caches (not timed)
 t0 = time.process_time()
@@ -82,30 +89,9 @@ print(json.dumps({"cpu": cpu, "moves": result.moves, "best": result.best_time,
                   "start": result.start_time}))
 '''
 
-
-#: The candidates of this version's chain, as JSON (``--fixed``).
-PROPOSALS = r'''
-import json, sys
-from dataclasses import replace
-from topoopt.config import load_config
-from topoopt.fabrics.catalog import build_fabric
-from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
-from topoopt.planners.cost import IterationCost
-from topoopt.planners.mcmc import mcmc_search
-from topoopt.planners.space import StrategySpace
-from topoopt.workloads import model_of
-path, n, fabric_name, moves = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-cfg = load_config(path)
-cluster, job = replace(cfg.cluster, servers=n), cfg.job
-model = model_of(job)
-space = StrategySpace.build(model, cluster, job)
-start = start_strategy(model, cluster, job, space)
-if fabric_name == "topoopt":
-    plan = plan_topology(model, start, cluster, job)
-    fabric, rings = topoopt_fabric(plan), plan.rings
-else:
-    fabric, rings = build_fabric(fabric_name, cluster, job=job, model=model,
-                                 strategy=start), None
+#: The candidates of this version's chain of argv[4] moves, as JSON (``--fixed``).
+PROPOSALS = SETUP + r'''
+moves = int(sys.argv[4])
 cost = IterationCost(model, cluster, job, fabric, rings)
 seen = {}
 def spy(s, bound=float("inf")):
@@ -116,35 +102,10 @@ mcmc_search(space, spy, start, moves, seed=0)
 print(json.dumps([[[list(c.servers), c.dp, c.mp] for c in k] for k in seen]))
 '''
 
-#: Both versions' cost of each strategy of a file, in full (``--fixed``).
-TIMER = r'''
-import json, sys, time
-from dataclasses import replace
-from topoopt.config import load_config
-from topoopt.fabrics.catalog import build_fabric
-from topoopt.strategy import OpConfig, Strategy
-try:                                     # this version
-    from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
-    from topoopt.planners.cost import IterationCost
-    from topoopt.workloads import model_of
-except ImportError:                      # the baseline (before the package layout)
-    from planners.alternating import plan_topology, start_strategy, topoopt_fabric
-    from planners.mcmc import IterationCost
-    model_of = lambda job: job.build_model()
-path, n, fabric_name, file = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-cfg = load_config(path)
-cluster, job = replace(cfg.cluster, servers=n), cfg.job
-model = model_of(job)
-start = start_strategy(model, cluster, job)
-if fabric_name == "topoopt":
-    plan = plan_topology(model, start, cluster, job)
-    fabric, rings = topoopt_fabric(plan), plan.rings
-else:
-    fabric, rings = build_fabric(fabric_name, cluster, job=job, model=model,
-                                 strategy=start), None
-fabric._core()
+#: A version's cost of each strategy of the file argv[4], in full (``--fixed``).
+TIMER = SETUP + r'''
 strategies = [Strategy(tuple(OpConfig(tuple(sv), dp, mp) for sv, dp, mp in s))
-              for s in json.loads(open(file).read())]
+              for s in json.loads(open(sys.argv[4]).read())]
 cost = IterationCost(model, cluster, job, fabric, rings)
 cost(start)                              # first call: compiles, warms caches (not timed)
 times = []
