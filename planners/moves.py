@@ -87,6 +87,9 @@ class MoveSet:
         self.tables = tuple(i for i, op in enumerate(ops) if op.kind == "embedding")
         self.body = tuple(i for i, op in enumerate(ops)
                           if op.kind not in ("embedding", "input"))
+        in_run = {i for run in self.runs for i in run}
+        self.lone_tables = tuple(i for i in self.tables
+                                 if i not in in_run and i in movable)
         self.wide = tuple(self._wide(i) for i in range(len(ops)))
         self.blocks = _aligned_blocks(self.space.servers)
         mix = dict(DEFAULT_MIX if self.mix is None else self.mix)
@@ -366,21 +369,58 @@ class MoveSet:
                     yield out
 
     def end_splits(self, strategy: Strategy, memory: np.ndarray):
-        """The first and the last operator of each stage split ``dp x mp`` every other
-        way on their own: the layer at a pipeline cut, tensor-split, evens out the two
-        stages (DLRM-16 on the 2:1 Fat-tree: the top MLP's last layer before the cut
-        dp4 x mp2, 29.38 -> 28.18 ms). Not in :meth:`neighbourhood`: the descent's
-        greedy path changes with every candidate it may take (with these in it, the
-        DLRM-128 Ideal Switch's search ends at 32.26 ms instead of 31.14 at seeds 1-4),
-        so a search tries them once its descent has ended. Yields ``(candidate, memory)``."""
+        """The changes a search tries once its descent has ended (a polish): the first
+        and the last operator of each stage split ``dp x mp`` every other way on their
+        own; the first and last 1, 2, 4, ... operators of the body (up to its whole
+        first or last stage) data parallel on every server; and each table in no run
+        given alone the config each table layout gives it.
+
+        - The layer at a pipeline cut, tensor-split, evens out the two stages (DLRM-16
+          on the 2:1 Fat-tree: the top MLP's last layer before the cut dp4 x mp2,
+          29.38 -> 28.18 ms).
+        - The loss and the layers before it are cheap to replicate everywhere, and no
+          boundary move reaches that config from a body on one block (BERT-128 on the
+          Expander: its MLM head on 16 servers, 164.2 ms; on every server, 159.4).
+        - Table layouts move every table at once; BERT's word, position and token-type
+          embeddings differ in size (no run), and the word embedding split over every
+          server while the others stay with the body is the Expander's 159.4 ms (a
+          seed that could not reach it ended at 168.9).
+
+        None of these is in :meth:`neighbourhood`: the descent's greedy path changes
+        with every candidate it may take (with the end splits in it, the DLRM-128 Ideal
+        Switch's search ends at 32.26 ms instead of 31.14 at seeds 1-4; with the body's
+        ends, at 31.14-32.27 ms and the 2:1 Fat-tree's at 32.94-36.04 instead of 32.94),
+        so a search tries them once its descent has ended. Yields ``(candidate,
+        memory)``."""
         seen = {strategy.configs}
-        for stage in self._stages(strategy):
+
+        def emit(changes):
+            out = self._fit(strategy, memory, changes)
+            if out is not None and out[0].configs not in seen:
+                seen.add(out[0].configs)
+                return out
+            return None
+
+        stages = self._stages(strategy)
+        for stage in stages:
             for i in dict.fromkeys((stage[0], stage[-1])):
                 for changes in self._stage_splits(strategy, (i,)):
-                    out = self._fit(strategy, memory, changes)
-                    if out is not None and out[0].configs not in seen:
-                        seen.add(out[0].configs)
+                    out = emit(changes)
+                    if out is not None:
                         yield out
+        if stages:
+            n = self.space.servers
+            everyone = OpConfig(tuple(range(n)), n, 1)
+            for stage, tail in ((stages[0], False), (stages[-1], True)):
+                for k in _doubling(len(stage)):
+                    out = emit(dict.fromkeys(stage[-k:] if tail else stage[:k], everyone))
+                    if out is not None:
+                        yield out
+        for i in self.lone_tables:
+            for cfg in dict.fromkeys(lay.strategy.configs[i] for lay in self.layouts):
+                out = emit({i: cfg})
+                if out is not None:
+                    yield out
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]
@@ -394,6 +434,15 @@ def _on_block(cfg: OpConfig, block: tuple[int, ...]) -> OpConfig:
     k = len(block)
     mp = cfg.mp if k % cfg.mp == 0 else 1
     return OpConfig(block, k // mp, mp)
+
+
+def _doubling(length: int) -> list[int]:
+    """1, 2, 4, ... below ``length``, then ``length``."""
+    out, k = [], 1
+    while k < length:
+        out.append(k)
+        k *= 2
+    return out + [length]
 
 
 def _aligned_blocks(n: int) -> tuple[tuple[int, ...], ...]:

@@ -135,11 +135,14 @@ def test_end_splits_split_one_end_operator_of_a_stage_on_its_servers():
     ends = {i for st in stages for i in (st[0], st[-1])}
     seen = set()
     for c, _ in moves.end_splits(s, space.memory(s)):
-        (i,) = [k for k in range(len(c.configs)) if c.configs[k] != s.configs[k]]
+        changed = [k for k in range(len(c.configs)) if c.configs[k] != s.configs[k]]
+        if len(changed) > 1 or c.configs[changed[0]].servers != s.configs[changed[0]].servers:
+            continue        # a body end on every server (the test below)
+        (i,) = changed
         assert i in ends and c.configs not in seen
         seen.add(c.configs)
         new, old = c.configs[i], s.configs[i]
-        assert new.servers == old.servers and new.mp != old.mp
+        assert new.mp != old.mp
         assert new.dp * new.mp == len(old.servers) and space.contains(c)
     # every split an end operator accepts on its servers is there
     want = {(i, cfg.mp) for i in ends for cfg in space.configs[i]
@@ -353,3 +356,48 @@ def test_the_chain_ahead_goes_on_descending_past_the_final_limit():
     for a, b in zip(found[0].chains, found[1600].chains):
         if a.seed != lead.seed:
             assert b.best_time == a.best_time
+
+
+def test_the_body_ends_go_data_parallel_on_every_server():
+    # the polish: the first and last 1, 2, 4, ... operators of the body's first and
+    # last stage; not in the descent's neighbourhood
+    model, space, moves, s = two_stages(servers=32)
+    stages = moves._stages(s)
+    everyone = tuple(range(32))
+    cands = {c.configs for c, _ in moves.end_splits(s, space.memory(s))}
+    descent = {c.configs for c, _ in moves.neighbourhood(s, space.memory(s))}
+    for stage, tail in ((stages[0], False), (stages[-1], True)):
+        for k in (1, 2, 4, len(stage)):
+            part = stage[-k:] if tail else stage[:k]
+            want = list(s.configs)
+            for i in part:
+                want[i] = space.canonical[i].get(type(s.configs[i])(everyone, 32, 1))
+            if None not in want and space.fits(Strategy(tuple(want), "x")):
+                assert tuple(want) in cands, (tail, k)
+                assert k == len(stage) or tuple(want) not in descent
+
+
+def test_a_table_in_no_run_takes_each_table_layouts_config_alone():
+    # BERT's word, position and token-type embeddings differ in size: no run moves
+    # them, so the polish offers each alone the config each table layout gives it
+    from test_estimate_fast import SMALL_BERT
+    cluster = Cluster(servers=8, nics=2, link_bandwidth=100e9)
+    job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    layouts = structured_strategies(model, space)
+    moves = MoveSet(space, layouts)
+    tables = [i for i, op in enumerate(model.operators) if op.kind == "embedding"]
+    assert len(tables) >= 2 and set(moves.lone_tables) == set(tables)
+    s = next(lay.strategy for lay in layouts if lay.name == "tables-dp+body-stages2")
+    cands = {c.configs for c, _ in moves.end_splits(s, space.memory(s))}
+    offered = 0
+    for i in tables:
+        for cfg in {lay.strategy.configs[i] for lay in layouts} - {s.configs[i]}:
+            want = s.configs[:i] + (cfg,) + s.configs[i + 1:]
+            if space.fits(Strategy(want, "x")):
+                assert want in cands
+                offered += 1
+    assert offered >= len(tables)
+    # DLRM's tables are one run: none of them is alone
+    assert two_stages()[2].lone_tables == ()
