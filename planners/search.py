@@ -23,9 +23,10 @@ the chains agree.
    another aligned block, table layouts and blocks, single operators given a
    neighbour's config; the fastest taken, until none improves or it has tried
    ``descent`` candidates; the chain ahead then goes on to ``best_descent``), and is
-   polished (:meth:`~topoopt.planners.mcmc.Chain.polish`:
-   each stage's end operators split on their own, then the descent again if that
-   helped).
+   polished (:meth:`~topoopt.planners.mcmc.Chain.polish`: each stage's end operators
+   split on their own, the body's first and last operators data parallel on every
+   server, each table in no run given each table layout's config alone, then the
+   descent again if that helped).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
