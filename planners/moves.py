@@ -124,6 +124,20 @@ class MoveSet:
             return None
         return Strategy(tuple(configs), "mcmc"), moved
 
+    def _unseen(self, strategy: Strategy, memory: np.ndarray):
+        """``emit(changes)``: :meth:`_fit` of ``changes``, or None where that gives
+        ``strategy`` itself or a candidate ``emit`` already returned."""
+        seen = {strategy.configs}
+
+        def emit(changes: dict[int, OpConfig]):
+            out = self._fit(strategy, memory, changes)
+            if out is not None and out[0].configs not in seen:
+                seen.add(out[0].configs)
+                return out
+            return None
+
+        return emit
+
     def _draw_config(self, i: int, current: OpConfig, rng: np.random.Generator) -> OpConfig:
         cands = self.space.configs[i]
         if rng.random() < 0.5:
@@ -297,15 +311,7 @@ class MoveSet:
         configs = strategy.configs
         body = self.body
         bounds = [(a, b) for a, b in zip(body, body[1:]) if configs[a] != configs[b]]
-        seen = {configs}
-
-        def emit(changes):
-            out = self._fit(strategy, memory, changes)
-            if out is not None and out[0].configs not in seen:
-                seen.add(out[0].configs)
-                return out
-            return None
-
+        emit = self._unseen(strategy, memory)
         for step in (1, -1):
             every = {}
             for a, b in bounds:
@@ -392,15 +398,7 @@ class MoveSet:
         ends, at 31.14-32.27 ms and the 2:1 Fat-tree's at 32.94-36.04 instead of 32.94),
         so a search tries them once its descent has ended. Yields ``(candidate,
         memory)``."""
-        seen = {strategy.configs}
-
-        def emit(changes):
-            out = self._fit(strategy, memory, changes)
-            if out is not None and out[0].configs not in seen:
-                seen.add(out[0].configs)
-                return out
-            return None
-
+        emit = self._unseen(strategy, memory)
         stages = self._stages(strategy)
         for stage in stages:
             for i in dict.fromkeys((stage[0], stage[-1])):
