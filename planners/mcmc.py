@@ -163,7 +163,7 @@ class Chain:
 
     def polish(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
         """After the last descent: the stages' end operators split on their own, the
-        body's ends on every server and the lone tables' layouts
+        body's ends on every server, the lone tables' layouts and the run members' shapes
         (:meth:`~topoopt.planners.moves.MoveSet.end_splits`), then, if that helped, the
         descent again (a quarter of ``limit``). Never worse than the best before."""
         if self.settle(limit, stop, self.moveset.end_splits):

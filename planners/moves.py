@@ -378,8 +378,10 @@ class MoveSet:
         """The changes a search tries once its descent has ended (a polish): the first
         and the last operator of each stage split ``dp x mp`` every other way on their
         own; the first and last 1, 2, 4, ... operators of the body (up to its whole
-        first or last stage) data parallel on every server; and each table in no run
-        given alone the config each table layout gives it.
+        first or last stage) data parallel on every server; each table in no run
+        given alone the config each table layout gives it; and each member of a run
+        whose members differ in shape given alone each shape (servers, dp, mp) of the
+        run, on the aligned block that holds its first server.
 
         - The layer at a pipeline cut, tensor-split, evens out the two stages (DLRM-16
           on the 2:1 Fat-tree: the top MLP's last layer before the cut dp4 x mp2,
@@ -391,6 +393,10 @@ class MoveSet:
           embeddings differ in size (no run), and the word embedding split over every
           server while the others stay with the body is the Expander's 159.4 ms (a
           seed that could not reach it ended at 168.9).
+        - A run's members tuned one by one: DLRM-16 on the cost-equal Fat-tree puts the
+          body on one server and its 16 tables on one, two, eight or all servers each;
+          seeds 0-4 ended at 55.71-55.96 ms, and with these at 55.67-55.71 (ten times
+          the budget: 55.67).
 
         None of these is in :meth:`neighbourhood`: the descent's greedy path changes
         with every candidate it may take (with the end splits in it, the DLRM-128 Ideal
@@ -419,6 +425,22 @@ class MoveSet:
                 out = emit({i: cfg})
                 if out is not None:
                     yield out
+        # each member of a run given alone each shape (servers, dp, mp) its run uses,
+        # on the aligned block that holds its first server (a run of one shape: none)
+        n = self.space.servers
+        for run in self.runs:
+            shapes = dict.fromkeys((len(c.servers), c.dp, c.mp) for c in
+                                   (strategy.configs[i] for i in run))
+            if len(shapes) < 2:
+                continue
+            for i in run:
+                first = strategy.configs[i].servers[0]
+                for k, dp, mp in shapes:
+                    start = first // k * k
+                    if start + k <= n:
+                        out = emit({i: OpConfig(tuple(range(start, start + k)), dp, mp)})
+                        if out is not None:
+                            yield out
 
     def _layout(self, strategy, memory, rng):
         layout = self.layouts[int(rng.integers(len(self.layouts)))]

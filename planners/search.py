@@ -25,8 +25,9 @@ the chains agree.
    ``descent`` candidates; the chain ahead then goes on to ``best_descent``), and is
    polished (:meth:`~topoopt.planners.mcmc.Chain.polish`: each stage's end operators
    split on their own, the body's first and last operators data parallel on every
-   server, each table in no run given each table layout's config alone, then the
-   descent again if that helped).
+   server, each table in no run given each table layout's config alone, each member
+   of a run given each shape its run uses alone, then the descent again if that
+   helped).
 
 Chains that start apart and end within 1% of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in

@@ -401,3 +401,33 @@ def test_a_table_in_no_run_takes_each_table_layouts_config_alone():
     assert offered >= len(tables)
     # DLRM's tables are one run: none of them is alone
     assert two_stages()[2].lone_tables == ()
+
+
+def test_a_run_member_takes_alone_each_shape_its_run_uses():
+    # the polish: tables of mixed shapes (one server, a block of two, every server);
+    # each table alone gets each shape on the aligned block holding its first server
+    model, space, moves, s = two_stages(servers=8)
+    tables = [i for i, op in enumerate(model.operators) if op.kind == "embedding"]
+    configs = list(s.configs)
+    Cfg = type(configs[0])
+    shapes = [Cfg((5,), 1, 1), Cfg((2, 3), 1, 2), Cfg(tuple(range(8)), 1, 8)]
+    for k, i in enumerate(tables):
+        configs[i] = space.canonical[i].get(shapes[k % 3])
+    s = Strategy(tuple(configs), "mixed")
+    assert space.contains(s)
+    cands = {c.configs for c, _ in moves.end_splits(s, space.memory(s))}
+    offered = 0
+    for i in tables:
+        first = s.configs[i].servers[0]
+        for shape in shapes:
+            k = len(shape.servers)
+            cfg = Cfg(tuple(range(first // k * k, first // k * k + k)), shape.dp, shape.mp)
+            want = s.configs[:i] + (space.canonical[i].get(cfg),) + s.configs[i + 1:]
+            if want != s.configs and space.fits(Strategy(want, "x")):
+                assert want in cands, (i, cfg)
+                offered += 1
+    assert offered >= 2 * len(tables)
+    # a run of one shape offers nothing new: the two-stage layout's tables are spread
+    plain = two_stages(servers=8)[3]
+    got = {c.configs for c, _ in moves.end_splits(plain, space.memory(plain))}
+    assert not any(c[i].servers != plain.configs[i].servers for c in got for i in tables)
