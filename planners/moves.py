@@ -405,6 +405,7 @@ class MoveSet:
         so a search tries them once its descent has ended. Yields ``(candidate,
         memory)``."""
         emit = self._unseen(strategy, memory)
+        n = self.space.servers
         stages = self._stages(strategy)
         for stage in stages:
             for i in dict.fromkeys((stage[0], stage[-1])):
@@ -413,7 +414,6 @@ class MoveSet:
                     if out is not None:
                         yield out
         if stages:
-            n = self.space.servers
             everyone = OpConfig(tuple(range(n)), n, 1)
             for stage, tail in ((stages[0], False), (stages[-1], True)):
                 for k in _doubling(len(stage)):
@@ -427,7 +427,6 @@ class MoveSet:
                     yield out
         # each member of a run given alone each shape (servers, dp, mp) its run uses,
         # on the aligned block that holds its first server (a run of one shape: none)
-        n = self.space.servers
         for run in self.runs:
             shapes = dict.fromkeys((len(c.servers), c.dp, c.mp) for c in
                                    (strategy.configs[i] for i in run))
