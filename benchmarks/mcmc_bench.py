@@ -129,33 +129,28 @@ def baseline_tree(rev: str) -> Path:
     return where
 
 
-def run(tree: Path, case: tuple, fabric: str, moves: int) -> dict:
-    """One chain in a fresh process whose imports come from ``tree``."""
+def _python(tree: Path, script: str, case: tuple, fabric: str, arg) -> str:
+    """The last line ``script`` (one of the runners) prints, run in a fresh process
+    whose imports come from ``tree``, for ``case`` on ``fabric`` with ``arg``."""
     _, n, path = case
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", RUNNER, str(ROOT / path), str(n), fabric,
-                          str(moves)], cwd=tree, env=env, check=True, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT / path), str(n), fabric,
+                          str(arg)], cwd=tree, env=env, check=True, capture_output=True,
                          text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return out.stdout.strip().splitlines()[-1]
+
+
+def run(tree: Path, case: tuple, fabric: str, moves: int) -> dict:
+    """One chain in a fresh process whose imports come from ``tree``."""
+    return json.loads(_python(tree, RUNNER, case, fabric, moves))
 
 
 def fixed(base: Path, case: tuple, fabric: str, moves: int, tmp: Path) -> dict:
     """Both versions' cost functions on this version's chain's candidates."""
-    _, n, path = case
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", PROPOSALS, str(ROOT / path), str(n), fabric,
-                          str(moves)], cwd=ROOT, env=env, check=True, capture_output=True,
-                         text=True)
-    file = tmp / f"{case[0]}-{n}-{fabric}.json"
-    file.write_text(out.stdout.strip().splitlines()[-1])
-    result = {}
-    for name, tree in (("base", base), ("new", ROOT)):
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        out = subprocess.run([sys.executable, "-c", TIMER, str(ROOT / path), str(n), fabric,
-                              str(file)], cwd=tree, env=env, check=True, capture_output=True,
-                             text=True)
-        result[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    file = tmp / f"{case[0]}-{case[1]}-{fabric}.json"
+    file.write_text(_python(ROOT, PROPOSALS, case, fabric, moves))
+    return {name: json.loads(_python(tree, TIMER, case, fabric, file))
+            for name, tree in (("base", base), ("new", ROOT))}
 
 
 def table(headers, rows):

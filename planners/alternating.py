@@ -340,14 +340,15 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         options = []
         splits_of = {}
         for res in sorted(found.chains, key=lambda c: (c.best_time, c.seed)):
-            if res.best.configs == best_strategy.configs:
+            # (chains that agree on a best: its topologies once)
+            if res.best.configs == best_strategy.configs or res.best.configs in splits_of:
                 continue
             kept = extend_plan(best_plan, _traffic(model, res.best, cluster, job))
             kept_t = IterationCost(model, cluster, job, topoopt_fabric(kept),
                                    kept.rings)(res.best)
-            splits = splits_of.setdefault(res.best.configs, split_topologies(
-                model, res.best, cluster, job, tseed, finder_kwargs))
-            plan_r, t_r = splits[0]
+            splits_of[res.best.configs] = split_topologies(model, res.best, cluster, job,
+                                                           tseed, finder_kwargs)
+            plan_r, t_r = splits_of[res.best.configs][0]
             options += [(kept_t, 1, len(options), res.best, kept),
                         (t_r, 0, len(options), res.best, plan_r)]
         if options:
