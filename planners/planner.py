@@ -146,7 +146,7 @@ def search_one_fabric(task: FabricTask,
             topology_seed=task.fabric_seed,
             finder_kwargs=task.finder_kwargs,
             seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
-            layouts=structured_strategies(model, space), progress=progress,
+            layouts=structured_strategies(model, space, side=True), progress=progress,
             screened_families=_screened(task))
         return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
                              topology_plan=found.topology_plan)

@@ -21,7 +21,7 @@ from topoopt.model import Model
 from topoopt.planners.space import StrategySpace
 from topoopt.strategy import OpConfig, Strategy
 
-__all__ = ["Layout", "operator_runs", "body_stages", "structured_strategies",
+__all__ = ["Layout", "operator_runs", "body_stages", "side_branch", "structured_strategies",
            "TABLE_LAYOUTS", "BODY_LAYOUTS"]
 
 #: Table layouts: ``dp`` (replicated like the body), ``spread`` (table i alone on server
@@ -36,12 +36,14 @@ MPALL_SHARDS = 512
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
 #: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
-#: instead), ``blockK`` (the whole body on servers 0..K-1, data parallel: on a poor network
-#: fewer replicas can beat all of them).
+#: instead), ``stagesG-side`` (the side branch -- see :func:`side_branch` -- on the last
+#: block, the rest cut into G stages; only with ``side``), ``blockK`` (the whole body on servers 0..K-1,
+#: data parallel: on a poor network fewer replicas can beat all of them).
 BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
-                "stages4-mp2", "stages2@params", "stages4@params", "stages8@params",
-                "stages2@ops", "stages4@ops", "stages8@ops", "block1", "block2", "block4",
-                "block8", "block16", "block32", "block64")
+                "stages4-mp2", "stages2-side", "stages4-side", "stages2@params",
+                "stages4@params", "stages8@params", "stages2@ops", "stages4@ops",
+                "stages8@ops", "block1", "block2", "block4", "block8", "block16", "block32",
+                "block64")
 #: What a stage cut balances.
 CUTS = ("work", "params", "ops")
 
@@ -110,6 +112,39 @@ def body_stages(model: Model, body: list[int], parts: int, cut: str = "work"
     return [body[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def side_branch(model: Model) -> tuple[int, ...]:
+    """The body operators no embedding table feeds, when tables feed the rest: a
+    branch that can run beside the table lookups (DLRM's bottom MLP).
+
+    Placing independent operators on disjoint devices is FlexFlow's operator
+    dimension; a pipeline of stages keeps its last block idle until the first stage's
+    forward pass is done, so the ``stagesG-side`` layouts put the branch there (DLRM-16
+    on the TopoOpt shard: 37.20 ms against 40.77 for ``stages2`` with the tables split
+    over the first block).
+
+    Returns
+    -------
+    tuple of int
+        Operator indices in model order; empty for a model without tables, or whose
+        body all depends on them (BERT: every layer reads the embeddings).
+
+    Examples
+    --------
+    >>> from topoopt.workloads import build_model
+    >>> m = build_model("dlrm", {"tables": 4, "rows": 100, "bottom_layers": 2})
+    >>> [m.operators[i].name for i in side_branch(m)]
+    ['bottom0', 'bottom1']
+    """
+    ops = model.operators
+    fed = [op.kind == "embedding" for op in ops]
+    if not any(fed):
+        return ()
+    for u, v in model.edges:        # edges run forward in model order
+        fed[v] = fed[v] or fed[u]
+    return tuple(i for i, op in enumerate(ops)
+                 if op.kind not in ("embedding", "input") and not fed[i])
+
+
 def _table_configs(model: Model, tables: list[int], n: int, layout: str) -> dict[int, OpConfig]:
     out: dict[int, OpConfig] = {}
     everyone = OpConfig(tuple(range(n)), dp=n, mp=1)
@@ -150,12 +185,18 @@ def _body_configs(model: Model, body: list[int], n: int, layout: str) -> dict[in
         name, _, mp = layout.partition("-")
         parts = int(name[6:])
         size = n // parts
+        if mp == "side":
+            side = set(side_branch(model))
+            on(tuple(range(n - size, n)), 1, [i for i in body if i in side])
+            body, mp = [i for i in body if i not in side], ""
         for g, idx in enumerate(body_stages(model, body, parts, cut or "work")):
             on(tuple(range(g * size, (g + 1) * size)), int(mp[2:]) if mp else 1, idx)
     return out
 
 
-def _applicable(layout: str, n: int, tables: int, body: int) -> bool:
+def _applicable(layout: str, n: int, tables: int, body: int, side: int) -> bool:
+    if layout.endswith("-side") and not 0 < side < body:
+        return False
     if layout.startswith("stages"):
         parts = int(layout.split("@")[0].split("-")[0][6:])
         return n % parts == 0 and n // parts >= 1 and body >= parts
@@ -167,7 +208,8 @@ def _applicable(layout: str, n: int, tables: int, body: int) -> bool:
     return True
 
 
-def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, ...]:
+def structured_strategies(model: Model, space: StrategySpace, side: bool = False
+                          ) -> tuple[Layout, ...]:
     """Every table layout x body layout that is a valid strategy of ``space`` and fits in
     memory, without duplicates, in a fixed order (:data:`TABLE_LAYOUTS` then
     :data:`BODY_LAYOUTS`).
@@ -177,6 +219,12 @@ def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, .
     model : Model
     space : StrategySpace
         The valid configs per operator and the memory limit.
+    side : bool
+        Include the ``stagesG-side`` bodies. The TopoOpt shard's search uses them; the
+        switch fabrics' do not: as more families to start from, they made DLRM-128's
+        seeds disagree on the Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4)
+        and the 2:1 Fat-tree (33.31-36.04 instead of 32.94), while on the TopoOpt shard
+        DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without them).
 
     Returns
     -------
@@ -198,6 +246,7 @@ def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, .
     ops = model.operators
     tables = [i for i, op in enumerate(ops) if op.kind == "embedding"]
     body = [i for i, op in enumerate(ops) if op.kind not in ("embedding", "input")]
+    n_side = len(side_branch(model))
     everyone = OpConfig(tuple(range(n)), dp=n, mp=1)
     seen: set = set()
     out: list[Layout] = []
@@ -208,7 +257,8 @@ def structured_strategies(model: Model, space: StrategySpace) -> tuple[Layout, .
             continue
         tcfg = _table_configs(model, tables, n, tl)
         for bl in BODY_LAYOUTS:
-            if not _applicable(bl, n, len(tables), len(body)):
+            if bl.endswith("-side") and not side or not _applicable(bl, n, len(tables),
+                                                                    len(body), n_side):
                 continue
             bcfg = _body_configs(model, body, n, bl)
             configs = tuple(tcfg.get(i) or bcfg.get(i) or everyone for i in range(len(ops)))

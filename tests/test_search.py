@@ -16,8 +16,9 @@ from topoopt.planners.moves import MOVE_KINDS, MoveSet
 from topoopt.planners.planner import plan
 from topoopt.planners.search import search_space
 from topoopt.planners.space import StrategySpace
-from topoopt.planners.structure import body_stages, operator_runs, structured_strategies
-from topoopt.strategy import Strategy, hybrid
+from topoopt.planners.structure import (body_stages, operator_runs, side_branch,
+                                       structured_strategies)
+from topoopt.strategy import OpConfig, Strategy, hybrid
 from topoopt.workloads import model_of
 
 SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
@@ -73,6 +74,31 @@ def test_stages_cover_the_body_in_order():
         for parts in (2, 4):
             stages = body_stages(model, body, parts, cut)
             assert [i for s in stages for i in s] == body and len(stages) == parts
+
+
+def test_the_side_branch_is_the_body_no_table_feeds_and_goes_to_the_last_block():
+    _, _, model, space = small()
+    ops = model.operators
+    side = side_branch(model)
+    assert [ops[i].name for i in side] == ["bottom0", "bottom1"]
+    assert side_branch(model_of(Job("bert", 8, size={"layers": 2}))) == ()
+    assert side_branch(model_of(Job("vgg16", 8))) == ()      # no tables
+    assert not any("side" in lay.name for lay in structured_strategies(model, space))
+    layouts = {lay.name: lay.strategy for lay in structured_strategies(model, space, True)}
+    for parts in (2, 4):
+        s = layouts[f"tables-spread+body-stages{parts}-side"]
+        size = 8 // parts
+        last = tuple(range(8 - size, 8))
+        assert all(s.configs[i] == OpConfig(last, size, 1) for i in side)
+        rest = [i for i, op in enumerate(ops)
+                if op.kind not in ("embedding", "input") and i not in side]
+        for g, stage in enumerate(body_stages(model, rest, parts)):
+            block = tuple(range(g * size, (g + 1) * size))
+            assert all(s.configs[i] == OpConfig(block, size, 1) for i in stage)
+        # the tables keep their layout
+        plain = layouts[f"tables-spread+body-stages{parts}"]
+        assert all(s.configs[i] == plain.configs[i] for i, op in enumerate(ops)
+                   if op.kind in ("embedding", "input"))
 
 
 def test_runs_group_identical_operators():
@@ -160,7 +186,6 @@ def test_polish_after_the_descent_splits_the_layer_at_the_cut():
     # 8-server stages cut before top7 (29.38 ms, the bottom of its descent); the top
     # MLP's top6 split dp4 x mp2 on its own gives 28.18 ms
     from topoopt.planners.mcmc import Chain
-    from topoopt.strategy import OpConfig
     model, space, cost, layouts = dlrm16("oversub")
     names = [op.name for op in model.operators]
     cut = names.index("top7")
