@@ -313,3 +313,16 @@ def test_reject_bad_inputs():
     w.add_tasks([-1.0], NO_RESOURCE)
     with pytest.raises(Exception, match="duration"):
         simulate(one_link(), w)
+
+
+@pytest.mark.parametrize("n", [5, 70_000])
+def test_successor_lists_match_a_stable_sort_of_the_sources(n):
+    from topoopt.netsim.dag import successor_lists
+    rng = np.random.default_rng(n)
+    before = rng.integers(0, n, 3 * n)
+    after = rng.integers(0, n, 3 * n)
+    ptr, succ = successor_lists(before, after, n)
+    order = np.argsort(before, kind="stable")       # numpy's merge sort: the reference
+    assert np.array_equal(succ, after[order])
+    assert np.array_equal(np.diff(ptr), np.bincount(before, minlength=n))
+    assert ptr[0] == 0 and ptr[-1] == before.size

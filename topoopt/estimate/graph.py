@@ -28,7 +28,7 @@ from topoopt.estimate._mp_kernel import merge_transfers
 from topoopt.estimate.segments import EstimateCache, Segment, fuse_operators
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
-from topoopt.netsim.dag import DagArrays
+from topoopt.netsim.dag import DagArrays, successor_lists
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import NO_RESOURCE, FlowRoutes, Workload
 from topoopt.strategy import OpConfig, Strategy
@@ -147,14 +147,11 @@ class IterationGraph:
         node_res[:t] = self.task_server
         node_dur = np.zeros(n)
         node_dur[:t] = self.task_duration
-        before = self.dep_before
-        # stable sort of the dependency sources (radix sort when ids fit 16 bits)
-        order = np.argsort(before.astype(np.uint16) if n <= 1 << 16 else before, kind="stable")
-        succ_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(before, minlength=n), out=succ_ptr[1:])
+        succ_ptr, succ = successor_lists(np.asarray(self.dep_before, np.int64),
+                                         np.asarray(self.dep_after, np.int64), n)
         return DagArrays(n, is_flow, local, self.flow_nodes, 8.0 * self.flow_bytes,
                          self.flow_latency, self.flow_class, self.routes, node_res, node_dur,
-                         succ_ptr, self.dep_after[order],
+                         succ_ptr, succ,
                          np.bincount(self.dep_after, minlength=n), None, self.flow_count)
 
     @cached_property

@@ -15,7 +15,7 @@ import heapq
 import numpy as np
 from numba import njit
 
-__all__ = ["run_kernel", "OK", "PAST_HORIZON", "STUCK"]
+__all__ = ["run_kernel", "successor_lists", "OK", "PAST_HORIZON", "STUCK"]
 
 #: Status codes of :func:`run_kernel`.
 OK, PAST_HORIZON, STUCK = 0, 1, 2
@@ -26,6 +26,28 @@ _RTOL = 1e-9
 #: levels: 0.4 ms against 0.35 ms; the DLRM-128 Expander's coflows, ~3k entries on 512
 #: links: a quarter less time at 2 entries per link than at 8).
 _ENTRIES_PER_LINK = 4
+
+
+@njit(cache=True)
+def successor_lists(before, after, n):
+    """CSR successor lists of the dependencies ``before[i] -> after[i]`` on nodes
+    ``0..n-1``: ``(ptr, succ)``, node ``v``'s successors ``succ[ptr[v]:ptr[v + 1]]`` in
+    the order the dependencies are listed (``after[argsort(before, stable)]``). A
+    counting sort: linear, where numpy's stable sort of more than 2**16 node ids is a
+    merge sort (a 66k-node DLRM-128 graph with a million dependencies: ~4 ms against
+    ~95)."""
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(before.size):
+        ptr[before[i] + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    succ = np.empty(after.size, np.int64)
+    for i in range(before.size):
+        b = before[i]
+        succ[fill[b]] = after[i]
+        fill[b] += 1
+    return ptr, succ
 
 
 @njit(cache=True)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel
+from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel, successor_lists
 from topoopt.netsim.engine import LinkNetwork, SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
 __all__ = ["DagArrays", "HorizonExceeded", "dag_arrays", "route_classes", "run_dag",
-           "simulate_dag", "link_load_bound"]
+           "simulate_dag", "link_load_bound", "successor_lists"]
 
 
 
@@ -131,13 +131,12 @@ def dag_arrays(workload: CompiledWorkload, link_latency: np.ndarray) -> DagArray
     node_res[w.task_node] = w.task_resource
     node_dur = np.zeros(n)
     node_dur[w.task_node] = w.task_duration
-    order = np.argsort(w.dep_before, kind="stable")
-    succ_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(w.dep_before, minlength=n), out=succ_ptr[1:])
+    succ_ptr, succ = successor_lists(np.asarray(w.dep_before, np.int64),
+                                     np.asarray(w.dep_after, np.int64), n)
     has = w.task_resource >= 0
     q = np.lexsort((w.task_node[has], w.task_priority[has], w.task_resource[has]))
     return DagArrays(n, w.is_flow, w.local, w.flow_node, 8.0 * w.flow_size, flow_lat, klass,
-                     class_routes, node_res, node_dur, succ_ptr, w.dep_after[order],
+                     class_routes, node_res, node_dur, succ_ptr, succ,
                      np.bincount(w.dep_after, minlength=n), w.task_node[has][q])
 
 
