@@ -13,7 +13,7 @@
    (cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5) by
    :func:`~topoopt.planners.search.search_space` with the same per-chain budget; all
    start from the same structured strategies (:mod:`~topoopt.planners.structure`;
-   the TopoOpt shard's also include the ``stagesG-side`` bodies);
+   the TopoOpt shard's first round may also start from the ``stagesG-side`` bodies);
 3. every fabric's best strategy is then tried on every other fabric and kept where it
    is faster ("cross-seeding"): a strategy found on one fabric is often good on
    another, and this is what makes the Ideal Switch -- a relaxation of every fabric

@@ -36,9 +36,10 @@ MPALL_SHARDS = 512
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
 #: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
-#: instead), ``stagesG-side`` (the side branch -- see :func:`side_branch` -- on the last
-#: block, the rest cut into G stages; only with ``side``), ``blockK`` (the whole body on servers 0..K-1,
-#: data parallel: on a poor network fewer replicas can beat all of them).
+#: instead), ``stagesG-side`` (the side branch -- see :func:`side_branch` -- on the
+#: last block, the rest cut into G stages; only with ``side``), ``blockK`` (the whole
+#: body on servers 0..K-1, data parallel: on a poor network fewer replicas can beat all
+#: of them).
 BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
                 "stages4-mp2", "stages2-side", "stages4-side", "stages2@params",
                 "stages4@params", "stages8@params", "stages2@ops", "stages4@ops",
@@ -220,11 +221,12 @@ def structured_strategies(model: Model, space: StrategySpace, side: bool = False
     space : StrategySpace
         The valid configs per operator and the memory limit.
     side : bool
-        Include the ``stagesG-side`` bodies. The TopoOpt shard's search uses them; the
-        switch fabrics' do not: as more families to start from, they made DLRM-128's
-        seeds disagree on the Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4)
-        and the 2:1 Fat-tree (33.31-36.04 instead of 32.94), while on the TopoOpt shard
-        DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without them).
+        Include the ``stagesG-side`` bodies. Only the TopoOpt shard's first round
+        starts from them (:func:`~topoopt.planners.alternating.alternating_optimization`):
+        there DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without
+        them). As families of every fabric's search, they made DLRM-128's seeds
+        disagree on the Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4)
+        and the 2:1 Fat-tree (33.31-36.04 instead of 32.94).
 
     Returns
     -------

@@ -101,6 +101,22 @@ def test_the_side_branch_is_the_body_no_table_feeds_and_goes_to_the_last_block()
                    if op.kind in ("embedding", "input"))
 
 
+def test_the_side_layouts_only_start_the_topoopt_shards_first_round():
+    from topoopt.planners.alternating import SCREEN, alternating_optimization
+    cluster, job, model, space = small()
+    layouts = structured_strategies(model, space, side=True)
+    sides = [lay.name for lay in layouts if lay.body.endswith("-side")]
+    assert sides
+    found = alternating_optimization(model, cluster, job, start_strategy(model, cluster, job),
+                                     rounds=1, budget=4, chains=1, layouts=layouts)
+    screened = [name for name, _ in found.screened]
+    # screened apart: the side bodies do not take the other layouts' places
+    assert 0 < sum(name in sides for name in screened) <= SCREEN
+    assert sum(name.startswith("tables-") and name not in sides for name in screened) == SCREEN
+    # and the round's search neither starts from them nor moves to them
+    assert not any(name in sides for name, _ in found.searches[0].starts)
+
+
 def test_runs_group_identical_operators():
     _, _, model, _ = small()
     runs = operator_runs(model)

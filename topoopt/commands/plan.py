@@ -194,8 +194,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     """Plan CONFIG's job on a TopoOpt shard and compare it with other fabrics.
 
     Searches every fabric from the same structured strategies (tables x body
-    layouts; the TopoOpt shard's also put DLRM's bottom MLP beside the tables) with
-    MCMC chains that stop once they agree: the TopoOpt shard by
+    layouts; the TopoOpt shard's first round may also start from DLRM's bottom MLP
+    beside the tables) with MCMC chains that stop once they agree: the TopoOpt shard by
     alternating the search with TopologyFinder (TopoOpt §4), the baselines (Ideal
     Switch, cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander) with the
     same budget, the Ideal Switch first and with twice the budget (it bounds the
