@@ -259,8 +259,8 @@ def structured_strategies(model: Model, space: StrategySpace, side: bool = False
             continue
         tcfg = _table_configs(model, tables, n, tl)
         for bl in BODY_LAYOUTS:
-            if bl.endswith("-side") and not side or not _applicable(bl, n, len(tables),
-                                                                    len(body), n_side):
+            if (bl.endswith("-side") and not side) or not _applicable(
+                    bl, n, len(tables), len(body), n_side):
                 continue
             bcfg = _body_configs(model, body, n, bl)
             configs = tuple(tcfg.get(i) or bcfg.get(i) or everyone for i in range(len(ops)))

@@ -34,8 +34,8 @@ def successor_lists(before, after, n):
     ``0..n-1``: ``(ptr, succ)``, node ``v``'s successors ``succ[ptr[v]:ptr[v + 1]]`` in
     the order the dependencies are listed (``after[argsort(before, stable)]``). A
     counting sort: linear, where numpy's stable sort of more than 2**16 node ids is a
-    merge sort (a 66k-node DLRM-128 graph with a million dependencies: ~4 ms against
-    ~95)."""
+    merge sort (66k node ids, a million dependencies: ~4 ms against ~95; a 200-move
+    DLRM-128 chain on the Ideal Switch: 3.1 ms a graph against 7.8)."""
     ptr = np.zeros(n + 1, np.int64)
     for i in range(before.size):
         ptr[before[i] + 1] += 1
