@@ -217,7 +217,8 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
                              tolerance: float = DEFAULT_TOLERANCE,
                              finder_kwargs: Mapping | None = None,
                              seeds: Mapping[str, Strategy] | None = None,
-                             layouts: Sequence[Layout] = (), screen: int = SCREEN,
+                             layouts: Sequence[Layout] = (),
+                             side_layouts: Sequence[Layout] = (), screen: int = SCREEN,
                              screened_families: int = SCREENED_FAMILIES,
                              topology_seed: int | None = None,
                              progress: Callable[[str, int, float], None] | None = None
@@ -248,9 +249,11 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         on another fabric; each gets its own TopologyFinder topology.
     layouts : sequence of Layout
         Structured strategies: the ``screen`` fastest on the Ideal Switch get their own
-        topology too; all of them serve the search's moves. The ``stagesG-side`` bodies
-        (:func:`~topoopt.planners.structure.side_branch`) are screened apart, ``screen``
-        more, and only start the first round: the rounds' searches leave them out.
+        topology too; all of them serve the search's moves.
+    side_layouts : sequence of Layout
+        More structured strategies, screened apart (``screen`` more) that only the
+        first round may start from: the rounds' searches leave them out (the
+        :data:`~topoopt.planners.structure.SIDE_LAYOUTS`).
     screen : int
     screened_families : int
         As :func:`~topoopt.planners.search.search_space`, for each round's search.
@@ -282,24 +285,22 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
         ("start", start, start_plan, start_t)]
     tried = {start.configs}
     candidates = list((seeds or {}).items())
-    if layouts and screen > 0:
+    if screen > 0 and (layouts or side_layouts):
         ideal = IterationCost(model, cluster, job,
                               ideal_switch(cluster.servers, cluster.server_bandwidth,
                                            cluster.link_latency / 2))
-        times = [ideal(lay.strategy) for lay in layouts]
-        # the side-branch bodies screened apart: fast on the Ideal Switch, they would
-        # take the others' places (DLRM-128: tables-mp4+body-stages2@ops, whose round
-        # ends at 54.28 ms, against 54.47 from the side layout that displaced it)
-        for side in (False, True):
-            pool = [i for i in range(len(layouts))
-                    if layouts[i].body.endswith("-side") == side]
+        # the side layouts screened apart: fast on the Ideal Switch, they would take
+        # the others' places (DLRM-128: tables-mp4+body-stages2@ops, whose round ends
+        # at 54.28 ms, against 54.47 from the side layout that displaced it)
+        for pool in (layouts, side_layouts):
+            times = [ideal(lay.strategy) for lay in pool]
             picked: list[int] = []
-            for i in sorted(pool, key=lambda i: (times[i], i)):
+            for i in sorted(range(len(pool)), key=lambda i: (times[i], i)):
                 # layouts of equal time are symmetric twins: one each
                 if len(picked) < screen and all(abs(times[i] - times[k]) > 1e-9 * times[k]
                                                 for k in picked):
                     picked.append(i)
-            candidates += [(layouts[i].name, layouts[i].strategy) for i in picked]
+            candidates += [(pool[i].name, pool[i].strategy) for i in picked]
     for name, strategy in candidates:
         if stop_requested():
             break               # Ctrl-C: no more TopologyFinder runs
@@ -328,10 +329,9 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     searches: list[FabricSearch] = []
     moves = 0
     interrupted = stop_requested()
-    # the rounds' searches start from and move to the other layouts only (with the
-    # side bodies as families too, DLRM-128's round ends at 54.47 ms, not 54.28)
-    layouts = tuple(lay for lay in layouts if not lay.body.endswith("-side"))
-    moveset = MoveSet(space, layouts)
+    # (the rounds' searches leave the side layouts out: with them as families too,
+    # DLRM-128's round ends at 54.47 ms, not 54.28)
+    moveset = MoveSet(space, tuple(layouts))
     for r in range(1, rounds + 1):
         if interrupted:
             break

@@ -13,7 +13,8 @@
    (cost-equivalent Fat-tree, 2:1 oversubscribed Fat-tree, Expander; §5) by
    :func:`~topoopt.planners.search.search_space` with the same per-chain budget; all
    start from the same structured strategies (:mod:`~topoopt.planners.structure`;
-   the TopoOpt shard's first round may also start from the ``stagesG-side`` bodies);
+   the TopoOpt shard's first round may also start from the side-branch layouts,
+   :data:`~topoopt.planners.structure.SIDE_LAYOUTS`);
 3. every fabric's best strategy is then tried on every other fabric and kept where it
    is faster ("cross-seeding"): a strategy found on one fabric is often good on
    another, and this is what makes the Ideal Switch -- a relaxation of every fabric
@@ -50,7 +51,7 @@ from topoopt.planners.search import (
     search_space,
 )
 from topoopt.planners.space import StrategySpace
-from topoopt.planners.structure import structured_strategies
+from topoopt.planners.structure import SIDE_LAYOUTS, structured_strategies
 from topoopt.plans.document import BASELINES, FabricResult, Plan
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
@@ -147,7 +148,8 @@ def search_one_fabric(task: FabricTask,
             topology_seed=task.fabric_seed,
             finder_kwargs=task.finder_kwargs,
             seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
-            layouts=structured_strategies(model, space, side=True), progress=progress,
+            layouts=structured_strategies(model, space),
+            side_layouts=structured_strategies(model, space, SIDE_LAYOUTS), progress=progress,
             screened_families=_screened(task))
         return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
                              topology_plan=found.topology_plan)

@@ -14,6 +14,7 @@ identical operators the search's group moves act on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from topoopt.planners.space import StrategySpace
 from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["Layout", "operator_runs", "body_stages", "side_branch", "structured_strategies",
-           "TABLE_LAYOUTS", "BODY_LAYOUTS"]
+           "TABLE_LAYOUTS", "BODY_LAYOUTS", "SIDE_LAYOUTS"]
 
 #: Table layouts: ``dp`` (replicated like the body), ``spread`` (table i alone on server
 #: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K),
@@ -36,15 +37,20 @@ MPALL_SHARDS = 512
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
 #: ``stagesG@params`` and ``stagesG@ops`` cut by parameters or by operator count
-#: instead), ``stagesG-side`` (the side branch -- see :func:`side_branch` -- on the
-#: last block, the rest cut into G stages; only with ``side``), ``blockK`` (the whole
-#: body on servers 0..K-1, data parallel: on a poor network fewer replicas can beat all
-#: of them).
+#: instead), ``blockK`` (the whole body on servers 0..K-1, data parallel: on a poor network
+#: fewer replicas can beat all of them).
 BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "stages2-mp2",
-                "stages4-mp2", "stages2-side", "stages4-side", "stages2@params",
-                "stages4@params", "stages8@params", "stages2@ops", "stages4@ops",
-                "stages8@ops", "block1", "block2", "block4", "block8", "block16", "block32",
-                "block64")
+                "stages4-mp2", "stages2@params", "stages4@params", "stages8@params",
+                "stages2@ops", "stages4@ops", "stages8@ops", "block1", "block2", "block4",
+                "block8", "block16", "block32", "block64")
+#: Side-branch body layouts: ``stagesG-side``, the side branch (:func:`side_branch`) on
+#: the last block and the rest cut into G stages. Only the TopoOpt shard's first round
+#: starts from them (:func:`~topoopt.planners.alternating.alternating_optimization`):
+#: there DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without them). As
+#: more families of every fabric's search, they made DLRM-128's seeds disagree on the
+#: Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4) and the 2:1 Fat-tree
+#: (33.31-36.04 instead of 32.94).
+SIDE_LAYOUTS = ("stages2-side", "stages4-side")
 #: What a stage cut balances.
 CUTS = ("work", "params", "ops")
 
@@ -209,24 +215,19 @@ def _applicable(layout: str, n: int, tables: int, body: int, side: int) -> bool:
     return True
 
 
-def structured_strategies(model: Model, space: StrategySpace, side: bool = False
-                          ) -> tuple[Layout, ...]:
+def structured_strategies(model: Model, space: StrategySpace,
+                          bodies: Sequence[str] = BODY_LAYOUTS) -> tuple[Layout, ...]:
     """Every table layout x body layout that is a valid strategy of ``space`` and fits in
     memory, without duplicates, in a fixed order (:data:`TABLE_LAYOUTS` then
-    :data:`BODY_LAYOUTS`).
+    ``bodies``).
 
     Parameters
     ----------
     model : Model
     space : StrategySpace
         The valid configs per operator and the memory limit.
-    side : bool
-        Include the ``stagesG-side`` bodies. Only the TopoOpt shard's first round
-        starts from them (:func:`~topoopt.planners.alternating.alternating_optimization`):
-        there DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without
-        them). As families of every fabric's search, they made DLRM-128's seeds
-        disagree on the Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4)
-        and the 2:1 Fat-tree (33.31-36.04 instead of 32.94).
+    bodies : sequence of str
+        The body layouts: :data:`BODY_LAYOUTS` (default) or :data:`SIDE_LAYOUTS`.
 
     Returns
     -------
@@ -258,9 +259,8 @@ def structured_strategies(model: Model, space: StrategySpace, side: bool = False
         if tl.startswith("mp") and tl != "mpall" and (n % int(tl[2:]) or int(tl[2:]) >= n):
             continue
         tcfg = _table_configs(model, tables, n, tl)
-        for bl in BODY_LAYOUTS:
-            if (bl.endswith("-side") and not side) or not _applicable(
-                    bl, n, len(tables), len(body), n_side):
+        for bl in bodies:
+            if not _applicable(bl, n, len(tables), len(body), n_side):
                 continue
             bcfg = _body_configs(model, body, n, bl)
             configs = tuple(tcfg.get(i) or bcfg.get(i) or everyone for i in range(len(ops)))

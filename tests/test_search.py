@@ -16,8 +16,13 @@ from topoopt.planners.moves import MOVE_KINDS, MoveSet
 from topoopt.planners.planner import plan
 from topoopt.planners.search import search_space
 from topoopt.planners.space import StrategySpace
-from topoopt.planners.structure import (body_stages, operator_runs, side_branch,
-                                       structured_strategies)
+from topoopt.planners.structure import (
+    SIDE_LAYOUTS,
+    body_stages,
+    operator_runs,
+    side_branch,
+    structured_strategies,
+)
 from topoopt.strategy import OpConfig, Strategy, hybrid
 from topoopt.workloads import model_of
 
@@ -84,7 +89,8 @@ def test_the_side_branch_is_the_body_no_table_feeds_and_goes_to_the_last_block()
     assert side_branch(model_of(Job("bert", 8, size={"layers": 2}))) == ()
     assert side_branch(model_of(Job("vgg16", 8))) == ()      # no tables
     assert not any("side" in lay.name for lay in structured_strategies(model, space))
-    layouts = {lay.name: lay.strategy for lay in structured_strategies(model, space, True)}
+    layouts = {lay.name: lay.strategy for lay in structured_strategies(model, space)
+               + structured_strategies(model, space, SIDE_LAYOUTS)}
     for parts in (2, 4):
         s = layouts[f"tables-spread+body-stages{parts}-side"]
         size = 8 // parts
@@ -104,11 +110,13 @@ def test_the_side_branch_is_the_body_no_table_feeds_and_goes_to_the_last_block()
 def test_the_side_layouts_only_start_the_topoopt_shards_first_round():
     from topoopt.planners.alternating import SCREEN, alternating_optimization
     cluster, job, model, space = small()
-    layouts = structured_strategies(model, space, side=True)
-    sides = [lay.name for lay in layouts if lay.body.endswith("-side")]
+    layouts = structured_strategies(model, space)
+    sides = [lay.name for lay in structured_strategies(model, space, SIDE_LAYOUTS)]
     assert sides
     found = alternating_optimization(model, cluster, job, start_strategy(model, cluster, job),
-                                     rounds=1, budget=4, chains=1, layouts=layouts)
+                                     rounds=1, budget=4, chains=1, layouts=layouts,
+                                     side_layouts=structured_strategies(model, space,
+                                                                        SIDE_LAYOUTS))
     screened = [name for name, _ in found.screened]
     # screened apart: the side bodies do not take the other layouts' places
     assert 0 < sum(name in sides for name in screened) <= SCREEN
