@@ -169,14 +169,21 @@ def servers_used(strategy: Strategy) -> Sequence[int]:
 def describe_strategy(model: Model, strategy: Strategy, servers: int) -> list[str]:
     """A short description of ``strategy``: consecutive operators of one kind whose
     configs have one shape (block size, ``dp``, ``mp``) are one line, with where they
-    run (``all``, one block, or how many distinct blocks).
+    run: ``all servers``, one block, each block's operators when up to three blocks
+    hold consecutive runs of them (a pipeline's stages), else how many blocks.
 
     Examples
     --------
     >>> from topoopt.workloads import build_model
-    >>> m = build_model("dlrm", {"tables": 4, "rows": 100})
+    >>> m = build_model("dlrm", {"tables": 4, "rows": 100, "bottom_layers": 2})
     >>> describe_strategy(m, hybrid(m, 4), 4)[0]
     'emb0..emb3 (4 embedding): 4 blocks of 1 server, dp1'
+    >>> two = OpConfig((0, 1), 2, 1), OpConfig((2, 3), 2, 1)
+    >>> s = Strategy(tuple(two[0] if op.name in ("bottom0", "top0") else two[1]
+    ...                    if op.kind == "dense" else c
+    ...                    for op, c in zip(m.operators, hybrid(m, 4).configs)))
+    >>> describe_strategy(m, s, 4)[1]
+    'bottom0..bottom1 (2 dense): bottom0 on servers 0-1, bottom1 on servers 2-3, dp2'
     """
     out: list[list] = []
     for op, cfg in zip(model.operators, strategy.configs):
@@ -184,20 +191,40 @@ def describe_strategy(model: Model, strategy: Strategy, servers: int) -> list[st
             continue
         shape = (op.kind, len(cfg.servers), cfg.dp, cfg.mp)
         if out and out[-1][0] == shape:
-            out[-1][1].append(op.name)
-            out[-1][2].add(cfg.servers)
+            out[-1][1].append((op.name, cfg.servers))
         else:
-            out.append([shape, [op.name], {cfg.servers}])
+            out.append([shape, [(op.name, cfg.servers)]])
     lines = []
-    for (kind, k, dp, mp), names, blocks in out:
-        span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+    for (kind, k, dp, mp), members in out:
+        names = [name for name, _ in members]
+        blocks = {b for _, b in members}
+        span = _span(names)
+        # runs of consecutive operators on one block
+        runs = [[members[0][1], [members[0][0]]]]
+        for name, b in members[1:]:
+            if b == runs[-1][0]:
+                runs[-1][1].append(name)
+            else:
+                runs.append([b, [name]])
         if k == servers:
             where = "all servers"
         elif len(blocks) == 1:
-            (b,) = blocks
-            where = (f"servers {b[0]}-{b[-1]}" if k > 1 else f"server {b[0]}")
+            where = _block(members[0][1])
+        elif len(runs) == len(blocks) <= 3 and all(_block(b) for b in blocks):
+            where = ", ".join(f"{_span(ns)} on {_block(b)}" for b, ns in runs)
         else:
             where = f"{len(blocks)} blocks of {k} server{'s' if k > 1 else ''}"
         par = f"dp{dp}" + (f" x mp{mp}" if mp > 1 else "")
         lines.append(f"{span} ({len(names)} {kind}): {where}, {par}")
     return lines
+
+
+def _span(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+
+
+def _block(servers: Sequence[int]) -> str:
+    """``servers a-b`` (or ``server a``) for a range of consecutive ids, else ''."""
+    if list(servers) != list(range(servers[0], servers[0] + len(servers))):
+        return ""
+    return f"servers {servers[0]}-{servers[-1]}" if len(servers) > 1 else f"server {servers[0]}"
