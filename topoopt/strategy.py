@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Mapping, Sequence
 
 from topoopt.errors import ConfigError
@@ -200,17 +202,12 @@ def describe_strategy(model: Model, strategy: Strategy, servers: int) -> list[st
         blocks = {b for _, b in members}
         span = _span(names)
         # runs of consecutive operators on one block
-        runs = [[members[0][1], [members[0][0]]]]
-        for name, b in members[1:]:
-            if b == runs[-1][0]:
-                runs[-1][1].append(name)
-            else:
-                runs.append([b, [name]])
+        runs = [(b, [name for name, _ in g]) for b, g in groupby(members, key=itemgetter(1))]
         if k == servers:
             where = "all servers"
         elif len(blocks) == 1:
             where = _block(members[0][1])
-        elif len(runs) == len(blocks) <= 3 and all(_block(b) for b in blocks):
+        elif len(runs) == len(blocks) <= 3 and all(_consecutive(b) for b in blocks):
             where = ", ".join(f"{_span(ns)} on {_block(b)}" for b, ns in runs)
         else:
             where = f"{len(blocks)} blocks of {k} server{'s' if k > 1 else ''}"
@@ -224,7 +221,9 @@ def _span(names: Sequence[str]) -> str:
 
 
 def _block(servers: Sequence[int]) -> str:
-    """``servers a-b`` (or ``server a``) for a range of consecutive ids, else ''."""
-    if list(servers) != list(range(servers[0], servers[0] + len(servers))):
-        return ""
+    """``servers a-b`` (first and last id) or ``server a``."""
     return f"servers {servers[0]}-{servers[-1]}" if len(servers) > 1 else f"server {servers[0]}"
+
+
+def _consecutive(servers: Sequence[int]) -> bool:
+    return list(servers) == list(range(servers[0], servers[0] + len(servers)))
