@@ -94,7 +94,12 @@ class StrategySpace:
     def build(cls, model: Model, cluster: Cluster, job: Job, max_mp: int | None = None) -> "StrategySpace":
         """The space of ``model`` on ``cluster`` for ``job`` (batch, precision)."""
         batch = job.global_batch(cluster)
-        configs = tuple(op_configs(op, cluster.servers, batch, max_mp) for op in model.operators)
+        # one instance per distinct config across operators: the estimator's memos key
+        # edges by their two configs' identities, and a run of layers shares them
+        pool: dict[OpConfig, OpConfig] = {}
+        configs = tuple(tuple(pool.setdefault(c, c)
+                              for c in op_configs(op, cluster.servers, batch, max_mp))
+                        for op in model.operators)
         return cls(model, cluster.servers, batch, job.dtype_bytes,
                    cluster.gpus_per_server * cluster.gpu.memory, configs)
 
