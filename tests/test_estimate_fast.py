@@ -8,6 +8,7 @@ import pytest
 
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, FastEstimator, build_iteration, estimate_iteration
+from topoopt.estimate.graph import IterationGraphBuilder
 from topoopt.fabrics import expander, fat_tree, ideal_switch
 from topoopt.netsim import (
     NO_RESOURCE,
@@ -19,7 +20,7 @@ from topoopt.netsim import (
     simulate,
 )
 from topoopt.netsim._dag_kernel import _solve
-from topoopt.netsim.dag import link_load_bound, route_classes, simulate_dag
+from topoopt.netsim.dag import link_load_bound, route_classes, run_dag, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import mcmc_search
@@ -434,7 +435,7 @@ def test_merge_transfers_equals_unique_bincount_and_distinct_pairs(seed):
     seg = rng.choice([0, 2, 3], size)            # consumer segments 1 and 4 absent
     keys = seg * n * n + rng.integers(0, n * n, size) // (1 + seed % 2)
     nbytes = rng.random(size) * 1e6
-    preds = rng.integers(0, 9, size)
+    preds = rng.integers(-3, 9, size)            # < 0: barrier placeholders (-1 too)
     uk, inv, sizes, k_of, p_of = merge_transfers(keys, nbytes, preds, n * n, nseg)
     ref_uk, ref_inv = np.unique(keys, return_inverse=True)
     np.testing.assert_array_equal(uk, ref_uk)
@@ -442,6 +443,38 @@ def test_merge_transfers_equals_unique_bincount_and_distinct_pairs(seed):
     np.testing.assert_array_equal(sizes, np.bincount(ref_inv.ravel(), nbytes, uk.size))
     pairs = sorted({(int(k), int(p)) for k, p in zip(ref_inv.ravel(), preds)})
     assert list(zip(k_of.tolist(), p_of.tolist())) == pairs
+
+
+@pytest.mark.parametrize("fabric_name", ["ideal", "fattree", "topoopt"])
+def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name):
+    # tables sharing a config feed the interaction: their flows wait for them through
+    # one barrier per source; each node's times must be those of the graph without
+    n = 16
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    fabric, rings = fabrics_of(n, model, cluster, job)[fabric_name]
+    strategies = [_sharded_tables(model, n, k) for k in (4, 16)]
+    strategies += random_strategies(model, cluster, job, 10, seed=4)
+    graphs = {mb: IterationGraphBuilder(model, cluster, job, fabric, rings, merge_flows=True,
+                                        mp_barriers=mb) for mb in (False, True)}
+    for i, s in enumerate(strategies):
+        plain, joined = graphs[False].build(s), graphs[True].build(s)
+        if i < 2:   # 8 tables sharing a config: a barrier per source
+            assert joined.barriers > plain.barriers
+            # per-pair flows (the Ideal Switch): a dependency per table and per flow
+            # instead of one per (table, flow); coflows already waited once each
+            assert joined.dep_before.size <= plain.dep_before.size + joined.barriers
+            if fabric_name == "ideal":
+                assert joined.dep_before.size < plain.dep_before.size
+        runs = [run_dag(fabric.capacity, g.dag) for g in (plain, joined)]
+        # every task starts and ends at the same time (coflows may be numbered apart)
+        for a, b in zip(runs[0][:2], runs[1][:2]):
+            np.testing.assert_array_equal(a[:plain.tasks], b[:plain.tasks])
+        assert runs[0][3] == runs[1][3]     # events
+        # and the reference engine agrees on the joined graph
+        ref = simulate(fabric, joined.workload, check=True)
+        assert ref.makespan == pytest.approx(np.nanmax(runs[1][1]), rel=REL)
 
 
 def test_row_ranks_equal_unique_rows():

@@ -26,7 +26,7 @@ def merge_transfers(keys, nbytes, preds, nn, nseg):
         in ``[0, nseg)``.
     nbytes : float array
     preds : int64 array
-        The task (>= 0) that releases each transfer.
+        The node that releases each transfer (a task, or a barrier's placeholder < 0).
     nn : int
         Servers squared.
     nseg : int
@@ -101,11 +101,9 @@ def merge_transfers(keys, nbytes, preds, nn, nseg):
                 bucket[j + 1] = bucket[j]
                 j -= 1
             bucket[j + 1] = x
-        prev = -1
         for i in range(a, b):
-            if bucket[i] != prev:
+            if i == a or bucket[i] != bucket[i - 1]:
                 pair_flow[m] = k
                 pair_pred[m] = bucket[i]
                 m += 1
-                prev = bucket[i]
     return uk, inv, sizes, pair_flow[:m], pair_pred[:m]

@@ -281,7 +281,11 @@ class IterationGraphBuilder:
     of that segment on every member (``overlap=True``) or after all backward tasks
     (``overlap=False``); each member's update waits for it. A shard with several rings
     waits for its members through one zero-time barrier, and its members' updates wait
-    for the rings through another.
+    for the rings through another. Producer segments with one config that feed one
+    consumer segment with one config (DLRM's 64 tables, the interaction) send the same
+    pattern of transfers: their flows wait for the producers' tasks on each source
+    through one zero-time barrier per source (``mp_barriers``), a dependency per
+    producer and per flow instead of one per (producer, flow) pair.
 
     Parameters
     ----------
@@ -321,6 +325,11 @@ class IterationGraphBuilder:
         the Ideal Switch, tables sharded over every server: a graph of a million
         flows becomes one of 40 thousand). The planner's engine sets it; the default
         keeps one node per flow.
+    mp_barriers : bool
+        Join a consumer's producers that share a config through one barrier per
+        source (see above; the same times, a DLRM-128 forward pass with 64 tables
+        sharded over every server: 31 thousand dependencies instead of a million).
+        ``False`` keeps a dependency per (producer task, flow), the check.
     """
 
     #: Route entries and coflow routes kept before every route-derived cache is dropped,
@@ -332,7 +341,7 @@ class IterationGraphBuilder:
     def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric,
                  rings: Rings | None = None, overlap: bool = True, mp_flows: str = "auto",
                  cache: EstimateCache | None = None, random_paths: bool = False,
-                 seed: int = 0, merge_flows: bool = False) -> None:
+                 seed: int = 0, merge_flows: bool = False, mp_barriers: bool = True) -> None:
         require_choice("mp_flows", mp_flows, MP_FLOWS)
         if mp_flows == "auto":
             one_switch = fabric.kind == "switched" and fabric.nodes == fabric.servers + 1
@@ -345,11 +354,13 @@ class IterationGraphBuilder:
         self.overlap, self.mp_flows = overlap, mp_flows
         self.random_paths, self.seed = random_paths, seed
         self.merge_flows = merge_flows
+        self.mp_barriers = mp_barriers
         self.cache = cache if cache is not None else EstimateCache(model, cluster, job)
         self.n = cluster.servers
         self.dtype_bytes = job.dtype_bytes
         self._last_fused: tuple | None = None   # (configs, fuse_operators of them)
-        self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row)
+        self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row, token)
+        self._tokens: dict = {}    # cfg -> its number (by value)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
         n = self.n
@@ -374,12 +385,15 @@ class IterationGraphBuilder:
 
     # -- cached pieces --------------------------------------------------------------
     def _config(self, cfg: OpConfig):
+        """(cfg, its servers, each server's position or -1, a number per distinct
+        config: equal configs built apart get the same)."""
         hit = self._cfg.get(id(cfg))
         if hit is None or hit[0] is not cfg:
             srv = np.asarray(cfg.servers, np.int64)
             pos = np.full(self.n, -1, np.int64)
             pos[srv] = np.arange(srv.size)
-            hit = self._cfg[id(cfg)] = (cfg, srv, pos)
+            token = self._tokens.setdefault(cfg, len(self._tokens))
+            hit = self._cfg[id(cfg)] = (cfg, srv, pos, token)
         return hit
 
     def _shared(self, cu: OpConfig, cv: OpConfig):
@@ -407,7 +421,7 @@ class IterationGraphBuilder:
         hit = self._ar.get(id(cfg))
         if hit is not None and hit[0] is cfg:
             return hit[1]
-        _, _, pos = self._config(cfg)
+        pos = self._config(cfg)[2]
         orders_out, cls, lat, glen, frac = [], [], [], [], []
         bt, bi, at, ai = [], [], [], []   # dependency template: (type, index) pairs
         nbar = 0
@@ -567,6 +581,7 @@ class IterationGraphBuilder:
         if len(self._cfg) + len(self._common) > self.config_limit:
             self._cfg.clear()
             self._common.clear()
+            self._tokens.clear()
         segs, seg_of = self._fused(strategy)
         nseg = len(segs)
         info = [self._config(s.config) for s in segs]
@@ -600,21 +615,53 @@ class IterationGraphBuilder:
         f_keys, f_bytes, f_pred, b_keys, b_bytes, b_pred = [], [], [], [], [], []
         seg_pairs = set()
         cache, cluster, job = self.cache, self.cluster, self.job
+        # forward transfers by (consumer, producer config, consumer config): one pattern
+        fwd: dict[tuple, list] = {}
         for e, (u, v) in enumerate(model.edges):
             gu, gv = int(seg_of[u]), int(seg_of[v])
             if gu < 0 or gu == gv:
                 continue
             seg_pairs.add((gu, gv))
-            src, dst, nbytes = cache.edge(model, e, u, segs[gu].config, segs[gv].config,
-                                          cluster, job)
+            cu, cv = segs[gu].config, segs[gv].config
+            src, dst, nbytes = cache.edge(model, e, u, cu, cv, cluster, job)
             if src.size == 0:
                 continue
-            f_keys.append((gv * n + src) * n + dst)
-            f_bytes.append(nbytes)
-            f_pred.append(fwd_base[gu] + info[gu][2][src])
+            key = (gv, info[gu][3], info[gv][3]) if self.mp_barriers else (e,)
+            group = fwd.get(key)
+            if group is None:
+                fwd[key] = [gv, gu, [gu], src, dst, nbytes]
+            else:
+                group[2].append(gu)
+                group[5] = group[5] + nbytes    # transfer order, as merge_transfers sums
             b_keys.append((gu * n + dst) * n + src)
             b_bytes.append(nbytes)
             b_pred.append(bwd_base[gv] + info[gv][2][dst])
+        # placeholders -1 - i for barrier i (numbered once the flows are counted);
+        # barrier 0: the global one (overlap=False)
+        nbar = 0 if self.overlap else 1
+        bar_b: list[np.ndarray] = []
+        bar_a: list[np.ndarray] = []
+        joins: dict[tuple, int] = {}     # (producer segments, config) -> first barrier
+        for gv, gu, gus, src, dst, nbytes in fwd.values():
+            local = info[gu][2][src]
+            f_keys.append((gv * n + src) * n + dst)
+            f_bytes.append(nbytes)
+            producers = tuple(sorted(set(gus)))
+            if len(producers) == 1:
+                f_pred.append(fwd_base[gu] + local)
+                continue
+            # one barrier per position of the producers' (shared) config
+            size = int(sizes[gu])
+            jkey = (producers, info[gu][3])
+            first = joins.get(jkey)
+            if first is None:
+                first = joins[jkey] = nbar
+                nbar += size
+                bars = -1 - (first + np.arange(size))
+                for g in producers:
+                    bar_b.append(fwd_base[g] + np.arange(size))
+                    bar_a.append(bars)
+            f_pred.append(-1 - (first + local))
         for gu, gv in sorted(seg_pairs):
             lu, lv = self._shared(segs[gu].config, segs[gv].config)
             if lu.size:
@@ -636,9 +683,8 @@ class IterationGraphBuilder:
         # node ids (backward and update tasks, rings, barriers).
         ar = [(g, self._allreduce(s.config)) for g, s in enumerate(segs)
               if s.params > 0 and s.config.dp >= 2]
-        nbar = 0 if self.overlap else 1   # barrier 0: the global one (overlap=False)
-        late_b: list[np.ndarray] = []
-        late_a: list[np.ndarray] = []
+        late_b: list[np.ndarray] = bar_b
+        late_a: list[np.ndarray] = bar_a
         ring_orders: list[tuple[int, ...]] = []
         ar_g = np.fromiter((g for g, _ in ar), np.int64, len(ar))
         if ar:
@@ -687,17 +733,13 @@ class IterationGraphBuilder:
             before.append(bwd_base[g] + np.arange(k))
             after.append(upd_base[g] + np.arange(k))
         nf = flows.count
-        if late_b:
-            lb = np.concatenate(late_b)
-            la = np.concatenate(late_a)
-            # placeholder -1 - i -> barrier i, numbered after the flows
-            lb = np.where(lb < 0, ntask + nf - 1 - lb, lb)
-            la = np.where(la < 0, ntask + nf - 1 - la, la)
-            before.append(lb)
-            after.append(la)
+        dep_b = np.concatenate(before + late_b)
+        dep_a = np.concatenate(after + late_a)
+        # placeholder -1 - i -> barrier i, numbered after the flows
+        dep_b = np.where(dep_b < 0, ntask + nf - 1 - dep_b, dep_b)
+        dep_a = np.where(dep_a < 0, ntask + nf - 1 - dep_a, dep_a)
         *flow_arrays, count = flows.arrays()
-        return IterationGraph(ntask, res, dur, *flow_arrays, nbar,
-                              np.concatenate(before), np.concatenate(after),
+        return IterationGraph(ntask, res, dur, *flow_arrays, nbar, dep_b, dep_a,
                               self.routes.view(), segs, tuple(ring_orders),
                               count if flows.merged else None)
 
@@ -803,11 +845,12 @@ def _row_latency(fabric: Fabric, routes: FlowRoutes) -> np.ndarray:
 def _distinct_pairs(inv: np.ndarray, preds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (merged flow, predecessor) pairs, sorted by flow, then predecessor
     (what :func:`~topoopt.estimate._mp_kernel.merge_transfers` returns, by sorting)."""
-    width = int(preds.max()) + 1 if preds.size else 1
-    pairs = np.sort(inv * width + preds)
+    low = min(int(preds.min()), 0) if preds.size else 0    # barrier placeholders < 0
+    width = int(preds.max()) + 1 - low if preds.size else 1
+    pairs = np.sort(inv * width + (preds - low))
     if pairs.size:
         pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
-    return pairs // width, pairs % width
+    return pairs // width, pairs % width + low
 
 
 def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of: np.ndarray,
@@ -875,7 +918,8 @@ def _coflow_groups(k_of: np.ndarray, p_of: np.ndarray, keys: int
     members did not already wait for); grouping by the first predecessor alone made
     cycles when a consumer read two producer segments on one server.
     """
-    width = int(p_of.max()) + 1 if p_of.size else 1
+    # (predecessors < 0 are barrier placeholders: sets get ids from max(0, width) up)
+    width = max(int(p_of.max()) + 1, 0) if p_of.size else 1
     count = np.bincount(k_of, minlength=keys)
     sig = np.empty(keys, np.int64)
     single = count == 1
