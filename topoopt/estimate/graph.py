@@ -617,6 +617,8 @@ class IterationGraphBuilder:
         cache, cluster, job = self.cache, self.cluster, self.job
         # forward transfers by (consumer, producer config, consumer config): one pattern
         fwd: dict[tuple, list] = {}
+        bwd: list[tuple] = []
+        outs = np.zeros(nseg, np.int64)     # edges with transfers out of each segment
         for e, (u, v) in enumerate(model.edges):
             gu, gv = int(seg_of[u]), int(seg_of[v])
             if gu < 0 or gu == gv:
@@ -633,9 +635,30 @@ class IterationGraphBuilder:
             else:
                 group[2].append(gu)
                 group[5] = group[5] + nbytes    # transfer order, as merge_transfers sums
+            bwd.append((gu, gv, src, dst, nbytes))
+            outs[gu] += 1
+        # Backward: a producer whose one consumer sends it the same gradients as another
+        # producer's (DLRM's tables of one config) is that producer's alias: its flows
+        # are the other's, counted twice (per-pair flows) or twice as large (coflows).
+        aliases: dict[int, list[int]] = {}
+        alias_ok = (self.mp_barriers and not self.random_paths
+                    and (self.mp_flows == "coflow" or self.merge_flows))
+        firsts: dict[tuple, list] = {}
+        for gu, gv, src, dst, nbytes in bwd:
+            if alias_ok and outs[gu] == 1:
+                akey = (gv, info[gu][3], info[gv][3])
+                same = firsts.setdefault(akey, [])
+                rep = next((r for r, rb in same
+                            if rb is nbytes or np.array_equal(rb, nbytes)), None)
+                if rep is not None:
+                    aliases[rep].append(gu)
+                    continue
+                same.append((gu, nbytes))
+                aliases[gu] = []
             b_keys.append((gu * n + dst) * n + src)
             b_bytes.append(nbytes)
             b_pred.append(bwd_base[gv] + info[gv][2][dst])
+        aliases = {r: al for r, al in aliases.items() if al}
         # placeholders -1 - i for barrier i (numbered once the flows are counted);
         # barrier 0: the global one (overlap=False)
         nbar = 0 if self.overlap else 1
@@ -671,13 +694,13 @@ class IterationGraphBuilder:
         # Flows: MP (forward, backward), then AllReduce rings; barriers after them.
         flows = _Flows(ntask)
         consumers = [{gv for _, gv in seg_pairs}, {gu for gu, _ in seg_pairs}]
-        for keys, nbytes, preds, succ_base, cons in (
-                (f_keys, f_bytes, f_pred, fwd_base, consumers[0]),
-                (b_keys, b_bytes, b_pred, bwd_base, consumers[1])):
+        for keys, nbytes, preds, succ_base, cons, al in (
+                (f_keys, f_bytes, f_pred, fwd_base, consumers[0], None),
+                (b_keys, b_bytes, b_pred, bwd_base, consumers[1], aliases)):
             if keys:
-                self._add_mp(flows, np.concatenate(keys), np.concatenate(nbytes),
-                             np.concatenate(preds), succ_base, pos_mat, before, after,
-                             len(cons))
+                nbar = self._add_mp(flows, np.concatenate(keys), np.concatenate(nbytes),
+                                    np.concatenate(preds), succ_base, pos_mat, before, after,
+                                    len(cons), al, nbar, sizes)
 
         # AllReduce: per segment, its config's template instantiated at the segment's
         # node ids (backward and update tasks, rings, barriers).
@@ -745,9 +768,13 @@ class IterationGraphBuilder:
 
     def _add_mp(self, flows: "_Flows", keys: np.ndarray, nbytes: np.ndarray, preds: np.ndarray,
                 succ_base: np.ndarray, pos_mat: np.ndarray, before: list, after: list,
-                consumers: int) -> None:
+                consumers: int, aliases: dict | None, nbar: int, seg_sizes: np.ndarray) -> int:
         """MP flows of one pass: transfers merged per (consumer segment, src, dst), as
-        pairs or as coflows, with their dependencies (each distinct one once)."""
+        pairs or as coflows, with their dependencies (each distinct one once).
+
+        ``aliases``: consumer segment -> segments whose flows are its own (see
+        :meth:`build`); its flows then end in one barrier per destination that all of
+        them wait for. Returns the barriers numbered so far (from ``nbar``)."""
         n = self.n
         nn = n * n
         if consumers * nn <= _DENSE_PER_TRANSFER * keys.size:
@@ -760,7 +787,22 @@ class IterationGraphBuilder:
         g, rest = uk // nn, uk % nn
         src, dst = rest // n, rest % n
         succs = succ_base[g] + pos_mat[g, dst]
+        mult = None
+        if aliases:
+            mult = np.ones(uk.size, np.int64)
+            for r, al in aliases.items():
+                sel = g == r
+                mult[sel] += len(al)
+                # the flows into each of r's tasks end in a barrier its aliases share
+                size = int(seg_sizes[r])
+                bars = -1 - (nbar + np.arange(size))
+                succs[sel] = bars[pos_mat[r, dst[sel]]]
+                before.extend([bars] * (len(al) + 1))
+                after.extend(succ_base[a] + np.arange(size) for a in [r, *al])
+                nbar += size
         if self.mp_flows == "coflow":
+            if mult is not None:
+                sizes = sizes * mult
             co, member, first = _coflow_groups(k_of, p_of, uk.size)
             tot = np.bincount(member, weights=sizes, minlength=co.size)
             share = sizes / np.where(tot[member] > 0, tot[member], 1.0)
@@ -775,9 +817,9 @@ class IterationGraphBuilder:
         else:
             cls, lat = self._pair_classes(src, dst)
             flow_of_succ = np.arange(uk.size)
-            count = None
+            count = mult
             if self.merge_flows and not self.random_paths and uk.size >= _MERGE_MIN:
-                flow_of_succ, count = _identical_blocks(g, rest, sizes, k_of, p_of)
+                flow_of_succ, count = _identical_blocks(g, rest, sizes, k_of, p_of, mult)
             if count is None:
                 ids = flows.add(cls, sizes, lat, FLOW_MP, np.ones(uk.size, np.int64))
             else:
@@ -789,6 +831,7 @@ class IterationGraphBuilder:
                 k_of, p_of = k_of[take], p_of[take]
         before.extend([p_of, ids[flow_of_succ]])
         after.extend([ids[k_of], succs])
+        return nbar
 
 
 class _Flows:
@@ -854,7 +897,8 @@ def _distinct_pairs(inv: np.ndarray, preds: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of: np.ndarray,
-                      p_of: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+                      p_of: np.ndarray, weight: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
     """Merge the flow blocks of segments that match flow by flow.
 
     The merged flows of one pass are sorted by segment, then by (source, destination)
@@ -863,12 +907,14 @@ def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of
     bytes and the same predecessors: their flows then start together on the same
     routes and end together, so the first block's flows stand for the others'.
 
+    ``weight``: the flows each flow already stands for (default one each).
+
     Returns
     -------
     flow_of : ndarray of int
         Per flow, the flow that stands for it (itself if kept).
     count : ndarray of int or None
-        Per flow, the flows it stands for (0 if merged away); ``None`` when no two
+        Per flow, the flows it stands for (0 if merged away); ``weight`` when no two
         blocks match.
     """
     cut = np.flatnonzero(seg[1:] != seg[:-1]) + 1
@@ -882,7 +928,7 @@ def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of
     for b, key in enumerate(shape):
         common.setdefault(key, []).append(b)
     flow_of = None
-    count = None
+    count = weight
     for blocks in common.values():
         if len(blocks) < 2:
             continue
@@ -896,13 +942,14 @@ def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of
                 continue
             if flow_of is None:
                 flow_of = np.arange(seg.size)
-                count = np.ones(seg.size, np.int64)
+                count = (np.ones(seg.size, np.int64) if weight is None
+                         else weight.copy())
             ra = int(starts[r])
             flow_of[a:e] = np.arange(ra, ra + e - a)
+            count[ra:ra + e - a] += count[a:e]
             count[a:e] = 0
-            count[ra:ra + e - a] += 1
     if flow_of is None:
-        return np.arange(seg.size), None
+        return np.arange(seg.size), weight
     return flow_of, count
 
 
