@@ -421,6 +421,8 @@ def test_the_analytical_bound_is_below_every_simulated_time(n):
             busiest = link_load_bound(fabric.capacity, fast.graph(s).dag)
             assert busiest <= t * (1 + 1e-12)
             loaded += busiest > 0.5 * t
+            # the same bound from the traffic matrix, before the graph is built
+            assert fast.builder.link_bound(s) == pytest.approx(busiest, rel=1e-12)
         assert loaded  # and not vacuous: close to the time on some strategies
 
 

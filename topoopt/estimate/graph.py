@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from topoopt._require import require_choice
 from topoopt.cluster import Cluster, Job
@@ -363,6 +364,8 @@ class IterationGraphBuilder:
         self._tokens: dict = {}    # cfg -> its number (by value)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
+        self._ar_load: dict = {}   # id(cfg) -> (cfg, link bytes per shard byte)
+        self._pairs_csr = None     # (pairs x links) routes, for link_bound
         n = self.n
         src, dst, cap = fabric.src, fabric.dst, fabric.capacity
         self._out_bps = np.bincount(src[src < n], weights=cap[src < n], minlength=n)
@@ -377,6 +380,7 @@ class IterationGraphBuilder:
         self._pairs = np.full(self.n * self.n, -1, np.int64)
         self._pair_lat = np.zeros(self.n * self.n)
         self._ar.clear()
+        self._ar_load.clear()
 
     @property
     def over_limits(self) -> bool:
@@ -476,6 +480,71 @@ class IterationGraphBuilder:
         if not self.random_paths:
             self._ar[id(cfg)] = (cfg, plan)
         return plan
+
+    def _ar_link_bytes(self, cfg: OpConfig) -> np.ndarray:
+        """Bytes the AllReduce of ``cfg``'s shards puts on each link, per shard byte
+        (its rings' per-hop bytes over their routes, as :meth:`build` sends them)."""
+        hit = self._ar_load.get(id(cfg))
+        if hit is not None and hit[0] is cfg:
+            return hit[1]
+        plan = self._allreduce(cfg)
+        routes = self.routes.view()
+        idx, counts = gather_rows(routes.ptr, plan.ring_class)
+        per_hop = np.repeat(plan.ring_factor / plan.ring_count, counts)
+        load = np.bincount(routes.link[idx], weights=per_hop * routes.weight[idx],
+                           minlength=self.fabric.capacity.size)
+        self._ar_load[id(cfg)] = (cfg, load)
+        return load
+
+    def _pair_routes(self):
+        """Every (source, destination) pair's route as a sparse (pairs x links) matrix."""
+        if self._pairs_csr is None:
+            n = self.n
+            src, dst = np.divmod(np.arange(n * n), n)
+            off = src != dst
+            r = self.fabric.route(src[off], dst[off])
+            ptr = np.zeros(n * n + 1, np.int64)
+            ptr[1:][off] = np.diff(r.ptr)
+            np.cumsum(ptr, out=ptr)
+            self._pairs_csr = csr_matrix((r.weight, r.link, ptr),
+                                         shape=(n * n, self.fabric.capacity.size))
+        return self._pairs_csr
+
+    def link_bound(self, strategy: Strategy) -> float:
+        """A lower bound on ``strategy``'s iteration time, before its graph is built:
+        the busiest link's bits over its capacity, :func:`~topoopt.netsim.dag.
+        link_load_bound` of the graph (the same MP transfers on their pairs' routes,
+        the same rings) computed from a traffic matrix instead.
+
+        Forwarded traffic piled onto a few fibres (a TopoOpt shard, an Expander) shows
+        here; on DLRM-16's TopoOpt shard, half the candidates the search builds are
+        rejected by it."""
+        model, n = self.model, self.n
+        segs, seg_of = self._fused(strategy)
+        cap = self.fabric.capacity
+        load = np.zeros(cap.size)
+        keys, nbytes = [], []
+        for e, (u, v) in enumerate(model.edges):
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            if gu < 0 or gu == gv:
+                continue
+            src, dst, b = self.cache.edge(model, e, u, segs[gu].config, segs[gv].config,
+                                          self.cluster, self.job)
+            if src.size:
+                keys += [src * n + dst, dst * n + src]    # forward, and the gradients
+                nbytes += [b, b]
+        if keys:
+            matrix = np.bincount(np.concatenate(keys), weights=np.concatenate(nbytes),
+                                 minlength=n * n)
+            load += self._pair_routes().T @ matrix
+        for seg in segs:
+            cfg = seg.config
+            if seg.params > 0 and cfg.dp >= 2:
+                load += self._ar_link_bytes(cfg) * (seg.params / cfg.mp * self.dtype_bytes)
+        live = cap > 0
+        if not live.any():
+            return 0.0
+        return float((8.0 * load[live] / cap[live]).max())
 
     def _pair_classes(self, src: np.ndarray, dst: np.ndarray):
         if self.random_paths:

@@ -22,7 +22,7 @@ from topoopt.estimate.graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, Iter
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
-from topoopt.netsim.dag import HorizonExceeded, link_load_bound, run_dag
+from topoopt.netsim.dag import HorizonExceeded, run_dag
 from topoopt.netsim.engine import simulate
 from topoopt.strategy import Strategy
 
@@ -123,13 +123,13 @@ class FastEstimator:
         """``(seconds, exact)``: the iteration time of ``strategy``, or -- when it is
         sure to exceed ``bound`` -- a lower bound above ``bound`` found by stopping the
         simulation there (``exact`` False)."""
-        graph = self.graph(strategy)
         if math.isfinite(bound):
-            # the busiest link's bits: a bound that needs no simulation (forwarded
-            # traffic piled onto a few fibres shows here first)
-            low = link_load_bound(self.fabric.capacity, graph.dag)
+            # the busiest link's bits: a bound that needs no simulation nor even the
+            # graph (forwarded traffic piled onto a few fibres shows here first)
+            low = self.builder.link_bound(strategy)
             if low > bound:
                 return low, False
+        graph = self.graph(strategy)
         try:
             _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, bound)
         except HorizonExceeded as past:
