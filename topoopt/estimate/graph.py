@@ -360,6 +360,10 @@ class IterationGraphBuilder:
         self.n = cluster.servers
         self.dtype_bytes = job.dtype_bytes
         self._last_fused: tuple | None = None   # (configs, fuse_operators of them)
+        self._last_loads: tuple | None = None   # (configs, _mp_loads of them)
+        self._patterns: dict = {}  # (id(cu), id(cv)) -> [cu, cv, server, link loads]
+        self._tensor = np.array([op.out_elems for op in model.operators], float) * (
+            job.global_batch(cluster) * job.dtype_bytes)
         self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row, token)
         self._tokens: dict = {}    # cfg -> its number (by value)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
@@ -519,24 +523,9 @@ class IterationGraphBuilder:
         Forwarded traffic piled onto a few fibres (a TopoOpt shard, an Expander) shows
         here; on DLRM-16's TopoOpt shard, half the candidates the search builds are
         rejected by it."""
-        model, n = self.model, self.n
-        segs, seg_of = self._fused(strategy)
+        segs, _ = self._fused(strategy)
         cap = self.fabric.capacity
-        load = np.zeros(cap.size)
-        keys, nbytes = [], []
-        for e, (u, v) in enumerate(model.edges):
-            gu, gv = int(seg_of[u]), int(seg_of[v])
-            if gu < 0 or gu == gv:
-                continue
-            src, dst, b = self.cache.edge(model, e, u, segs[gu].config, segs[gv].config,
-                                          self.cluster, self.job)
-            if src.size:
-                keys += [src * n + dst, dst * n + src]    # forward, and the gradients
-                nbytes += [b, b]
-        if keys:
-            matrix = np.bincount(np.concatenate(keys), weights=np.concatenate(nbytes),
-                                 minlength=n * n)
-            load += self._pair_routes().T @ matrix
+        load = self._mp_loads(strategy, links=True)[1].copy()
         for seg in segs:
             cfg = seg.config
             if seg.params > 0 and cfg.dp >= 2:
@@ -606,13 +595,65 @@ class IterationGraphBuilder:
                                                     self.job, self.cache))
         return self._last_fused[1]
 
+    def _mp_loads(self, strategy: Strategy, links: bool = False):
+        """``(bytes each server sends, bytes on each link or None)`` of ``strategy``'s MP
+        transfers, both passes: per (producer config, consumer config) pattern
+        (:meth:`~topoopt.estimate.segments.EstimateCache.pattern`), its loads per unit
+        scaled by its edges' activations; the last strategy's kept (its two bounds)."""
+        key = strategy.configs
+        last = self._last_loads
+        if last is not None and last[0] == key and (last[2] is not None or not links):
+            return last[1], last[2]
+        model = self.model
+        segs, seg_of = self._fused(strategy)
+        scale: dict = {}
+        for u, v in model.edges:
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            tensor = self._tensor[u]
+            if gu < 0 or gu == gv or tensor <= 0:
+                continue
+            cu, cv = segs[gu].config, segs[gv].config
+            k = (id(cu), id(cv))
+            hit = scale.get(k)
+            # the edge's bytes: the pattern's overlaps x (tensor / mp), as edge() has them
+            scale[k] = (cu, cv, tensor / cu.mp + (hit[2] if hit is not None else 0.0))
+        server = np.zeros(self.n)
+        link = np.zeros(self.fabric.capacity.size) if links else None
+        for cu, cv, x in scale.values():
+            per_server, per_link = self._pattern_loads(cu, cv, links)
+            server += x * per_server
+            if links:
+                link += x * per_link
+        self._last_loads = (key, server, link)
+        return server, link
+
+    def _pattern_loads(self, cu: OpConfig, cv: OpConfig, links: bool):
+        """Per unit of scale, the bytes each server sends (forward and gradients) and,
+        with ``links``, each link carries, for the transfer pattern of (cu, cv)."""
+        key = (id(cu), id(cv))
+        hit = self._patterns.get(key)
+        if hit is None or hit[0] is not cu or hit[1] is not cv:
+            if len(self._patterns) >= self.config_limit:
+                self._patterns.clear()
+            src, dst, overlap = self.cache.pattern(cu, cv)
+            n = self.n
+            hit = [cu, cv, np.bincount(src, overlap, n) + np.bincount(dst, overlap, n), None]
+            self._patterns[key] = hit
+        if links and hit[3] is None:
+            src, dst, overlap = self.cache.pattern(cu, cv)
+            n = self.n
+            matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
+                                 weights=np.concatenate([overlap, overlap]), minlength=n * n)
+            hit[3] = self._pair_routes().T @ matrix
+        return hit[2], hit[3]
+
     def lower_bound(self, strategy: Strategy) -> float:
         """A lower bound on ``strategy``'s iteration time on this fabric, without building
         its graph: the busiest server's compute (its tasks run one at a time), and the
         bytes a server must send or receive -- its MP transfers and its share of every
         ring AllReduce, ``2(k-1)/k`` of its shard -- over the capacity of its links (host
         forwarding only adds bytes)."""
-        model, n = self.model, self.n
+        n = self.n
         segs, seg_of = self._fused(strategy)
         compute = np.zeros(n)
         nbytes = np.zeros(n)
@@ -623,15 +664,8 @@ class IterationGraphBuilder:
             if seg.params > 0 and cfg.dp >= 2:
                 nbytes[srv] += (2.0 * (cfg.dp - 1) / cfg.dp * seg.params / cfg.mp
                                 * self.dtype_bytes)
-        both = np.zeros(n)
-        for e, (u, v) in enumerate(model.edges):
-            gu, gv = int(seg_of[u]), int(seg_of[v])
-            if gu < 0 or gu == gv:
-                continue
-            # forward to the consumer, and the gradient back
-            both += self.cache.edge_load(model, e, u, segs[gu].config, segs[gv].config,
-                                         self.cluster, self.job)
-        sent = recv = nbytes + both
+        # MP: forward to the consumer, and the gradient back
+        sent = recv = nbytes + self._mp_loads(strategy)[0]
         with np.errstate(divide="ignore", invalid="ignore"):
             wire = np.maximum(np.where(self._out_bps > 0, sent * 8 / self._out_bps, 0.0),
                               np.where(self._in_bps > 0, recv * 8 / self._in_bps, 0.0))

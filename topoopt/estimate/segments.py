@@ -52,7 +52,6 @@ class EstimateCache:
         self.times: dict = {}
         self.transfers: dict = {}
         self.patterns: dict = {}
-        self.loads: dict = {}
         self.segments: dict = {}
         self.consumers = _consumers(model)
         # fusion: v may join the segment of ``chain[v]`` (its only input, whose only
@@ -112,7 +111,7 @@ class EstimateCache:
                 self.transfers.clear()
             tensor = model.operators[u].out_elems * job.global_batch(cluster) * job.dtype_bytes
             if tensor > 0:
-                src, dst, overlap = self._pattern(cu, cv)
+                src, dst, overlap = self.pattern(cu, cv)
                 # as edge_transfers computes it: overlap x (tensor / mp), bit for bit
                 hit = (cu, cv, (src, dst, overlap * (tensor / cu.mp)))
             else:
@@ -120,7 +119,7 @@ class EstimateCache:
             self.transfers[key] = hit
         return hit[2]
 
-    def _pattern(self, cu: OpConfig, cv: OpConfig):
+    def pattern(self, cu: OpConfig, cv: OpConfig):
         """:func:`~topoopt.traffic.edge_transfers` of one (producer, consumer) config
         pair with the batch overlaps as sizes: every edge between the two configs
         scales it (BERT-128's search meets 4,000 (edge, config pair) keys but 250
@@ -131,21 +130,6 @@ class EstimateCache:
             if len(self.patterns) >= self.limit:
                 self.patterns.clear()
             hit = self.patterns[key] = (cu, cv, edge_transfers(cu, cv, float(cu.mp)))
-        return hit[2]
-
-    def edge_load(self, model: Model, e: int, u: int, cu: OpConfig, cv: OpConfig,
-                  cluster: Cluster, job: Job) -> np.ndarray:
-        """Bytes each server sends plus receives on edge ``e`` (its :meth:`edge`
-        transfers summed per server; memoized like them)."""
-        key = (e, id(cu), id(cv))
-        hit = self.loads.get(key)
-        if hit is None or hit[0] is not cu or hit[1] is not cv:
-            if len(self.loads) >= self.limit:
-                self.loads.clear()
-            src, dst, b = self.edge(model, e, u, cu, cv, cluster, job)
-            n = cluster.servers
-            hit = (cu, cv, np.bincount(src, b, n) + np.bincount(dst, b, n))
-            self.loads[key] = hit
         return hit[2]
 
 
