@@ -369,7 +369,7 @@ class IterationGraphBuilder:
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
         self._ar_load: dict = {}   # id(cfg) -> (cfg, link bytes per shard byte)
-        self._pairs_csr = None     # (pairs x links) routes, for link_bound
+        self._pairs_csr = None     # (links x pairs) routes, for link_bound
         n = self.n
         src, dst, cap = fabric.src, fabric.dst, fabric.capacity
         self._out_bps = np.bincount(src[src < n], weights=cap[src < n], minlength=n)
@@ -501,7 +501,7 @@ class IterationGraphBuilder:
         return load
 
     def _pair_routes(self):
-        """Every (source, destination) pair's route as a sparse (pairs x links) matrix."""
+        """Every (source, destination) pair's route as a sparse (links x pairs) matrix."""
         if self._pairs_csr is None:
             n = self.n
             src, dst = np.divmod(np.arange(n * n), n)
@@ -510,8 +510,9 @@ class IterationGraphBuilder:
             ptr = np.zeros(n * n + 1, np.int64)
             ptr[1:][off] = np.diff(r.ptr)
             np.cumsum(ptr, out=ptr)
+            # stored transposed (links x pairs): a traffic matrix's link loads in one product
             self._pairs_csr = csr_matrix((r.weight, r.link, ptr),
-                                         shape=(n * n, self.fabric.capacity.size))
+                                         shape=(n * n, self.fabric.capacity.size)).T.tocsr()
         return self._pairs_csr
 
     def link_bound(self, strategy: Strategy) -> float:
@@ -644,7 +645,7 @@ class IterationGraphBuilder:
             n = self.n
             matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
                                  weights=np.concatenate([overlap, overlap]), minlength=n * n)
-            hit[3] = self._pair_routes().T @ matrix
+            hit[3] = self._pair_routes() @ matrix
         return hit[2], hit[3]
 
     def lower_bound(self, strategy: Strategy) -> float:
@@ -738,7 +739,7 @@ class IterationGraphBuilder:
             else:
                 group[2].append(gu)
                 group[5] = group[5] + nbytes    # transfer order, as merge_transfers sums
-            bwd.append((gu, gv, src, dst, nbytes))
+            bwd.append((gu, gv, src, dst, nbytes, self._tensor[u] / cu.mp))
             outs[gu] += 1
         # Backward: a producer whose one consumer sends it the same gradients as another
         # producer's (DLRM's tables of one config) is that producer's alias: its flows
@@ -746,17 +747,16 @@ class IterationGraphBuilder:
         aliases: dict[int, list[int]] = {}
         alias_ok = (self.mp_barriers and not self.random_paths
                     and (self.mp_flows == "coflow" or self.merge_flows))
-        firsts: dict[tuple, list] = {}
-        for gu, gv, src, dst, nbytes in bwd:
+        firsts: dict[tuple, int] = {}
+        for gu, gv, src, dst, nbytes, scale in bwd:
             if alias_ok and outs[gu] == 1:
-                akey = (gv, info[gu][3], info[gv][3])
-                same = firsts.setdefault(akey, [])
-                rep = next((r for r, rb in same
-                            if rb is nbytes or np.array_equal(rb, nbytes)), None)
+                # equal configs, equal activation per shard: equal transfers
+                akey = (gv, info[gu][3], info[gv][3], scale)
+                rep = firsts.get(akey)
                 if rep is not None:
                     aliases[rep].append(gu)
                     continue
-                same.append((gu, nbytes))
+                firsts[akey] = gu
                 aliases[gu] = []
             b_keys.append((gu * n + dst) * n + src)
             b_bytes.append(nbytes)
