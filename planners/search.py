@@ -192,6 +192,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     for k, (name, s) in enumerate([*extra, *((lay.name, lay.strategy) for lay in layouts)]):
         if s.configs in seen or not space.contains(s):
             continue
+        s = space.canonical_strategy(s)
         seen.add(s.configs)
         fam = family_of[s.configs] = families.get(body_of(s), _family(name))
         if k < len(extra) or not bounded or not starts:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -109,6 +109,15 @@ class StrategySpace:
         estimator's memos are keyed by config identity, so a move that builds an equal
         config anew would miss them."""
         return tuple({c: c for c in cands} for cands in self.configs)
+
+    def canonical_strategy(self, strategy: Strategy) -> Strategy:
+        """``strategy`` with the space's own instance of every config it has (a start
+        built elsewhere, or sent from another process: the estimator's memos would miss
+        its configs until moves replaced them)."""
+        configs = tuple(cands.get(c, c) for c, cands in zip(strategy.configs, self.canonical))
+        if all(a is b for a, b in zip(configs, strategy.configs)):
+            return strategy
+        return replace(strategy, configs=configs)
 
     @cached_property
     def movable(self) -> tuple[int, ...]:

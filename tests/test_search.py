@@ -480,3 +480,20 @@ def test_a_run_member_takes_alone_each_shape_its_run_uses():
     plain = two_stages(servers=8)[3]
     got = {c.configs for c, _ in moves.end_splits(plain, space.memory(plain))}
     assert not any(c[i].servers != plain.configs[i].servers for c in got for i in tables)
+
+
+def test_the_space_shares_equal_configs_and_canonicalizes_starts():
+    # the estimator keys its memos (edge patterns, segments, rings) by config identity:
+    # equal configs of two operators are one object, and a start built apart (a
+    # layout, a strategy sent from another process) is mapped onto them
+    _, _, model, space = small()
+    by_value = {}
+    for cands in space.configs:
+        for c in cands:
+            assert by_value.setdefault(c, c) is c
+    h = hybrid(model, 8)
+    fresh = Strategy(tuple(OpConfig(tuple(c.servers), c.dp, c.mp) for c in h.configs), "h")
+    canon = space.canonical_strategy(fresh)
+    assert canon.configs == fresh.configs and canon.name == "h"
+    assert all(c is by_value[c] for c in canon.configs)
+    assert space.canonical_strategy(canon) is canon
