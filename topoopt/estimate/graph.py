@@ -558,15 +558,21 @@ class IterationGraphBuilder:
                                                     random=True, seed=self.seed)
             return self.routes.add(routes), lat
         order = np.argsort(member, kind="stable")
-        edges = np.concatenate([[0], np.cumsum(np.bincount(member, minlength=groups))]).tolist()
-        s_b, d_b, w_b = src[order].tobytes(), dst[order].tobytes(), share[order].tobytes()
+        edges = (24 * np.concatenate([[0], np.cumsum(np.bincount(member, minlength=groups))])
+                 ).tolist()
+        # one (src, dst, share bits) row per member, a coflow's rows one bytes key
+        rows = np.empty((order.size, 3), np.int64)
+        rows[:, 0] = src[order]
+        rows[:, 1] = dst[order]
+        rows[:, 2] = np.asarray(share, float)[order].view(np.int64)
+        blob = rows.tobytes()
         cls = np.empty(groups, np.int64)
         lat = np.empty(groups)
         missing, keys = [], []
+        get = self._coflows.get
         for g in range(groups):
-            a, b = 8 * edges[g], 8 * edges[g + 1]
-            key = (s_b[a:b], d_b[a:b], w_b[a:b])
-            hit = self._coflows.get(key)
+            key = blob[edges[g]:edges[g + 1]]
+            hit = get(key)
             if hit is None:
                 missing.append(g)
                 keys.append(key)
