@@ -126,6 +126,10 @@ def test_random_paths_run_on_the_dag_engine_with_the_reference_graph():
     for s in random_strategies(model, cluster, job, 4, seed=5):
         both(functools.partial(estimate_iteration, reference=True), estimate_iteration,
              model, s, cluster, job, fabric, random_paths=True, seed=7)
+    # the link bound reads the fabric's routes, not a graph's draw
+    drawn = IterationGraphBuilder(model, cluster, job, fabric, random_paths=True, seed=7)
+    with pytest.raises(ValueError, match="random_paths"):
+        drawn.link_bound(s)
 
 
 def test_iteration_cost_fast_and_reference_agree_and_memoize():
