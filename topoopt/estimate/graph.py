@@ -623,29 +623,29 @@ class IterationGraphBuilder:
         scaled by its edges' activations; the last strategy's kept (its two bounds)."""
         key = strategy.configs
         last = self._last_loads
-        if last is not None and last[0] == key and (last[2] is not None or not links):
-            return last[1], last[2]
-        model = self.model
-        segs, seg_of = self._fused(strategy)
-        scale: dict = {}
-        for u, v in model.edges:
-            gu, gv = int(seg_of[u]), int(seg_of[v])
-            tensor = self._tensor[u]
-            if gu < 0 or gu == gv or tensor <= 0:
-                continue
-            cu, cv = segs[gu].config, segs[gv].config
-            k = (id(cu), id(cv))
-            hit = scale.get(k)
-            # the edge's bytes: the pattern's overlaps x (tensor / mp), as edge() has them
-            scale[k] = (cu, cv, tensor / cu.mp + (hit[2] if hit is not None else 0.0))
-        server = np.zeros(self.n)
-        link = np.zeros(self.fabric.capacity.size) if links else None
-        for cu, cv, x in scale.values():
-            per_server, per_link = self._pattern_loads(cu, cv, links)
-            server += x * per_server
-            if links:
-                link += x * per_link
-        self._last_loads = (key, server, link)
+        if last is not None and last[0] == key:
+            scale, server, link = last[1:]
+        else:
+            segs, seg_of = self._fused(strategy)
+            scale = {}
+            for u, v in self.model.edges:
+                gu, gv = int(seg_of[u]), int(seg_of[v])
+                tensor = self._tensor[u]
+                if gu < 0 or gu == gv or tensor <= 0:
+                    continue
+                cu, cv = segs[gu].config, segs[gv].config
+                k = (id(cu), id(cv))
+                hit = scale.get(k)
+                # the edge's bytes: the pattern's overlaps x (tensor / mp), as edge() has
+                scale[k] = (cu, cv, tensor / cu.mp + (hit[2] if hit is not None else 0.0))
+            server, link = np.zeros(self.n), None
+            for cu, cv, x in scale.values():
+                server += x * self._pattern_loads(cu, cv, False)[0]
+        if links and link is None:
+            link = np.zeros(self.fabric.capacity.size)
+            for cu, cv, x in scale.values():
+                link += x * self._pattern_loads(cu, cv, True)[1]
+        self._last_loads = (key, scale, server, link)
         return server, link
 
     def _pattern_loads(self, cu: OpConfig, cv: OpConfig, links: bool):
