@@ -451,8 +451,9 @@ def test_merge_transfers_equals_unique_bincount_and_distinct_pairs(seed):
     assert list(zip(k_of.tolist(), p_of.tolist())) == pairs
 
 
+@pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("fabric_name", ["ideal", "fattree", "topoopt"])
-def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name):
+def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name, overlap):
     # tables sharing a config feed the interaction: their flows wait for them through
     # one barrier per source; each node's times must be those of the graph without
     n = 16
@@ -462,8 +463,9 @@ def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name):
     fabric, rings = fabrics_of(n, model, cluster, job)[fabric_name]
     strategies = [_sharded_tables(model, n, k) for k in (4, 16)]
     strategies += random_strategies(model, cluster, job, 10, seed=4)
-    graphs = {mb: IterationGraphBuilder(model, cluster, job, fabric, rings, merge_flows=True,
-                                        mp_barriers=mb) for mb in (False, True)}
+    graphs = {mb: IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
+                                        merge_flows=True, mp_barriers=mb)
+              for mb in (False, True)}
     for i, s in enumerate(strategies):
         plain, joined = graphs[False].build(s), graphs[True].build(s)
         if i < 2:   # 8 tables sharing a config: a barrier per source
