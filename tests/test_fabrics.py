@@ -263,9 +263,13 @@ def test_check_fabric_rejects_broken_fabrics():
         check_fabric(loop)
 
 
+@pytest.mark.parametrize("by_hand", [True, False])   # the product without scipy, or by it
 @pytest.mark.parametrize("build", [lambda: fat_tree(16, 10 * G), lambda: ideal_switch(6, G),
                                    lambda: expander(12, 3, G, seed=1)])
-def test_coupled_route_equals_the_share_weighted_sum_of_member_routes(build):
+def test_coupled_route_equals_the_share_weighted_sum_of_member_routes(build, by_hand,
+                                                                       monkeypatch):
+    import topoopt.fabrics.fabric as fabric_mod
+    monkeypatch.setattr(fabric_mod, "_SMALL_COUPLED", 1 << 20 if by_hand else 0)
     f = build()
     rng = np.random.default_rng(0)
     m = 40
