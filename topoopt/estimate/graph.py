@@ -368,8 +368,6 @@ class IterationGraphBuilder:
         self._last_fused: tuple | None = None   # (configs, fuse_operators of them)
         self._last_loads: tuple | None = None   # (configs, _mp_loads of them)
         self._patterns: dict = {}  # (id(cu), id(cv)) -> [cu, cv, server, link loads]
-        self._tensor = np.array([op.out_elems for op in model.operators], float) * (
-            job.global_batch(cluster) * job.dtype_bytes)
         self._cfg: dict = {}       # id(cfg) -> (cfg, servers array, pos row, token)
         self._tokens: dict = {}    # cfg -> its number (by value)
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
@@ -630,7 +628,7 @@ class IterationGraphBuilder:
             scale = {}
             for u, v in self.model.edges:
                 gu, gv = int(seg_of[u]), int(seg_of[v])
-                tensor = self._tensor[u]
+                tensor = self.cache.activation[u]
                 if gu < 0 or gu == gv or tensor <= 0:
                     continue
                 cu, cv = segs[gu].config, segs[gv].config
@@ -759,7 +757,7 @@ class IterationGraphBuilder:
             else:
                 group[2].append(gu)
                 group[5] = group[5] + nbytes    # transfer order, as merge_transfers sums
-            bwd.append((gu, gv, src, dst, nbytes, self._tensor[u] / cu.mp))
+            bwd.append((gu, gv, src, dst, nbytes, cache.activation[u] / cu.mp))
             outs[gu] += 1
         # Backward: a producer whose one consumer sends it the same gradients as another
         # producer's (DLRM's tables of one config) is that producer's alias: its flows

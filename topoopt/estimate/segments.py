@@ -54,6 +54,9 @@ class EstimateCache:
         self.patterns: dict = {}
         self.segments: dict = {}
         self.consumers = _consumers(model)
+        #: Bytes of each operator's output for the global batch (what its edges carry).
+        self.activation = np.array([op.out_elems for op in model.operators], float) * (
+            job.global_batch(cluster) * job.dtype_bytes)
         # fusion: v may join the segment of ``chain[v]`` (its only input, whose only
         # consumer it is), -1 if not; inputs never fuse
         ops = model.operators
@@ -109,7 +112,7 @@ class EstimateCache:
         if hit is None or hit[0] is not cu or hit[1] is not cv:
             if len(self.transfers) >= self.limit:
                 self.transfers.clear()
-            tensor = model.operators[u].out_elems * job.global_batch(cluster) * job.dtype_bytes
+            tensor = self.activation[u]
             if tensor > 0:
                 src, dst, overlap = self.pattern(cu, cv)
                 # as edge_transfers computes it: overlap x (tensor / mp), bit for bit
