@@ -659,7 +659,7 @@ class IterationGraphBuilder:
             hit = [cu, cv, np.bincount(src, overlap, n) + np.bincount(dst, overlap, n), None]
             self._patterns[key] = hit
         if links and hit[3] is None:
-            src, dst, overlap = self.cache.pattern(cu, cv)
+            src, dst, overlap = self.cache.pattern(cu, cv)   # (memoized)
             n = self.n
             matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
                                  weights=np.concatenate([overlap, overlap]), minlength=n * n)
@@ -736,7 +736,7 @@ class IterationGraphBuilder:
         # MP transfers and same-server data dependencies between segments.
         f_keys, f_bytes, f_pred, b_keys, b_bytes, b_pred = [], [], [], [], [], []
         seg_pairs = set()
-        cache, cluster, job = self.cache, self.cluster, self.job
+        cache = self.cache
         # forward transfers by (consumer, producer config, consumer config): one pattern
         fwd: dict[tuple, list] = {}
         bwd: list[tuple] = []
@@ -747,7 +747,7 @@ class IterationGraphBuilder:
                 continue
             seg_pairs.add((gu, gv))
             cu, cv = segs[gu].config, segs[gv].config
-            src, dst, nbytes = cache.edge(model, e, u, cu, cv, cluster, job)
+            src, dst, nbytes = cache.edge(e, u, cu, cv)
             if src.size == 0:
                 continue
             key = (gv, info[gu][3], info[gv][3]) if self.mp_barriers else (e,)

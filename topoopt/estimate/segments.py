@@ -106,7 +106,10 @@ class EstimateCache:
                                                int(params))
         return hit
 
-    def edge(self, model: Model, e: int, u: int, cu: OpConfig, cv: OpConfig, cluster: Cluster, job: Job):
+    def edge(self, e: int, u: int, cu: OpConfig, cv: OpConfig):
+        """The forward transfers ``(src, dst, bytes)`` of edge ``e`` (producer ``u``)
+        between configs ``cu`` and ``cv``: :meth:`pattern` scaled by ``u``'s
+        activation."""
         key = (e, id(cu), id(cv))
         hit = self.transfers.get(key)
         if hit is None or hit[0] is not cu or hit[1] is not cv:
