@@ -1,9 +1,12 @@
 """Executors give the same results in task order, wherever the tasks run."""
 
+import multiprocessing
+import threading
+
 import pytest
 
 from topoopt.errors import TopoOptError
-from topoopt.executor import chunked, make_executor
+from topoopt.executor import PoolExecutor, chunked, make_executor, pool_start_method
 from topoopt.units import parse_size  # importable by pool and Ray workers
 
 ITEMS = [f"{seed}.{seed % 5}MB" for seed in range(12)]
@@ -15,6 +18,31 @@ def test_serial_and_pool_agree():
     with make_executor(2) as pool:
         assert pool.name == "pool"
         assert pool.map(parse_size, ITEMS) == expected
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
+                    reason="no fork on this platform")
+def test_forked_and_spawned_workers_agree():
+    with make_executor(1) as serial:
+        expected = serial.map(parse_size, ITEMS)
+    for method in ("fork", "spawn"):
+        with PoolExecutor(2, start_method=method) as pool:
+            assert pool.start_method == method
+            assert pool.map(parse_size, ITEMS) == expected
+
+
+def test_a_process_running_threads_spawns_its_workers():
+    # forking a threaded process can leave the child a lock held forever
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert pool_start_method() == "spawn"
+    finally:
+        release.set()
+        other.join()
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        assert pool_start_method() == "fork"
 
 
 def test_a_submitted_task_gives_its_result_after_a_later_map():
