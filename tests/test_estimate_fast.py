@@ -8,8 +8,9 @@ import pytest
 
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import EstimateCache, FastEstimator, build_iteration, estimate_iteration
-from topoopt.estimate.graph import IterationGraphBuilder
+from topoopt.estimate.graph import FLOW_MP, IterationGraphBuilder
 from topoopt.fabrics import expander, fat_tree, ideal_switch
+from topoopt.model import Model, Operator
 from topoopt.netsim import (
     NO_RESOURCE,
     FlowRoutes,
@@ -26,6 +27,7 @@ from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import mcmc_search
 from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
+from topoopt.strategy import OpConfig, Strategy
 from topoopt.workloads import model_of
 
 G = 1e9
@@ -428,6 +430,60 @@ def test_the_analytical_bound_is_below_every_simulated_time(n):
             # the same bound from the traffic matrix, before the graph is built
             assert fast.builder.link_bound(s) == pytest.approx(busiest, rel=1e-12)
         assert loaded  # and not vacuous: close to the time on some strategies
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("model_name,size", [("dlrm", SMALL_DLRM), ("bert", SMALL_BERT)])
+def test_the_critical_path_bound_is_below_every_simulated_time(model_name, size, overlap):
+    n = 8
+    job = Job(model_name, batch_per_gpu=16, size=size)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    strategies = random_strategies(model, cluster, job, 25, seed=3)
+    for name, (fabric, rings) in fabrics_of(n, model, cluster, job).items():
+        fast = FastEstimator(model, cluster, job, fabric, rings, overlap=overlap)
+        sees_more = 0
+        for s in strategies:
+            cp, t = fast.builder.critical_path_bound(s), fast.total(s)
+            assert 0 < cp <= t, (name, cp, t)
+            other = max(fast.builder.lower_bound(s), fast.builder.link_bound(s))
+            sees_more += cp > other
+        # not vacuous: BERT's layers are a chain the busiest server or link bounds miss
+        # (random DLRM strategies here pile their tables' lookups onto a server instead)
+        assert sees_more >= (5 if model_name == "bert" else 0), name
+
+
+def test_the_critical_path_bound_is_the_time_of_a_chain_without_contention():
+    # two layers on two servers of an Ideal Switch: forward, the activation over,
+    # forward, backward, the gradient back, backward, update; nothing waits for a
+    # server or a link, so the longest chain is the time
+    ops = (Operator("a", "dense", params=1 << 20, fwd_flops=4e9, bwd_flops=8e9,
+                    out_elems=1 << 16),
+           Operator("b", "dense", params=1 << 20, fwd_flops=4e9, bwd_flops=8e9,
+                    out_elems=1 << 10, inputs=("a",)))
+    model = Model("chain", ops)
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    cluster = cluster_of(2)
+    fabric = ideal_switch(2, cluster.server_bandwidth)
+    s = Strategy((OpConfig((0,), 1, 1), OpConfig((1,), 1, 1)))
+    fast = FastEstimator(model, cluster, job, fabric)
+    t = fast.total(s)
+    graph = fast.graph(s)
+    assert (graph.flow_kind == FLOW_MP).sum() == 2
+    assert fast.builder.critical_path_bound(s) == pytest.approx(t, rel=1e-8)
+    # not vacuous: the two transfers are a good part of the time
+    assert 2 * graph.flow_bytes[0] * 8 / cluster.server_bandwidth > 0.1 * t
+
+
+def test_the_critical_path_bound_refuses_random_paths():
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    drawn = IterationGraphBuilder(model, cluster, job, fat_tree(n, cluster.server_bandwidth),
+                                  random_paths=True, seed=7)
+    with pytest.raises(ValueError, match="random_paths"):
+        drawn.critical_path_bound(start_strategy(model, cluster, job))
 
 
 # --- merging a pass's MP transfers ----------------------------------------------------

@@ -25,6 +25,7 @@ from scipy.sparse import csr_matrix
 from topoopt._require import require_choice
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError
+from topoopt.estimate._cp_kernel import critical_path
 from topoopt.estimate._mp_kernel import merge_transfers
 from topoopt.estimate.segments import EstimateCache, Segment, fuse_operators
 from topoopt.fabrics.fabric import Fabric
@@ -374,6 +375,11 @@ class IterationGraphBuilder:
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
         self._ar_load: dict = {}   # id(cfg) -> (cfg, link bytes per shard byte)
         self._pairs_csr = None     # (links x pairs) routes, for link_bound
+        self._rate = None          # (n, n) bits/s a pair's flow can reach alone
+        self._cp: dict = {}        # (id(cu), id(cv)) -> (cu, cv, pool offset)
+        self._ar_cp: dict = {}     # id(cfg) -> (cfg, (pool offset, rings))
+        self._cp_pool = np.empty(1024)   # pattern and ring vectors of critical_path_bound
+        self._cp_used = 0
         n = self.n
         src, dst, cap = fabric.src, fabric.dst, fabric.capacity
         self._out_bps = np.bincount(src[src < n], weights=cap[src < n], minlength=n)
@@ -389,6 +395,9 @@ class IterationGraphBuilder:
         self._pair_lat = np.zeros(self.n * self.n)
         self._ar.clear()
         self._ar_load.clear()
+        self._cp.clear()
+        self._ar_cp.clear()
+        self._cp_used = 0
 
     @property
     def over_limits(self) -> bool:
@@ -665,6 +674,160 @@ class IterationGraphBuilder:
                                  weights=np.concatenate([overlap, overlap]), minlength=n * n)
             hit[3] = self._pair_routes() @ matrix
         return hit[2], hit[3]
+
+    def _pair_rate(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rate, latency)``, each ``(n, n)``: the most bits/s a flow from server ``s``
+        to ``d`` can get on its route, ``min(capacity / weight)`` over its links
+        (``inf`` on the diagonal, and where a link of the route is down: the
+        simulation reports such a flow), and the route's latency."""
+        if self._rate is None:
+            n = self.n
+            src, dst = np.divmod(np.arange(n * n), n)
+            off = np.flatnonzero(src != dst)
+            r = self.fabric.route(src[off], dst[off])
+            rate = np.full(n * n, np.inf)
+            latency = np.zeros(n * n)
+            latency[off] = _row_latency(self.fabric, r)
+            has = np.diff(r.ptr) > 0
+            if has.any():
+                with np.errstate(divide="ignore"):
+                    per = self.fabric.capacity[r.link] / r.weight
+                low = np.minimum.reduceat(per, r.ptr[:-1][has])
+                rate[off[has]] = np.where(low > 0, low, np.inf)
+            self._rate = (rate.reshape(n, n), latency.reshape(n, n))
+        return self._rate
+
+    def _pooled(self, *parts: np.ndarray) -> int:
+        """Append ``parts`` to the critical path's pool; their offset."""
+        k = sum(x.size for x in parts)
+        if self._cp_used + k > self._cp_pool.size:
+            grown = np.empty(max(2 * self._cp_pool.size, self._cp_used + k))
+            grown[:self._cp_used] = self._cp_pool[:self._cp_used]
+            self._cp_pool = grown
+        at = self._cp_used
+        self._cp_pool[at:at + k] = np.concatenate(parts)
+        self._cp_used += k
+        return at
+
+    def _cp_pattern(self, cu: OpConfig, cv: OpConfig) -> int:
+        """Per unit of scale, the transfer pattern of (cu, cv) as the critical path
+        sees it, pooled (its offset): per position of ``cv``, the slowest transfer into
+        it alone (seconds, ``-inf`` where none), the bytes into it, ``0`` where it
+        shares a server with ``cu`` (a dependency with no transfer) else ``-inf``, and
+        the least latency of a transfer into it; then the same four per position of
+        ``cu`` for the gradients back."""
+        key = (id(cu), id(cv))
+        hit = self._cp.get(key)
+        if hit is None or hit[0] is not cu or hit[1] is not cv:
+            src, dst, overlap = self.cache.pattern(cu, cv)
+            pu, pv = self._config(cu)[2], self._config(cv)[2]
+            ku, kv = len(cu.servers), len(cv.servers)
+            rate, latency = self._pair_rate()
+            slow_f, slow_b = np.full(kv, -np.inf), np.full(ku, -np.inf)
+            np.maximum.at(slow_f, pv[dst], 8.0 * overlap / rate[src, dst])
+            np.maximum.at(slow_b, pu[src], 8.0 * overlap / rate[dst, src])
+            # a transfer is delivered its route's latency after its last byte (a
+            # coflow's, the largest of its members'): at least the least into each
+            late_f, late_b = np.full(kv, np.inf), np.full(ku, np.inf)
+            np.minimum.at(late_f, pv[dst], latency[src, dst])
+            np.minimum.at(late_b, pu[src], latency[dst, src])
+            lu, lv = self._shared(cu, cv)
+            near_u, near_v = np.full(ku, -np.inf), np.full(kv, -np.inf)
+            near_u[lu] = 0.0
+            near_v[lv] = 0.0
+            at = self._pooled(slow_f, np.bincount(pv[dst], overlap, kv), near_v,
+                              np.where(np.isfinite(late_f), late_f, 0.0),
+                              slow_b, np.bincount(pu[src], overlap, ku), near_u,
+                              np.where(np.isfinite(late_b), late_b, 0.0))
+            hit = self._cp[key] = (cu, cv, at)
+        return hit[2]
+
+    def _cp_allreduce(self, cfg: OpConfig) -> tuple[int, int]:
+        """``(offset, rings)`` of ``cfg``'s AllReduce rings in the pool: each ring's
+        seconds per shard byte alone on its route, then their latencies, then their
+        replica groups."""
+        hit = self._ar_cp.get(id(cfg))
+        if hit is None or hit[0] is not cfg:
+            plan = self._allreduce(cfg)
+            routes = self.routes.view()
+            idx, counts = gather_rows(routes.ptr, plan.ring_class)
+            rate = np.full(plan.ring_class.size, np.inf)
+            has = counts > 0
+            if idx.size:
+                with np.errstate(divide="ignore"):
+                    per = self.fabric.capacity[routes.link[idx]] / routes.weight[idx]
+                low = np.minimum.reduceat(per, (np.cumsum(counts) - counts)[has])
+                rate[has] = np.where(low > 0, low, np.inf)
+            group = np.repeat(np.arange(cfg.mp), _rings_per_group(plan.ring_count))
+            at = self._pooled(8.0 * plan.ring_factor / plan.ring_count / rate,
+                              plan.ring_latency, group.astype(float))
+            hit = self._ar_cp[id(cfg)] = (cfg, (at, plan.ring_class.size))
+        return hit[1]
+
+    def critical_path_bound(self, strategy: Strategy) -> float:
+        """A lower bound on ``strategy``'s iteration time, before its graph is built: the
+        longest chain of dependencies, each task for its duration and each transfer at
+        the rate its route gives it alone (servers and links shared by nothing else).
+
+        Forward over the segments in order, then backward, each position of a segment
+        gets the earliest time its task can start: after the earliest of its
+        producers' tasks has run (``min`` over their positions, which keeps it a bound
+        and cheap) plus the slowest transfer into it, and plus all the bytes it
+        receives over its server's ingress; a position sharing a server with a
+        producer waits for it with no transfer. A backward task follows its own
+        forward. An AllReduce ring starts when its group's backward tasks are all done
+        (all backward tasks with ``overlap=False``) and runs at its route's rate; the
+        updates follow. Where the other bounds see only the busiest server or link,
+        this one sees the pipeline's depth: in a DLRM-16 plan's descents it rejects
+        four in ten of the candidates the other bounds let through to be built and then
+        stopped by the simulation. Needs the fabric's own routes
+        (``random_paths=False``).
+
+        Raises
+        ------
+        ValueError
+            With ``random_paths``: each graph draws its own paths.
+        """
+        if self.random_paths:
+            raise ValueError("critical_path_bound needs the fabric's routes "
+                             "(random_paths=False)")
+        if len(self._cp) + len(self._ar_cp) > self.config_limit:
+            self._cp.clear()
+            self._ar_cp.clear()
+            self._cp_used = 0
+        segs, seg_of = self._fused(strategy)
+        nseg = len(segs)
+        activation = self.cache.activation
+        # (producer segment, consumer segment) -> scale: the edges between two segments
+        # are one flow per pair, their bytes added
+        scale: dict[tuple[int, int], float] = {}
+        for u, v in self.model.edges:
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            if gu < 0 or gu == gv:
+                continue
+            x = max(activation[u], 0.0) / segs[gu].config.mp
+            scale[(gu, gv)] = scale.get((gu, gv), 0.0) + x
+        pairs = list(scale)
+        pat = [self._cp_pattern(segs[gu].config, segs[gv].config) for gu, gv in pairs]
+        ar_off = np.full(nseg, -1, np.int64)
+        ar_rings = np.zeros(nseg, np.int64)
+        for g, seg in enumerate(segs):
+            if seg.params > 0 and seg.config.dp >= 2:
+                ar_off[g], ar_rings[g] = self._cp_allreduce(seg.config)
+        i64 = (lambda it: np.fromiter(it, np.int64, nseg))
+        configs = [seg.config for seg in segs]
+        link = np.array(pairs, np.int64).reshape(-1, 2)
+        total = critical_path(
+            i64(len(c.servers) for c in configs), np.array([x.fwd for x in segs]),
+            np.array([x.bwd for x in segs]), np.array([x.update for x in segs]),
+            i64(c.mp for c in configs), i64(c.dp for c in configs),
+            np.concatenate([self._config(c)[1] for c in configs]), self._in_bps,
+            np.ascontiguousarray(link[:, 0]), np.ascontiguousarray(link[:, 1]),
+            np.fromiter(scale.values(), float, len(pairs)), np.asarray(pat, np.int64),
+            self._cp_pool, ar_off, ar_rings,
+            np.array([x.params / x.config.mp * self.dtype_bytes for x in segs]), self.overlap)
+        # (1 - 1e-9): the simulation adds in another order; a bound must not pass it
+        return float(total) * (1.0 - 1e-9)
 
     def lower_bound(self, strategy: Strategy) -> float:
         """A lower bound on ``strategy``'s iteration time on this fabric, without building
@@ -953,6 +1116,17 @@ class IterationGraphBuilder:
         before.extend([p_of, ids[flow_of_succ]])
         after.extend([ids[k_of], succs])
         return nbar
+
+
+def _rings_per_group(ring_count: np.ndarray) -> np.ndarray:
+    """Rings of each replica group, from each ring's ``ring_count`` (a group's ``r``
+    rings each say ``r``, groups in order)."""
+    out, k = [], 0
+    while k < ring_count.size:
+        r = int(ring_count[k])
+        out.append(r)
+        k += r
+    return np.asarray(out, np.int64)
 
 
 class _Flows:
