@@ -374,6 +374,7 @@ class IterationGraphBuilder:
         self._common: dict = {}    # (id(cu), id(cv)) -> (cu, cv, local idx in u, in v)
         self._ar: dict = {}        # id(cfg) -> (cfg, AllReduce template)
         self._ar_load: dict = {}   # id(cfg) -> (cfg, link bytes per shard byte)
+        self._every = None         # (pairs, their routes), for the two bounds below
         self._pairs_csr = None     # (links x pairs) routes, for link_bound
         self._rate = None          # (n, n) bits/s a pair's flow can reach alone
         self._cp: dict = {}        # (id(cu), id(cv)) -> (cu, cv, pool offset)
@@ -513,15 +514,22 @@ class IterationGraphBuilder:
         self._ar_load[id(cfg)] = (cfg, load)
         return load
 
+    def _every_pair(self) -> tuple[np.ndarray, FlowRoutes]:
+        """``(pairs, routes)``: the pairs ``s * n + d`` with ``s != d`` and their routes
+        (routed once, for the two bounds that read them)."""
+        if self._every is None:
+            n = self.n
+            pairs = np.flatnonzero(np.arange(n * n) // n != np.arange(n * n) % n)
+            self._every = (pairs, self.fabric.route(pairs // n, pairs % n))
+        return self._every
+
     def _pair_routes(self):
         """Every (source, destination) pair's route as a sparse (links x pairs) matrix."""
         if self._pairs_csr is None:
             n = self.n
-            src, dst = np.divmod(np.arange(n * n), n)
-            off = src != dst
-            r = self.fabric.route(src[off], dst[off])
+            pairs, r = self._every_pair()
             ptr = np.zeros(n * n + 1, np.int64)
-            ptr[1:][off] = np.diff(r.ptr)
+            ptr[1:][pairs] = np.diff(r.ptr)
             np.cumsum(ptr, out=ptr)
             # stored transposed (links x pairs): a traffic matrix's link loads in one product
             self._pairs_csr = csr_matrix((r.weight, r.link, ptr),
@@ -682,9 +690,7 @@ class IterationGraphBuilder:
         simulation reports such a flow), and the route's latency."""
         if self._rate is None:
             n = self.n
-            src, dst = np.divmod(np.arange(n * n), n)
-            off = np.flatnonzero(src != dst)
-            r = self.fabric.route(src[off], dst[off])
+            off, r = self._every_pair()
             rate = np.full(n * n, np.inf)
             latency = np.zeros(n * n)
             latency[off] = _row_latency(self.fabric, r)
