@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import sys
 import threading
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
@@ -82,17 +83,18 @@ class SerialExecutor:
 
 
 def pool_start_method() -> str:
-    """How :class:`PoolExecutor` starts its workers: ``"fork"`` where the platform has
-    it and this process runs a single thread, else ``"spawn"``.
+    """How :class:`PoolExecutor` starts its workers: ``"fork"`` on Linux when this
+    process runs a single thread, else ``"spawn"``.
 
     A forked worker starts with the package imported and the compiled kernels this
     process has loaded; a spawned one imports and loads them again, ~2.4 s of CPU
     each (of a 20 s DLRM-16 plan on 2 cores, where the parent waits meanwhile).
     Forking a process that runs other threads can leave a lock held in the child
-    forever, so such a process spawns. The tasks are pure and seeded: their results do
-    not depend on how the workers started.
+    forever, so such a process spawns; so does macOS, whose system libraries are not
+    safe to fork (Python spawns there by default). The tasks are pure and seeded: their
+    results do not depend on how the workers started.
     """
-    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
         return "fork"
     return "spawn"
 
