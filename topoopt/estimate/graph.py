@@ -694,12 +694,7 @@ class IterationGraphBuilder:
             rate = np.full(n * n, np.inf)
             latency = np.zeros(n * n)
             latency[off] = _row_latency(self.fabric, r)
-            has = np.diff(r.ptr) > 0
-            if has.any():
-                with np.errstate(divide="ignore"):
-                    per = self.fabric.capacity[r.link] / r.weight
-                low = np.minimum.reduceat(per, r.ptr[:-1][has])
-                rate[off[has]] = np.where(low > 0, low, np.inf)
+            rate[off] = _alone_rate(self.fabric.capacity, r.link, r.weight, np.diff(r.ptr))
             self._rate = (rate.reshape(n, n), latency.reshape(n, n))
         return self._rate
 
@@ -757,13 +752,8 @@ class IterationGraphBuilder:
             plan = self._allreduce(cfg)
             routes = self.routes.view()
             idx, counts = gather_rows(routes.ptr, plan.ring_class)
-            rate = np.full(plan.ring_class.size, np.inf)
-            has = counts > 0
-            if idx.size:
-                with np.errstate(divide="ignore"):
-                    per = self.fabric.capacity[routes.link[idx]] / routes.weight[idx]
-                low = np.minimum.reduceat(per, (np.cumsum(counts) - counts)[has])
-                rate[has] = np.where(low > 0, low, np.inf)
+            rate = _alone_rate(self.fabric.capacity, routes.link[idx], routes.weight[idx],
+                               counts)
             group = np.repeat(np.arange(cfg.mp), _rings_per_group(plan.ring_count))
             at = self._pooled(8.0 * plan.ring_factor / plan.ring_count / rate,
                               plan.ring_latency, group.astype(float))
@@ -1122,6 +1112,21 @@ class IterationGraphBuilder:
         before.extend([p_of, ids[flow_of_succ]])
         after.extend([ids[k_of], succs])
         return nbar
+
+
+def _alone_rate(cap: np.ndarray, link: np.ndarray, weight: np.ndarray,
+                counts: np.ndarray) -> np.ndarray:
+    """Per route row (``counts[i]`` consecutive entries of ``link``/``weight``), the
+    most bits/s a flow gets on it alone, ``min(capacity / weight)``; ``inf`` for a row
+    with no link or a link down (a flow there is stuck, which the simulation says)."""
+    rate = np.full(counts.size, np.inf)
+    has = counts > 0
+    if has.any():
+        with np.errstate(divide="ignore"):
+            per = cap[link] / weight
+        low = np.minimum.reduceat(per, (np.cumsum(counts) - counts)[has])
+        rate[has] = np.where(low > 0, low, np.inf)
+    return rate
 
 
 def _rings_per_group(ring_count: np.ndarray) -> np.ndarray:
