@@ -52,7 +52,7 @@ class IterationCost:
         self.memo: dict[tuple, float] = {}
         self.lower: dict[tuple, float] = {}   # lower bounds of candidates cut short
         self.evaluations = 0   # strategies simulated
-        self.bounded = 0       # candidates rejected by the analytical bound alone
+        self.bounded = 0       # candidates rejected by an analytical bound alone
 
     @property
     def supports_bound(self) -> bool:
@@ -92,11 +92,16 @@ class IterationCost:
                 self.bounded += 1
                 self.lower[key] = low
                 return low
-        self.evaluations += 1
         if self.reference:
             hit, exact = self.estimate(strategy).total, True
         else:
+            rejected = self.fast.rejected
             hit, exact = self.fast.bounded_total(strategy, bound)
+            if self.fast.rejected > rejected:   # by a bound, before any graph was built
+                self.bounded += 1
+                self.lower[key] = hit
+                return hit
+        self.evaluations += 1
         if len(self.memo) + len(self.lower) > 20_000:  # bound memory on long searches
             self.memo.clear()
             self.lower.clear()

@@ -150,6 +150,29 @@ def test_iteration_cost_fast_and_reference_agree_and_memoize():
     assert fast.evaluations == len({s.configs for s in strategies})
 
 
+def test_candidates_a_bound_rejects_unbuilt_are_not_counted_as_simulated():
+    # plan.json's `evaluations` counts strategies simulated: a candidate the critical
+    # path rejects before its graph is built is `bounded`, like one the server bound
+    # rejects
+    n = 8
+    job = Job("bert", batch_per_gpu=16, size=SMALL_BERT)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    cost = IterationCost(model, cluster, job, ideal_switch(n, cluster.server_bandwidth))
+    builder = cost.fast.builder
+    for s in random_strategies(model, cluster, job, 25, seed=3):
+        other = max(builder.lower_bound(s), builder.link_bound(s))
+        if builder.critical_path_bound(s) > 1.01 * other:
+            break
+    else:
+        pytest.fail("no strategy whose critical path passes the other bounds")
+    low = cost(s, 1.005 * other)
+    assert low > 1.005 * other
+    assert (cost.evaluations, cost.bounded) == (0, 1)
+    assert cost(s) >= low
+    assert (cost.evaluations, cost.bounded) == (1, 1)
+
+
 def test_coflows_stay_acyclic_when_a_consumer_reads_two_producer_segments():
     # BERT at n = 8 on a fat-tree: this walk's 10th strategy has a consumer fed by two
     # producer segments on one server. Grouping coflows by their first predecessor

@@ -114,6 +114,7 @@ class FastEstimator:
         self.builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
                                              mp_flows, cache, merge_flows=True)
         self.fabric = fabric
+        self.rejected = 0       # candidates bounded_total rejected without a graph
         self._path_rate = 1.0   # recent share of critical-path bounds that rejected
         self._path_skipped = 0
 
@@ -134,20 +135,23 @@ class FastEstimator:
     def bounded_total(self, strategy: Strategy, bound: float = math.inf
                       ) -> tuple[float, bool]:
         """``(seconds, exact)``: the iteration time of ``strategy``, or -- when it is
-        sure to exceed ``bound`` -- a lower bound above ``bound`` found by stopping the
-        simulation there (``exact`` False)."""
+        sure to exceed ``bound`` -- a lower bound above ``bound`` (``exact`` False): the
+        busiest link's or the critical path's, before any graph is built (counted in
+        ``rejected``), else the time at which the simulation passed ``bound``."""
         if math.isfinite(bound):
             # bounds that need no simulation nor even the graph: the busiest link's bits
             # (forwarded traffic piled onto a few fibres shows here first), then the
             # longest chain of tasks and transfers (a pipeline too deep for the bound)
             low = self.builder.link_bound(strategy)
             if low > bound:
+                self.rejected += 1
                 return low, False
             if self._path_rate >= _PATH_MIN_RATE or self._path_skipped >= _PATH_PROBE:
                 self._path_skipped = 0
                 low = self.builder.critical_path_bound(strategy)
                 self._path_rate = 0.9 * self._path_rate + 0.1 * (low > bound)
                 if low > bound:
+                    self.rejected += 1
                     return low, False
             else:
                 self._path_skipped += 1

@@ -191,6 +191,7 @@ class ReconfigEstimator:
             raise ConfigError("fabric", fabric.servers, f"has {fabric.servers} servers but the "
                               f"cluster has {cluster.servers}")
         self.fabric = fabric
+        self.rejected = 0   # (FastEstimator's count of candidates rejected unbuilt: none here)
         # The logical links share a server's d x B: the builder's analytical lower bound
         # (a server's bytes over its link capacity) then holds for any set of circuits.
         n = cluster.servers
