@@ -73,10 +73,13 @@ class IterationCost:
         A :class:`~topoopt.netsim.SimulationError` propagates: every strategy of the
         space has an acyclic task graph, so an error here is a bug to see, not a cost.
         With a finite ``bound`` the fast path may return a lower bound above ``bound``
-        instead of the time: the analytical bound
-        (:meth:`~topoopt.estimate.graph.IterationGraphBuilder.lower_bound`, no graph
-        built) when it already exceeds ``bound``, else the time at which the simulation
-        passed it (the MCMC asks for the acceptance threshold of its next draw, see
+        instead of the time: an analytical bound, no graph built, when it already
+        exceeds ``bound`` (the busiest server's,
+        :meth:`~topoopt.estimate.graph.IterationGraphBuilder.lower_bound`, then the
+        busiest link's and the critical path's in
+        :meth:`~topoopt.estimate.FastEstimator.bounded_total`; counted in ``bounded``),
+        else the time at which the simulation passed it (counted in ``evaluations``;
+        the MCMC asks for the acceptance threshold of its next draw, see
         :class:`~topoopt.planners.mcmc.Chain`).
         """
         key = strategy.configs
