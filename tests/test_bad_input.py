@@ -456,6 +456,9 @@ def _wrong_type(value):
 #: Leaves whose type alone is free (any string is a valid ``config`` path); skipped when
 #: swapping types, and whose value cannot be derived (a fabric's time, its cost, moves).
 FREE = ("config",)
+#: Leaves that take any number (a custom operator's FLOPs), though a config may write an
+#: int there.
+NUMBERS = re.compile(r"^job\.operators\[\d+\]\.(fwd_flops|bwd_flops)$")
 CONTAINERS_OPTIONAL = ("topology.labels", "topology.link_latency", "job.size")
 #: Entries of a search's records whose removal leaves a shorter but consistent record
 #: (a start not tried, a point of a curve, a kind of move that never improved).
@@ -475,6 +478,8 @@ def corruptions(draw, plans):
     if kind == "type":
         path = draw(st.sampled_from([p for p in paths if p not in FREE]))
         old = _get(doc, path)
+        if NUMBERS.search(path) and type(old) is int:
+            old = float(old)  # written as an int, read as a number: 0.5 is no corruption
         new = draw(_wrong_type(old))
         parent, key = _parent(doc, path)
         parent[key] = new
