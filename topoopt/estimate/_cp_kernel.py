@@ -6,23 +6,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from topoopt.netsim._dag_kernel import successor_lists
+
 __all__ = ["critical_path"]
-
-
-@njit(cache=True)
-def _by(key, nseg):
-    """CSR of the links grouped by ``key`` (a segment per link): ``(ptr, links)``."""
-    ptr = np.zeros(nseg + 1, np.int64)
-    for i in range(key.size):
-        ptr[key[i] + 1] += 1
-    for g in range(nseg):
-        ptr[g + 1] += ptr[g]
-    fill = ptr[:-1].copy()
-    out = np.empty(key.size, np.int64)
-    for i in range(key.size):
-        out[fill[key[i]]] = i
-        fill[key[i]] += 1
-    return ptr, out
 
 
 @njit(cache=True)
@@ -84,8 +70,9 @@ def critical_path(size, fwd, bwd, update, mp, dp, servers, in_bps, link_u, link_
     for g in range(nseg):
         off[g + 1] = off[g] + size[g]
     acc = np.zeros(off[nseg])
-    ptr_v, by_v = _by(link_v, nseg)
-    ptr_u, by_u = _by(link_u, nseg)
+    # the links of each consumer, and of each producer (CSR, in link order)
+    ptr_v, by_v = successor_lists(link_v, np.arange(link_v.size), nseg)
+    ptr_u, by_u = successor_lists(link_u, np.arange(link_u.size), nseg)
     # forward: a consumer after its producers
     start = np.zeros(off[nseg])
     _relax(start, True, ptr_v, by_v, link_u, size, off, fwd, link_x, link_pat, False, pool,
