@@ -11,7 +11,7 @@ from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
 from topoopt.planners.alternating import start_strategy
 from topoopt.planners.cost import IterationCost
-from topoopt.planners.mcmc import descend
+from topoopt.planners.mcmc import Chain, descend
 from topoopt.planners.moves import MOVE_KINDS, MoveSet
 from topoopt.planners.planner import plan
 from topoopt.planners.search import search_space
@@ -405,6 +405,30 @@ def test_the_chain_ahead_goes_on_descending_past_the_final_limit():
     for a, b in zip(found[0].chains, found[1600].chains):
         if a.seed != lead.seed:
             assert b.best_time == a.best_time
+
+
+def test_revisit_descends_from_each_earlier_best_near_the_best_and_keeps_the_fastest():
+    cluster, job, model, space = small()
+    cost = IterationCost(model, cluster, job, ideal_switch(8, cluster.server_bandwidth))
+    moves = MoveSet(space, structured_strategies(model, space))
+    chain = Chain(space, cost, hybrid(model, 8), seed=1, moves=moves)
+    chain.run(80)
+    within, limit = 1.5, 30             # wide: several earlier bests qualify
+    eligible, times = [], []
+    for s, t, _ in chain.records[::-1]:
+        if t <= within * chain.reached and all(abs(t - u) > 1e-6 * u for u in times):
+            eligible.append((s, t))
+            times.append(t)
+    assert len(eligible) >= 2
+    bottoms = [descend(space, cost, s, t, moves, limit)[1] for s, t in eligible]
+    # an earlier best descends deeper than the last one (0.54x against 0.87x)
+    assert min(bottoms) < 0.9 * bottoms[0]
+    before = chain.best_t
+    chain.revisit(limit, within=within)
+    assert chain.best_t == min(before, *bottoms) and chain.best_t == cost(chain.best)
+    # each point is descended from once
+    chain.revisit(limit, within=within)
+    assert chain.best_t == min(before, *bottoms)
 
 
 def test_the_body_ends_go_data_parallel_on_every_server():
