@@ -113,14 +113,16 @@ class MoveSet:
         """``strategy`` with ``changes`` applied where the op accepts the config, if it
         changes anything and fits; else None."""
         configs = list(strategy.configs)
-        moved = memory
+        moved = None                      # one copy of ``memory``, then moved in place
         canonical = self.space.canonical
         for i, cfg in changes.items():
             cfg = canonical[i].get(cfg)
-            if cfg is not None and configs[i] != cfg:
-                moved = self.space.moved_memory(moved, i, configs[i], cfg)
+            # configs are the space's shared instances: most unchanged ones are the same
+            if cfg is not None and configs[i] is not cfg and configs[i] != cfg:
+                moved = self.space.moved_memory(memory if moved is None else moved, i,
+                                                configs[i], cfg, copy=moved is None)
                 configs[i] = cfg
-        if moved is memory or float(moved.max()) > self.space.memory_limit:
+        if moved is None or float(moved.max()) > self.space.memory_limit:
             return None
         return Strategy(tuple(configs), "mcmc"), moved
 

@@ -143,12 +143,25 @@ class StrategySpace:
         return (op.params / cfg.mp * state
                 + op.out_elems * self.global_batch / cfg.dp / cfg.mp) * self.dtype_bytes
 
-    def moved_memory(self, memory: np.ndarray, i: int, old: OpConfig, new: OpConfig
-                     ) -> np.ndarray:
-        """Per-server bytes after operator ``i`` moves from ``old`` to ``new``."""
-        out = memory.copy()
-        out[list(old.servers)] -= self._op_memory(i, old)
-        out[list(new.servers)] += self._op_memory(i, new)
+    @cached_property
+    def _server_indices(self) -> dict[tuple[int, ...], np.ndarray]:
+        return {}
+
+    def _index(self, servers: tuple[int, ...]) -> np.ndarray:
+        """``servers`` as an index array, made once per server set (a move of a run of
+        layers on 128 servers indexes the same sets dozens of times)."""
+        idx = self._server_indices.get(servers)
+        if idx is None:
+            idx = self._server_indices[servers] = np.array(servers, dtype=np.intp)
+        return idx
+
+    def moved_memory(self, memory: np.ndarray, i: int, old: OpConfig, new: OpConfig,
+                     copy: bool = True) -> np.ndarray:
+        """Per-server bytes after operator ``i`` moves from ``old`` to ``new`` (in place
+        in ``memory`` if not ``copy``)."""
+        out = memory.copy() if copy else memory
+        out[self._index(old.servers)] -= self._op_memory(i, old)
+        out[self._index(new.servers)] += self._op_memory(i, new)
         return out
 
     def contains(self, strategy: Strategy) -> bool:
