@@ -613,6 +613,7 @@ def test_dense_and_sorted_mp_merges_build_the_same_graph(monkeypatch, mp_flows):
         monkeypatch.setattr(graph, "_DENSE_PER_TRANSFER", 1 << 40)
         dense = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
         monkeypatch.setattr(graph, "_DENSE_PER_TRANSFER", 0)
+        monkeypatch.setattr(graph, "_DENSE_MIN", 0)
         sort = build_iteration(model, s, cluster, job, fabric, mp_flows=mp_flows)
         monkeypatch.undo()
         for f in ("flow_class", "flow_bytes", "flow_latency", "flow_kind"):

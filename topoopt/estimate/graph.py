@@ -47,10 +47,16 @@ Rings = Mapping[tuple[int, ...], Sequence[Sequence[int]]]
 
 #: :meth:`IterationGraphBuilder._add_mp` merges a pass's transfers through a dense table
 #: of (consumer segment, source, destination) while the table has at most this many
-#: entries per transfer, else by sorting them (the table is scanned whole: on the
-#: transfers of 236 DLRM-128 passes on the Ideal Switch and the Fat-tree, 2 per
-#: transfer took 0.59 s in all, 8 or at most 2^21 entries 2.1 s, sorting all 1.0 s).
-_DENSE_PER_TRANSFER = 2
+#: entries per transfer (or at most ``_DENSE_MIN``) and at most ``_DENSE_MAX`` in all,
+#: else by sorting them (the table is scanned whole; both give the same arrays). Build
+#: ms per call over ~100 search candidates each, 2 / 8 / 32 / 64 / 256 per transfer:
+#: DLRM-128 Ideal Switch 5.9 / 5.5 / 5.2 / 5.1 / 5.8, Fat-tree 10.6 / 9.6 / 9.5 / 9.1 /
+#: 9.7, Expander 9.1 / 8.7 / 9.1 / 8.5 / 9.3, TopoOpt 12.4 / 11.1 / 11.2 / 10.8 / 11.1;
+#: BERT-128 Ideal Switch 24.9 / 18.8 / 17.4 / 18.4 / 20.1, Fat-tree 29.1 / 23.6 / 21.7 /
+#: 24.5 / 23.2; a DLRM-16 pass's table (a few thousand entries) merges in 16 us, its
+#: sort in 42.
+_DENSE_PER_TRANSFER = 32
+_DENSE_MIN, _DENSE_MAX = 1 << 16, 1 << 22
 #: Passes of at most this many merged flows are grouped into coflows by the kernel.
 _KERNEL_COFLOWS = 2048
 #: ``merge_flows`` looks for identical blocks in a pass of at least this many pair flows
@@ -1157,10 +1163,11 @@ class IterationGraphBuilder:
         them wait for. Returns the barriers numbered so far (from ``nbar``)."""
         n = self.n
         nn = n * n
-        if consumers * nn <= _DENSE_PER_TRANSFER * keys.size:
+        if consumers * nn <= min(max(_DENSE_PER_TRANSFER * keys.size, _DENSE_MIN),
+                                 _DENSE_MAX):
             uk, inv, sizes, k_of, p_of = merge_transfers(keys, nbytes, preds, nn,
                                                          succ_base.size)
-        else:   # a sparse table (scanned whole, it costs more than a sort)
+        else:   # a sparse or huge table (scanned whole, it costs more than a sort)
             uk, inv, _ = _group(keys)
             sizes = np.bincount(inv, weights=nbytes)
             k_of, p_of = _distinct_pairs(inv, preds)
