@@ -572,26 +572,6 @@ def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name, overlap):
         assert ref.makespan == pytest.approx(np.nanmax(runs[1][1]), rel=REL)
 
 
-
-@pytest.mark.parametrize("seed", range(4))
-def test_coflow_groups_kernel_equals_numpy_reference(seed):
-    from topoopt.estimate._mp_kernel import coflow_groups
-    from topoopt.estimate.graph import _coflow_groups
-    rng = np.random.default_rng(seed)
-    for _ in range(200):
-        flows = int(rng.integers(1, 40))
-        lo = int(rng.integers(-6, 1))          # < 0: barrier placeholders (-1 too)
-        hi = lo + int(rng.integers(4, 12))
-        sets = [np.sort(rng.choice(np.arange(lo, hi), int(rng.integers(1, 5)),
-                                   replace=False)) for _ in range(flows)]
-        if seed == 0:                          # one predecessor each
-            sets = [x[:1] for x in sets]
-        k_of = np.repeat(np.arange(flows), [x.size for x in sets])
-        p_of = np.concatenate(sets).astype(np.int64)
-        for got, ref in zip(coflow_groups(k_of, p_of, flows), _coflow_groups(k_of, p_of, flows)):
-            assert got.dtype == ref.dtype
-            np.testing.assert_array_equal(got, ref)
-
 def test_row_ranks_equal_unique_rows():
     from topoopt.estimate.graph import _row_ranks
     rng = np.random.default_rng(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["coflow_groups", "merge_transfers"]
+__all__ = ["merge_transfers"]
 
 
 @njit(cache=True)
@@ -108,105 +108,3 @@ def merge_transfers(keys, nbytes, preds, nn, nseg):
                 m += 1
     return uk, inv, sizes, pair_flow[:m], pair_pred[:m]
 
-
-@njit(cache=True)
-def _row_order(a, b, start, preds, width):
-    """-1, 0 or 1 as flow ``a``'s predecessor row sorts before, with or after ``b``'s,
-    rows padded with -1 to ``width`` entries."""
-    for j in range(width):
-        x = preds[start[a] + j] if start[a] + j < start[a + 1] else -1
-        y = preds[start[b] + j] if start[b] + j < start[b + 1] else -1
-        if x != y:
-            return -1 if x < y else 1
-    return 0
-
-
-@njit(cache=True)
-def coflow_groups(pair_flow, pair_pred, flows):
-    """Coflows of one pass: merged flows with the same predecessor set (what
-    :func:`topoopt.estimate.graph._coflow_groups` computes with numpy, label for label).
-
-    Parameters
-    ----------
-    pair_flow, pair_pred : int64 arrays
-        The distinct (flow, predecessor) pairs, sorted by flow, then predecessor
-        (:func:`merge_transfers`); every flow has at least one.
-    flows : int
-
-    Returns
-    -------
-    labels : int64 array
-        Per coflow, its signature: the predecessor of a one-predecessor set, else
-        ``max(predecessor + 1, 0)`` plus the rank of its set (padded with -1,
-        compared entry by entry) among the distinct larger sets; ascending.
-    member : int64 array
-        Coflow of each flow.
-    first : int64 array
-        Lowest flow of each coflow.
-    """
-    m = pair_flow.size
-    start = np.zeros(flows + 1, np.int64)
-    for i in range(m):
-        start[pair_flow[i] + 1] += 1
-    longest = 0
-    for k in range(flows):
-        longest = max(longest, start[k + 1])
-        start[k + 1] += start[k]
-    top = -1
-    for i in range(m):
-        top = max(top, pair_pred[i])
-    base = max(top + 1, 0) if m else 1
-    sig = np.empty(flows, np.int64)
-    multi = np.empty(flows, np.int64)
-    nm = 0
-    for k in range(flows):
-        if start[k + 1] - start[k] == 1:
-            sig[k] = pair_pred[start[k]]
-        else:
-            multi[nm] = k
-            nm += 1
-    # larger sets: a bottom-up merge sort of their rows, then ranks of the distinct ones
-    order = multi[:nm].copy()
-    spare = np.empty(nm, np.int64)
-    run = 1
-    while run < nm:
-        for lo in range(0, nm, 2 * run):
-            mid, hi = min(lo + run, nm), min(lo + 2 * run, nm)
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:
-                if _row_order(order[j], order[i], start, pair_pred, longest) < 0:
-                    spare[o] = order[j]
-                    j += 1
-                else:
-                    spare[o] = order[i]
-                    i += 1
-                o += 1
-            while i < mid:
-                spare[o] = order[i]
-                i += 1
-                o += 1
-            while j < hi:
-                spare[o] = order[j]
-                j += 1
-                o += 1
-        order, spare = spare, order
-        run *= 2
-    rank = -1
-    for q in range(nm):
-        if q == 0 or _row_order(order[q - 1], order[q], start, pair_pred, longest) != 0:
-            rank += 1
-        sig[order[q]] = base + rank
-    # group equal signatures, labels ascending
-    by_sig = np.argsort(sig, kind="mergesort")
-    member = np.empty(flows, np.int64)
-    labels = np.empty(flows, np.int64)
-    first = np.empty(flows, np.int64)
-    c = -1
-    for q in range(flows):
-        k = by_sig[q]
-        if q == 0 or sig[k] != sig[by_sig[q - 1]]:
-            c += 1
-            labels[c] = sig[k]
-            first[c] = k    # stable: the lowest flow of its signature comes first
-        member[k] = c
-    return labels[:c + 1], member, first[:c + 1]

@@ -26,7 +26,7 @@ from topoopt._require import require_choice
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.estimate._cp_kernel import critical_path
-from topoopt.estimate._mp_kernel import coflow_groups, merge_transfers
+from topoopt.estimate._mp_kernel import merge_transfers
 from topoopt.estimate.segments import EstimateCache, Segment, fuse_operators
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
@@ -57,8 +57,6 @@ Rings = Mapping[tuple[int, ...], Sequence[Sequence[int]]]
 #: sort in 42.
 _DENSE_PER_TRANSFER = 32
 _DENSE_MIN, _DENSE_MAX = 1 << 16, 1 << 22
-#: Passes of at most this many merged flows are grouped into coflows by the kernel.
-_KERNEL_COFLOWS = 2048
 #: ``merge_flows`` looks for identical blocks in a pass of at least this many pair flows
 #: (below it the search for them costs more than it saves).
 _MERGE_MIN = 4096
@@ -1190,10 +1188,7 @@ class IterationGraphBuilder:
         if self.mp_flows == "coflow":
             if mult is not None:
                 sizes = sizes * mult
-            # the kernel pays on small passes; numpy's row sort on large ones (DLRM-128
-            # Fat-tree: 10.8 ms a build with numpy alone, 11.6 with the kernel alone)
-            group = coflow_groups if uk.size <= _KERNEL_COFLOWS else _coflow_groups
-            co, member, first = group(k_of, p_of, uk.size)
+            co, member, first = _coflow_groups(k_of, p_of, uk.size)
             tot = np.bincount(member, weights=sizes, minlength=co.size)
             share = sizes / np.where(tot[member] > 0, tot[member], 1.0)
             cls, lat = self._coflow_classes(src, dst, member, share, co.size)
@@ -1372,8 +1367,7 @@ def _identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of
 
 def _coflow_groups(k_of: np.ndarray, p_of: np.ndarray, keys: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group merged MP flows into coflows: flows with exactly the same predecessor tasks
-    (the reference of :func:`~topoopt.estimate._mp_kernel.coflow_groups`, which builds use).
+    """Group merged MP flows into coflows: flows with exactly the same predecessor tasks.
 
     ``(k_of[i], p_of[i])`` are the distinct (merged flow, predecessor task) pairs,
     sorted by flow, then task. Returns ``(group labels, member, first)`` with
