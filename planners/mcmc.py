@@ -168,9 +168,7 @@ class Chain:
         self._ends.add(s.configs)
         if t >= self.best_t:
             return False
-        self._new_best(s, t)
-        self.current, self.current_t, self.memory = s, t, self.space.memory(s)
-        self.improved["descent"] += 1
+        self._descended_to(s, t)
         return True
 
     @property
@@ -210,15 +208,19 @@ class Chain:
             s2, t2, _ = descend(self.space, self.cost, s, t, self.moveset, limit, stop)
             self._ends.add(s2.configs)
             if t2 < self.best_t:
-                self._new_best(s2, t2)
-                self.current, self.current_t, self.memory = s2, t2, self.space.memory(s2)
-                self.improved["descent"] += 1
+                self._descended_to(s2, t2)
                 improved = True
         return improved
 
     def _new_best(self, strategy: Strategy, t: float, moved: bool = False) -> None:
         self.best, self.best_t = strategy, t
         self.records.append((strategy, t, moved))
+
+    def _descended_to(self, strategy: Strategy, t: float) -> None:
+        """A descent's better bottom: the new best, and where the chain goes on from."""
+        self._new_best(strategy, t)
+        self.current, self.current_t, self.memory = strategy, t, self.space.memory(strategy)
+        self.improved["descent"] += 1
 
     def polish(self, limit: int, stop: Callable[[], bool] = stop_requested) -> None:
         """After the last descent: the stages' end operators split on their own, the
