@@ -118,6 +118,16 @@ class FabricSearch:
     evaluations: int
 
     @property
+    def stop_spread(self) -> float:
+        """The chains' spread when the search stopped, the one ``stop`` judged: their
+        best-so-far curves' last points, before the final descents (which give the
+        chain ahead a longer one, so ``spread`` may be wider or narrower)."""
+        last = [c.trace[-1] for c in self.chains if c.trace]
+        if not last or min(last) <= 0:
+            return self.spread
+        return max(last) / min(last)
+
+    @property
     def start_time(self) -> float:
         """The first start's time (the data-parallel or hybrid start of the plan)."""
         return self.starts[0][1] if self.starts else self.best_time

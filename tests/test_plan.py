@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -195,6 +196,11 @@ def test_cli_plan_and_check(tmp_path):
                                        "--quiet"])
     assert result.exit_code == 0, result.output
     assert "topoopt" in result.output and "fattree" in result.output
+    # every fabric's search: how it stopped, the chains' spread then and at the end;
+    # a search that converged stopped with its chains within the tolerance (1%)
+    ends = re.findall(r"(converged|budget) at (\d+\.\d{3}), spread \d+\.\d{3}", result.output)
+    assert len(ends) == 5
+    assert all(float(at) <= 1.01 for stop, at in ends if stop == "converged")
     check = CliRunner().invoke(main, ["plan", "--check", str(out)])
     assert check.exit_code == 0 and check.output.startswith("ok")
 

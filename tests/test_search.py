@@ -321,7 +321,7 @@ def test_chains_that_agree_stop_early_and_say_so():
     cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
     found = search_space(space, cost, structured_strategies(model, space), chains=2,
                          budget=2000, seed=0, block=20)
-    assert found.stop == "converged" and found.spread <= 1.01
+    assert found.stop == "converged" and found.spread <= 1.01 and found.stop_spread <= 1.01
     assert found.moves < 2 * 2000
     assert all(len(c.trace) > 0 and list(c.trace) == sorted(c.trace, reverse=True)
                for c in found.chains)     # best-so-far curves only go down

@@ -44,9 +44,15 @@ class _Progress(ProgressLine):
             self.update(stage, f"{moves} moves, best {format_time(best)}")
 
 
+def _ended(search) -> str:
+    """How a search ended: its stop reason with the chains' spread then, and their
+    spread after the final descents."""
+    return f"{search.stop} at {search.stop_spread:.3f}, spread {search.spread:.3f}"
+
+
 def _search_summary(f) -> str:
-    """How a fabric's search ended: its stop reason and the chains' spread."""
-    how = f"{f.search.stop}, spread {f.search.spread:.3f}" if f.search is not None else ""
+    """How a fabric's search ended (:func:`_ended`) and whose strategy it adopted."""
+    how = _ended(f.search) if f.search is not None else ""
     return how + (f", from {f.adopted_from}" if f.adopted_from else "")
 
 
@@ -59,7 +65,7 @@ def _report(result, config: str, seed: int, seconds: float) -> None:
                + (" (interrupted: best so far)" if result.search.interrupted else ""))
     s = result.search
     rounds = s.searches
-    topo_how = (f"{rounds[-1].stop}, spread {rounds[-1].spread:.3f}" if rounds else "start")
+    topo_how = _ended(rounds[-1]) if rounds else "start"
     origin = "" if s.origin == "start" else f", first round from {s.origin}"
     click.echo(f"search    {result.chains} chains x {result.budget} moves per round per fabric "
                f"(Ideal Switch x2), tolerance {result.tolerance:.0%}; TopoOpt: "
