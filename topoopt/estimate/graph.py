@@ -901,15 +901,17 @@ class IterationGraphBuilder:
         forwarding only adds bytes)."""
         n = self.n
         segs, seg_of = self._fused(strategy)
-        compute = np.zeros(n)
-        nbytes = np.zeros(n)
-        for seg in segs:
-            srv = self._config(seg.config)[1]
-            compute[srv] += seg.fwd + seg.bwd + seg.update
-            cfg = seg.config
-            if seg.params > 0 and cfg.dp >= 2:
-                nbytes[srv] += (2.0 * (cfg.dp - 1) / cfg.dp * seg.params / cfg.mp
-                                * self.dtype_bytes)
+        srvs = [self._config(seg.config)[1] for seg in segs]
+        where = np.concatenate(srvs) if segs else np.empty(0, np.int64)
+        count = np.fromiter((s.size for s in srvs), np.int64, len(srvs))
+        # per server, its segments' terms summed in segment order (bincount adds in input
+        # order, as a loop of ``x[servers] += term`` would)
+        compute = np.bincount(where, np.repeat(
+            [seg.fwd + seg.bwd + seg.update for seg in segs], count), n)
+        nbytes = np.bincount(where, np.repeat(
+            [2.0 * (c.dp - 1) / c.dp * seg.params / c.mp * self.dtype_bytes
+             if seg.params > 0 and c.dp >= 2 else 0.0
+             for seg, c in ((seg, seg.config) for seg in segs)], count), n)
         # MP: forward to the consumer, and the gradient back
         sent = recv = nbytes + self._mp_loads(strategy)[0]
         with np.errstate(divide="ignore", invalid="ignore"):
