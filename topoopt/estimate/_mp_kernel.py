@@ -107,4 +107,3 @@ def merge_transfers(keys, nbytes, preds, nn, nseg):
                 pair_pred[m] = bucket[i]
                 m += 1
     return uk, inv, sizes, pair_flow[:m], pair_pred[:m]
-
