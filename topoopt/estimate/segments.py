@@ -44,13 +44,12 @@ class Segment:
 
 class EstimateCache:
     """Memo of the per-operator pieces that do not change when a strategy changes
-    elsewhere: compute times keyed by (op, config) and MP transfers keyed by
-    (edge, producer config, consumer config). One cache per (model, cluster, job)."""
+    elsewhere: compute times keyed by (op, config) and MP transfer patterns keyed by
+    (producer config, consumer config). One cache per (model, cluster, job)."""
 
     def __init__(self, model: Model, cluster: Cluster, job: Job) -> None:
         self.key = (id(model), cluster, job)
         self.times: dict = {}
-        self.transfers: dict = {}
         self.patterns: dict = {}
         self.segments: dict = {}
         self.consumers = _consumers(model)
@@ -105,25 +104,6 @@ class EstimateCache:
             hit = self.segments[key] = Segment(ops, cfg, float(fwd), float(bwd), float(upd),
                                                int(params))
         return hit
-
-    def edge(self, e: int, u: int, cu: OpConfig, cv: OpConfig):
-        """The forward transfers ``(src, dst, bytes)`` of edge ``e`` (producer ``u``)
-        between configs ``cu`` and ``cv``: :meth:`pattern` scaled by ``u``'s
-        activation."""
-        key = (e, id(cu), id(cv))
-        hit = self.transfers.get(key)
-        if hit is None or hit[0] is not cu or hit[1] is not cv:
-            if len(self.transfers) >= self.limit:
-                self.transfers.clear()
-            tensor = self.activation[u]
-            if tensor > 0:
-                src, dst, overlap = self.pattern(cu, cv)
-                # as edge_transfers computes it: overlap x (tensor / mp), bit for bit
-                hit = (cu, cv, (src, dst, overlap * (tensor / cu.mp)))
-            else:
-                hit = (cu, cv, edge_transfers(cu, cv, tensor))
-            self.transfers[key] = hit
-        return hit[2]
 
     def pattern(self, cu: OpConfig, cv: OpConfig):
         """:func:`~topoopt.traffic.edge_transfers` of one (producer, consumer) config
