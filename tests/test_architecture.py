@@ -2,15 +2,15 @@
 
 Every import of a project module is checked, function-local ones included: it must
 point to the same layer or one below, never up, and the packages must not import each
-other in a circle. A function-local import is allowed only for an optional heavy
-dependency (ns-3, torch, Ray, matplotlib, cppyy) or for a project module that needs one
-at import time (found here, not listed by hand).
+other in a circle. A function-local import is allowed only for a heavy
+dependency that ``import topoopt`` must not load (ns-3, torch, Ray, matplotlib, cppyy,
+numba, OR-Tools, sympy) or for a project module that needs one at import time (found
+here, not listed by hand).
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import sys
 from pathlib import Path
 
@@ -43,19 +43,23 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt.commands", "topoopt.cli", "topoopt.__main__"),
 )
 #: Imported lazily, where they are needed: optional extras and their heavy cores.
-OPTIONAL = {"ns", "cppyy", "torch", "ray", "matplotlib"}
+OPTIONAL = {"ns", "cppyy", "torch", "ray", "matplotlib", "numba", "ortools", "sympy"}
+
+
+#: Where each package's files are: pyproject.toml maps the design card's top-level
+#: planners/ and workloads/ into the package.
+SOURCES = {"topoopt": PACKAGE, "topoopt.planners": ROOT / "planners",
+           "topoopt.workloads": ROOT / "workloads"}
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    files = [Path(d) / f for d, _, names in os.walk(PACKAGE, followlinks=True)  # planners/,
-             for f in names if f.endswith(".py")]                             # workloads/
-    for path in sorted(files):
-        rel = path.relative_to(PACKAGE).with_suffix("")
-        parts = ("topoopt",) + rel.parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
+    for package, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = (*package.split("."), *path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
     return out
 
 
