@@ -171,7 +171,7 @@ def _next_toggle(bg: Background, t: float) -> float:
         return bg.start
     if t >= bg.stop:
         return math.inf
-    if bg.on is None or bg.off == 0:
+    if bg.on is None or bg.off is None or bg.off == 0:   # (on and off come together)
         return bg.stop
     period = bg.on + bg.off
     k = math.floor((t - bg.start) / period)
@@ -184,7 +184,10 @@ def _next_toggle(bg: Background, t: float) -> float:
 
 def _state_after(bg: Background, t: float) -> bool:
     """Whether ``bg`` is on just after boundary time ``t``."""
-    nudge = 1e-9 * ((bg.on + bg.off) if bg.on is not None else max(1.0, abs(t)))
+    if bg.on is not None and bg.off is not None:   # (they come together)
+        nudge = 1e-9 * (bg.on + bg.off)
+    else:
+        nudge = 1e-9 * max(1.0, abs(t))
     return bg.active(t + nudge)
 
 
