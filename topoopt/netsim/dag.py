@@ -115,7 +115,7 @@ def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
     ptr, link, weight = routes.ptr, routes.link, routes.weight
     seen: dict = {}
     klass = np.empty(len(routes), np.int64)
-    rows = []
+    rows: list[int] = []
     lb, wb = link.tobytes(), weight.tobytes()
     for i, (a, b) in enumerate(zip(ptr[:-1].tolist(), ptr[1:].tolist())):
         key = (lb[8 * a:8 * b], wb[8 * a:8 * b])
@@ -124,8 +124,7 @@ def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
             c = seen[key] = len(rows)
             rows.append(i)
         klass[i] = c
-    rows = np.asarray(rows, np.int64)
-    idx, counts = gather_rows(ptr, rows)
+    idx, counts = gather_rows(ptr, np.asarray(rows, np.int64))
     return klass, FlowRoutes(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                              link[idx], weight[idx])
 
