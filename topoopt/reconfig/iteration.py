@@ -4,8 +4,8 @@ The task graph of the iteration is built once on the *logical* network, a full m
 one link per ordered server pair (:func:`full_mesh`): each flow's route there is its
 demand, bytes per pair. The fabric's circuits live on the same pair links (capacity =
 circuits x B, 0 without a circuit). The flow simulator then runs in epochs
-(:func:`topoopt.netsim.simulate` stopped at checkpoints, :func:`topoopt.netsim.epochs.rest_of`
-to go on):
+(a :class:`topoopt.netsim.Simulation` paused at every measurement, stopped when the
+circuits change, :func:`topoopt.netsim.epochs.rest_of` to go on):
 
 - every ``interval`` the demand is measured -- the bytes the flows in transmission still
   have to send, per pair -- and the scheme re-plans the circuits for it
