@@ -329,7 +329,9 @@ def _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
     return seq
 
 
-@njit(cache=True)
+# The steps of run_kernel (_fire_due, _resolve, _end_transmissions) are inlined into it
+# (inline="always"): as separate functions they cost compile time (docs/tuning.md).
+@njit(cache=True, inline='always')
 def _fire_due(lim, t, heap, seq, done, nnew, finish, pending, succ_ptr, succ, is_flow, local,
               instant, flow_lat, node_res, node_dur, slot, table, qflag, qcount, busy, start,
               tx_end, new_flows, touched, batch_v, batch_t, newly, freed):
@@ -375,7 +377,7 @@ def _fire_due(lim, t, heap, seq, done, nnew, finish, pending, succ_ptr, succ, is
     return seq, done, nnew
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _resolve(t, t_ref, act, arem, arate, nact, new_flows, nnew, bits, warm, nprev, flow_class,
              fcount, cptr, clink, cweight, cap, mult, pmult, prev_cls, crate, residual, load,
              seen, sat):
@@ -405,7 +407,7 @@ def _resolve(t, t_ref, act, arem, arate, nact, new_flows, nnew, bits, warm, npre
     return nact, nprev, flow_next, sent_next
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _end_transmissions(t, eps, t_ref, act, arem, arate, nact, flow_node, flow_lat, tx_end,
                        heap, seq):
     """Flows whose last bit is out by ``t`` (within ``rate x eps + 1e-6`` bits) leave
