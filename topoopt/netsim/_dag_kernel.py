@@ -329,114 +329,8 @@ def _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
     return seq
 
 
-# The steps of run_kernel (_fire_due, _resolve, _end_transmissions) are inlined into it
-# (inline="always"): as separate functions they cost compile time (docs/tuning.md).
-@njit(cache=True, inline='always')
-def _fire_due(lim, t, heap, seq, done, nnew, finish, pending, succ_ptr, succ, is_flow, local,
-              instant, flow_lat, node_res, node_dur, slot, table, qflag, qcount, busy, start,
-              tx_end, new_flows, touched, batch_v, batch_t, newly, freed):
-    """Fire every timer due by ``lim``, round after round (what ends at ``t`` may start
-    work that ends at once): the nodes finish, their resources free up, successors with
-    no predecessor left start (flows join ``new_flows``), idle resources take their next
-    task. Returns ``(seq, done, nnew)``."""
-    while len(heap) > 0 and heap[0][0] <= lim:
-        nb = 0
-        while len(heap) > 0 and heap[0][0] <= lim:
-            when, _, v = heapq.heappop(heap)
-            batch_v[nb] = v
-            batch_t[nb] = when
-            nb += 1
-        nnewly = 0
-        nfreed = 0
-        for b in range(nb):
-            v = batch_v[b]
-            finish[v] = batch_t[b]
-            done += 1
-            r = node_res[v]
-            if r >= 0:
-                busy[r] = False
-                freed[nfreed] = r
-                nfreed += 1
-            for k in range(succ_ptr[v], succ_ptr[v + 1]):
-                u = succ[k]
-                pending[u] -= 1
-                if pending[u] == 0:
-                    newly[nnewly] = u
-                    nnewly += 1
-        ntouched = 0
-        for b in range(nfreed):
-            touched[ntouched] = freed[b]
-            ntouched += 1
-        for b in range(nnewly):
-            seq, nnew, ntouched = _activate(newly[b], t, is_flow, local, instant, flow_lat,
-                                            node_res, node_dur, slot, qflag, qcount, start,
-                                            tx_end, heap, seq, new_flows, nnew, touched,
-                                            ntouched)
-        seq = _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
-                        heap, seq)
-    return seq, done, nnew
-
-
-@njit(cache=True, inline='always')
-def _resolve(t, t_ref, act, arem, arate, nact, new_flows, nnew, bits, warm, nprev, flow_class,
-             fcount, cptr, clink, cweight, cap, mult, pmult, prev_cls, crate, residual, load,
-             seen, sat):
-    """The set of transmitting flows changed: bring the remaining bits up to ``t``, add
-    the new flows, re-solve max-min. Returns ``(nact, nprev, flow_next, sent_next)``:
-    the earliest time a flow's last bit is out, and a lower bound on it within the
-    1e-6-bit tolerance (a filter for :func:`_end_transmissions`)."""
-    if nact > 0 and t > t_ref:
-        for i in range(nact):
-            arem[i] = arem[i] - arate[i] * (t - t_ref)
-    for i in range(nnew):
-        act[nact] = new_flows[i]
-        arem[nact] = bits[new_flows[i]]
-        nact += 1
-    nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                   pmult, prev_cls, nprev, crate, residual, load, seen, sat, arate)
-    flow_next = np.inf
-    sent_next = np.inf
-    for i in range(nact):
-        if arate[i] > 0.0:
-            a = t + arem[i] / arate[i]
-            if a < flow_next:
-                flow_next = a
-            b = t + (arem[i] - 1e-6) / arate[i]
-            if b < sent_next:
-                sent_next = b
-    return nact, nprev, flow_next, sent_next
-
-
-@njit(cache=True, inline='always')
-def _end_transmissions(t, eps, t_ref, act, arem, arate, nact, flow_node, flow_lat, tx_end,
-                       heap, seq):
-    """Flows whose last bit is out by ``t`` (within ``rate x eps + 1e-6`` bits) leave
-    the active set, each delivered its latency later; the others' remaining bits are
-    brought up to ``t``. Returns ``(nact, seq, any_sent)`` (nothing changes without)."""
-    any_sent = False
-    for i in range(nact):
-        if arem[i] - arate[i] * (t - t_ref) <= arate[i] * eps + 1e-6:
-            any_sent = True
-            break
-    if not any_sent:
-        return nact, seq, False
-    w = 0
-    for i in range(nact):
-        rem = arem[i] - arate[i] * (t - t_ref)
-        if rem <= arate[i] * eps + 1e-6:
-            f = act[i]
-            node = flow_node[f]
-            tx_end[node] = t
-            heapq.heappush(heap, (t + flow_lat[f], seq, node))
-            seq += 1
-        else:
-            act[w] = act[i]
-            arem[w] = rem
-            arate[w] = arate[i]
-            w += 1
-    return w, seq, True
-
-
+# One function of 166 lines: split into njit steps it ran 5-7 % slower on dlrm-16 graphs,
+# inlined or not (docs/tuning.md, "Simulators").
 @njit(cache=True)
 def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount, cptr, clink,
                cweight, node_res, node_dur, succ_ptr, succ, pending0, table, slot, cap, horizon):
@@ -446,35 +340,37 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     transmitting flow, the dependencies contain a cycle)."""
     nres = table.shape[0]
     nflows = flow_node.size
+    nclass = cptr.size - 1
     pending = pending0.copy()
     start = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     tx_end = np.full(n, np.nan)
-    qflag = np.zeros(table.shape, np.bool_)     # per resource: its queued tasks
+    qflag = np.zeros(table.shape, np.bool_)
     qcount = np.zeros(nres, np.int64)
     busy = np.zeros(nres, np.bool_)
-    instant = np.empty(nflows, np.bool_)        # delivered at once: no link, or no bits
+    instant = np.empty(nflows, np.bool_)
     for f in range(nflows):
         c = flow_class[f]
         instant[f] = cptr[c + 1] == cptr[c] or bits[f] == 0.0
-    heap = [(0.0, 0, 0)]                        # (time, sequence, node): timers
+    heap = [(0.0, 0, 0)]
     heap.pop()
     seq = 0
-    new_flows = np.empty(nflows, np.int64)      # started, not yet in the max-min problem
+    new_flows = np.empty(nflows, np.int64)
     nnew = 0
     touched = np.empty(n + nres, np.int64)
-    # max-min scratch (see _solve)
-    ncl = max(cptr.size - 1, 1)
-    mult = np.zeros(ncl, np.int64)
-    pmult = np.zeros(ncl, np.int64)
+    ntouched = 0
+    # max-min scratch
+    L = cap.size
+    mult = np.zeros(max(nclass, 1), np.int64)
+    pmult = np.zeros(max(nclass, 1), np.int64)
     prev_cls = np.empty(nflows, np.int64)
     nprev = 0
-    crate = np.zeros(ncl)
-    residual = np.zeros(cap.size)
-    load = np.zeros(cap.size)
-    seen = np.zeros(cap.size, np.bool_)
-    sat = np.zeros(cap.size, np.bool_)
-    # transmitting flows: local id, bits left at t_ref, rate
+    crate = np.zeros(max(nclass, 1))
+    residual = np.zeros(L)
+    load = np.zeros(L)
+    seen = np.zeros(L, np.bool_)
+    sat = np.zeros(L, np.bool_)
+    # transmitting flows
     act = np.empty(nflows, np.int64)
     arem = np.empty(nflows)
     arate = np.empty(nflows)
@@ -490,31 +386,79 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     freed = np.empty(n, np.int64)
 
     t = 0.0
-    ntouched = 0
     for v in range(n):
         if pending[v] == 0:
             seq, nnew, ntouched = _activate(v, t, is_flow, local, instant, flow_lat, node_res,
                                             node_dur, slot, qflag, qcount, start, tx_end,
                                             heap, seq, new_flows, nnew, touched, ntouched)
     seq = _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start, heap, seq)
+    ntouched = 0
     lim = t + 1e-15
     events = 0
     while True:
-        seq, done, nnew = _fire_due(lim, t, heap, seq, done, nnew, finish, pending, succ_ptr,
-                                    succ, is_flow, local, instant, flow_lat, node_res, node_dur,
-                                    slot, table, qflag, qcount, busy, start, tx_end, new_flows,
-                                    touched, batch_v, batch_t, newly, freed)
+        # -- fire everything due by lim, round after round --------------------------
+        while len(heap) > 0 and heap[0][0] <= lim:
+            nb = 0
+            while len(heap) > 0 and heap[0][0] <= lim:
+                when, _, v = heapq.heappop(heap)
+                batch_v[nb] = v
+                batch_t[nb] = when
+                nb += 1
+            nnewly = 0
+            nfreed = 0
+            for b in range(nb):
+                v = batch_v[b]
+                finish[v] = batch_t[b]
+                done += 1
+                r = node_res[v]
+                if r >= 0:
+                    busy[r] = False
+                    freed[nfreed] = r
+                    nfreed += 1
+                for k in range(succ_ptr[v], succ_ptr[v + 1]):
+                    u = succ[k]
+                    pending[u] -= 1
+                    if pending[u] == 0:
+                        newly[nnewly] = u
+                        nnewly += 1
+            ntouched = 0
+            for b in range(nfreed):
+                touched[ntouched] = freed[b]
+                ntouched += 1
+            for b in range(nnewly):
+                seq, nnew, ntouched = _activate(newly[b], t, is_flow, local, instant, flow_lat,
+                                                node_res, node_dur, slot, qflag, qcount, start,
+                                                tx_end, heap, seq, new_flows, nnew, touched,
+                                                ntouched)
+            seq = _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
+                            heap, seq)
         if done >= n:
             break
+        # -- the set of transmitting flows changed: re-solve max-min ------------------
         if nnew > 0 or dirty:
             warm = nnew == 0 and nprev > 0
-            nact, nprev, flow_next, sent_next = _resolve(
-                t, t_ref, act, arem, arate, nact, new_flows, nnew, bits, warm, nprev,
-                flow_class, fcount, cptr, clink, cweight, cap, mult, pmult, prev_cls, crate,
-                residual, load, seen, sat)
+            if nact > 0 and t > t_ref:
+                for i in range(nact):
+                    arem[i] = arem[i] - arate[i] * (t - t_ref)
+            for i in range(nnew):
+                act[nact] = new_flows[i]
+                arem[nact] = bits[new_flows[i]]
+                nact += 1
             nnew = 0
             dirty = False
             t_ref = t
+            nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
+                           pmult, prev_cls, nprev, crate, residual, load, seen, sat, arate)
+            flow_next = np.inf
+            sent_next = np.inf
+            for i in range(nact):
+                if arate[i] > 0.0:
+                    a = t + arem[i] / arate[i]
+                    if a < flow_next:
+                        flow_next = a
+                    b = t + (arem[i] - 1e-6) / arate[i]
+                    if b < sent_next:
+                        sent_next = b
         t_next = flow_next
         if len(heap) > 0 and heap[0][0] < t_next:
             t_next = heap[0][0]
@@ -529,9 +473,27 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
         eps = 1e-9 * max(abs(t), 1e-6)
         events += 1
         if nact > 0 and t + 2.0 * eps >= sent_next:   # (slack: this is only a filter)
-            nact, seq, sent = _end_transmissions(t, eps, t_ref, act, arem, arate, nact,
-                                                 flow_node, flow_lat, tx_end, heap, seq)
-            if sent:
+            any_sent = False
+            for i in range(nact):
+                if arem[i] - arate[i] * (t - t_ref) <= arate[i] * eps + 1e-6:
+                    any_sent = True
+                    break
+            if any_sent:
+                w = 0
+                for i in range(nact):
+                    rem = arem[i] - arate[i] * (t - t_ref)
+                    if rem <= arate[i] * eps + 1e-6:
+                        f = act[i]
+                        node = flow_node[f]
+                        tx_end[node] = t
+                        heapq.heappush(heap, (t + flow_lat[f], seq, node))
+                        seq += 1
+                    else:
+                        act[w] = act[i]
+                        arem[w] = rem
+                        arate[w] = arate[i]
+                        w += 1
+                nact = w
                 t_ref = t
                 dirty = True
         lim = t + eps
