@@ -10,12 +10,14 @@ from topoopt.netsim import (
     CapacityChange,
     FlowRoutes,
     Network,
+    Simulation,
     SimulationError,
     Workload,
     degrade,
     max_min_rates,
     simulate,
 )
+from topoopt.netsim.engine import _DELIVER, _DONE, _QUEUED, _RUN, _WAIT
 
 G = 1e9
 US = 1e-6
@@ -326,3 +328,203 @@ def test_successor_lists_match_a_stable_sort_of_the_sources(n):
     assert np.array_equal(succ, after[order])
     assert np.array_equal(np.diff(ptr), np.bincount(before, minlength=n))
     assert ptr[0] == 0 and ptr[-1] == before.size
+
+
+# --- Simulation, method by method ----------------------------------------------------
+# Byte counts are chosen so that the times are exact in binary (8 Gbit/s links).
+
+
+def eight_gbps(links=1, latency=0.0):
+    return Network(np.full(links, 8e9), np.full(links, latency))
+
+
+def test_simulation_starts_the_nodes_without_predecessors_at_t0():
+    w = Workload()
+    f = w.add_flow(1e9, [0])
+    empty = w.add_flow(1e9, [], latency=0.25)           # no link: delivered at once
+    a = w.add_task(0.5, resource=0)
+    b = w.add_task(0.5, resource=0)                     # waits for a on resource 0
+    later = w.add_task(0.5, after=[a])
+    sim = Simulation(eight_gbps(), w, t0=2.0)
+    assert sim.now == 2.0 and sim.events == 0 and sim.rates_stale
+    assert sim.active.tolist() == [0]                   # f's local id, transmitting
+    assert sim.remaining_bits[0] == 8e9
+    assert sim.start[[f, empty, a]].tolist() == [2.0, 2.0, 2.0]
+    assert sim.tx_end[empty] == 2.0 and sim.timer[empty] == 2.25
+    assert sim.phase[[f, empty, a, b, later]].tolist() == [_RUN, _DELIVER, _RUN, _QUEUED, 0]
+    assert sim.busy.tolist() == [True] and np.isnan(sim.start[b])
+    assert sim.pending[later] == 1
+
+
+def test_solve_rates_shares_a_link_max_min_and_only_when_stale():
+    w = Workload()
+    w.add_flow(1e9, [0, 1])
+    w.add_flow(1e9, [0])
+    w.add_flow(1e9, [1, 2])
+    net = Network(np.array([8e9, 8e9, 2e9]), np.zeros(3))
+    sim = Simulation(net, w)
+    sim._solve_rates()
+    # link 2 caps flow 2 at 2 Gbit/s; flows 0 and 1 split link 0
+    assert sim.rate[:3].tolist() == [4e9, 4e9, 2e9]
+    assert sim.load.tolist() == [8e9, 6e9, 2e9]
+    assert not sim.rates_stale
+    sim.rate[:] = 0.0
+    sim._solve_rates()                                  # not stale: nothing recomputed
+    assert sim.rate.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_next_event_time_is_the_earliest_of_its_sources():
+    w = Workload()
+    w.add_flow(1e9, [0])                                # 1 s at 8 Gbit/s
+    w.add_task(0.75)                                    # timer at 0.75 s
+    sim = Simulation(eight_gbps(), w, [], [CapacityChange(0.5, 0, 4e9)])
+    sim._solve_rates()
+    assert sim._next_event_time(0.25) == 0.25           # the pause comes first
+    assert sim._next_event_time(np.inf) == 0.5          # then the capacity change
+    sim.next_change = 1
+    assert sim._next_event_time(np.inf) == 0.75         # then the task's end
+    sim.timed = sim.timed[:0]
+    assert sim._next_event_time(np.inf) == 1.0          # then the flow's last byte
+
+
+def test_next_event_time_reports_a_flow_stuck_on_a_dead_link():
+    w = Workload()
+    w.add_flow(1e9, [0])
+    sim = Simulation(Network(np.zeros(1), np.zeros(1)), w)
+    sim._solve_rates()
+    with pytest.raises(SimulationError, match="link 0 has capacity 0"):
+        sim._next_event_time(np.inf)
+
+
+def test_advance_to_transmits_at_the_current_rates():
+    w = Workload()
+    w.add_flow(1e9, [0])
+    sim = Simulation(eight_gbps(), w)
+    sim._solve_rates()
+    sim._advance_to(0.25)
+    assert sim.now == 0.25 and sim.events == 1 and sim.eps == pytest.approx(0.25e-9)
+    assert sim.remaining_bits[0] == 6e9                 # 8 Gbit - 0.25 s x 8 Gbit/s
+    assert sim.link_bytes.tolist() == [0.25e9]
+    assert sim.flow_bytes_left().tolist() == [0.75e9]
+
+
+def test_end_transmissions_hands_sent_flows_to_delivery():
+    w = Workload()
+    a = w.add_flow(1e9, [0], latency=0.5)
+    b = w.add_flow(1e9, [1], latency=0.5)
+    sim = Simulation(eight_gbps(2), w)
+    sim.remaining_bits[:] = [1e-7, 100.0]   # a: within rate x eps + 1e-6 = 8 bits of sent
+    sim.rate[:] = 8e9
+    sim.rates_stale = False
+    sim._end_transmissions(1.0, 1e-9)
+    assert sim.active.tolist() == [1] and sim.rates_stale
+    assert sim.tx_end[a] == 1.0 and np.isnan(sim.tx_end[b])
+    assert sim.phase[a] == _DELIVER and sim.timer[a] == 1.5
+    assert sim.rate[0] == 0.0 and sim.remaining_bits[0] == 0.0
+
+
+def test_apply_capacity_changes_applies_those_due_in_time_order():
+    w = Workload()
+    w.add_flow(1e9, [0])
+    changes = [CapacityChange(2.0, 0, 1e9), CapacityChange(1.0, 0, 2e9)]
+    sim = Simulation(eight_gbps(), w, [], changes)
+    assert not sim._apply_capacity_changes(0.5, 1e-9)
+    assert sim._apply_capacity_changes(1.0, 1e-9)
+    assert sim.capacity.tolist() == [2e9] and sim.next_change == 1
+    assert sim._apply_capacity_changes(3.0, 1e-9)
+    assert sim.capacity.tolist() == [1e9] and sim.next_change == 2
+
+
+def test_toggle_backgrounds_switches_a_flow_on_and_off():
+    w = Workload()
+    w.add_flow(1e9, [0])
+    bg = Background((0,), start=0.5, stop=1.5)
+    sim = Simulation(eight_gbps(), w, [bg])
+    assert sim.bg_on.tolist() == [False] and sim.bg_next.tolist() == [0.5]
+    sim.rates_stale = False
+    sim._toggle_backgrounds(0.5, 1e-9)
+    assert sim.bg_on.tolist() == [True] and sim.active.tolist() == [0, 1]
+    assert sim.rates_stale and sim.bg_next.tolist() == [1.5]
+    sim._toggle_backgrounds(1.5, 1e-9)
+    assert sim.bg_on.tolist() == [False] and sim.active.tolist() == [0]
+    assert sim.bg_next.tolist() == [np.inf]
+
+
+def test_dispatch_starts_the_lowest_priority_then_node_id_per_idle_resource():
+    w = Workload()
+    blocker = w.add_task(1.0)
+    ids = [w.add_task(0.5, resource=0, priority=p, after=[blocker]) for p in (2, 1, 1)]
+    other = w.add_task(0.5, resource=1, after=[blocker])
+    sim = Simulation(eight_gbps(), w)
+    sim._ready(np.array(ids + [other]), 0.25, 1e-9)     # all queue, two resources
+    assert sim.start[ids[1]] == 0.25 and sim.start[other] == 0.25
+    assert np.isnan(sim.start[[ids[0], ids[2]]]).all()
+    sim._dispatch([0, 1], 0.5)                          # both busy: nothing starts
+    assert np.isnan(sim.start[ids[2]])
+    sim.busy[0] = False
+    sim._dispatch([0], 0.75)                            # priority 1, node id order
+    assert sim.start[ids[2]] == 0.75 and np.isnan(sim.start[ids[0]])
+    assert sim.timer[ids[2]] == 1.25 and sim.phase[ids[2]] == _RUN
+
+
+def test_ready_waits_for_the_release_time():
+    w = Workload()
+    now = w.add_task(0.5)
+    later = w.add_task(0.5, release=2.0)
+    sim = Simulation(eight_gbps(), w)
+    assert sim.phase[later] == _WAIT and sim.timer[later] == 2.0
+    assert sim.start[now] == 0.0 and np.isnan(sim.start[later])
+
+
+@pytest.mark.parametrize("fan_out", [1, 40])      # few successors: unique; many: bincount
+def test_complete_makes_ready_the_successors_with_no_predecessor_left(fan_out):
+    w = Workload()
+    a = w.add_task(1.0)
+    b = w.add_task(2.0)
+    both = [w.add_task(0.5, after=[a, b]) for _ in range(fan_out)]
+    only_a = w.add_task(0.5, after=[a])
+    sim = Simulation(eight_gbps(), w)
+    sim.timed = sim.timed[:0]
+    sim._complete(np.array([a]), np.array([1.0]), 1.0, 1e-9)
+    assert sim.finish[a] == 1.0 and sim.phase[a] == _DONE and sim.done == 1
+    assert sim.start[only_a] == 1.0 and sim.pending[both].tolist() == [1] * fan_out
+    sim._complete(np.array([b]), np.array([2.0]), 2.0, 1e-9)
+    assert sim.start[both].tolist() == [2.0] * fan_out and sim.done == 2
+
+
+def test_fire_timers_runs_round_after_round_at_one_time():
+    w = Workload()
+    a = w.add_task(1.0)
+    b = w.add_task(0.0, after=[a])                       # ends when it starts
+    c = w.add_task(0.0, after=[b])
+    d = w.add_task(1.0, after=[c])
+    sim = Simulation(eight_gbps(), w)
+    sim._fire_timers(1.0, 1e-9)
+    assert sim.finish[[a, b, c]].tolist() == [1.0, 1.0, 1.0]
+    assert sim.start[d] == 1.0 and np.isnan(sim.finish[d]) and sim.timer[d] == 2.0
+
+
+def test_run_pauses_at_until_and_goes_on_to_the_same_result():
+    w = Workload()
+    f = w.add_flow(1e9, [0])
+    t = w.add_task(0.5, after=[f])
+    whole = simulate(eight_gbps(), w)
+    sim = Simulation(eight_gbps(), w)
+    assert sim.run(0.25) and sim.now == 0.25
+    paused = sim.result()
+    assert paused.stopped_at == 0.25 and paused.remaining[f] == 0.75e9
+    assert np.isnan(paused.finish[t])
+    assert not sim.run()
+    done = sim.result()
+    assert np.isnan(done.stopped_at) and done.remaining is None
+    assert done.finish.tolist() == whole.finish.tolist() == [1.0, 1.5]
+    assert done.events == whole.events + 1              # the pause was an event
+
+
+def test_stops_yields_each_checkpoint_reached_with_work_left():
+    w = Workload()
+    w.add_flow(1e9, [0])                                # 1 s: done at 1.25
+    sim = Simulation(eight_gbps(), w, t0=0.25)
+    reached = list(sim.stops(iter([0.0, 0.25, 0.5, 0.75, 1.0, 2.0])))
+    assert reached == [0.5, 0.75, 1.0]                  # not after t0: skipped; 2.0: done
+    assert sim.done == 1 and sim.result().finish.tolist() == [1.25]

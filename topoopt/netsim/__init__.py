@@ -11,7 +11,8 @@ API (stable; the iteration estimator and the REACT executors build on it):
   -> :class:`SimResult` with per-node ``start``, ``finish``, ``tx_end``,
   ``throughput`` (bits/s), ``makespan``, ``events``, ``link_bytes``.
   ``network`` is a :class:`Network` or any fabric with ``capacity`` and ``latency``
-  arrays (``topoopt.fabrics``).
+  arrays (``topoopt.fabrics``). :class:`Simulation` is one run stepped by hand: it
+  pauses at given times, where a caller reads the bytes left and stops or goes on.
 - :class:`Background` (external greedy or rate-capped flows, constant or on/off)
   and :class:`CapacityChange` / :func:`degrade` (gray failures) model congestion
   and degraded links for REACT.
@@ -30,6 +31,7 @@ from topoopt.netsim.engine import (
                                    Network,
                                    RoutedNetwork,
                                    SimResult,
+                                   Simulation,
                                    SimulationError,
                                    simulate,
 )
@@ -47,7 +49,7 @@ from topoopt.netsim.workload import (
 )
 
 __all__ = ["Network", "LinkNetwork", "RoutedNetwork", "SimResult", "SimulationError",
-           "simulate", "max_min_rates", "gather_rows",
+           "simulate", "Simulation", "max_min_rates", "gather_rows",
            "Workload", "CompiledWorkload", "FlowRoutes", "Background", "CapacityChange",
            "degrade", "check_workload", "NO_RESOURCE", "WireModel", "PACKET_WIRE",
            "wire_workload", "wire_backgrounds"]

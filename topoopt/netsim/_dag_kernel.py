@@ -21,10 +21,8 @@ __all__ = ["run_kernel", "successor_lists", "OK", "PAST_HORIZON", "STUCK"]
 OK, PAST_HORIZON, STUCK = 0, 1, 2
 
 _RTOL = 1e-9
-#: Above this many entries per link, :func:`_fill_by_links` fills (measured on 2 cores:
-#: 32k per-pair entries on 256 links, 223 levels: 2 ms against 18 ms; 24k entries, 12
-#: levels: 0.4 ms against 0.35 ms; the DLRM-128 Expander's coflows, ~3k entries on 512
-#: links: a quarter less time at 2 entries per link than at 8).
+#: Above this many entries per link, :func:`_fill_by_links` fills (the crossover is
+#: measured in docs/tuning.md, "Simulators").
 _ENTRIES_PER_LINK = 4
 
 
@@ -34,8 +32,7 @@ def successor_lists(before, after, n):
     ``0..n-1``: ``(ptr, succ)``, node ``v``'s successors ``succ[ptr[v]:ptr[v + 1]]`` in
     the order the dependencies are listed (``after[argsort(before, stable)]``). A
     counting sort: linear, where numpy's stable sort of more than 2**16 node ids is a
-    merge sort (66k node ids, a million dependencies: ~4 ms against ~95; a 200-move
-    DLRM-128 chain on the Ideal Switch: 3.1 ms a graph against 7.8)."""
+    merge sort (timings: docs/tuning.md, "Simulators")."""
     ptr = np.zeros(n + 1, np.int64)
     for i in range(before.size):
         ptr[before[i] + 1] += 1
@@ -332,6 +329,8 @@ def _dispatch(touched, ntouched, t, busy, qcount, qflag, table, node_dur, start,
     return seq
 
 
+# One function of 166 lines: split into njit steps it ran 5-7 % slower on dlrm-16 graphs,
+# inlined or not (docs/tuning.md, "Simulators").
 @njit(cache=True)
 def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount, cptr, clink,
                cweight, node_res, node_dur, succ_ptr, succ, pending0, table, slot, cap, horizon):

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel, successor_lists
 from topoopt.netsim.engine import LinkNetwork, SimResult, SimulationError, simulate
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
@@ -20,7 +19,25 @@ from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, chec
 __all__ = ["DagArrays", "HorizonExceeded", "dag_arrays", "route_classes", "run_dag",
            "simulate_dag", "link_load_bound", "successor_lists"]
 
+# The compiled kernels (:mod:`topoopt.netsim._dag_kernel`) load numba: they are imported
+# where they are called, so that importing the simulators does not.
 
+
+def successor_lists(before: np.ndarray, after: np.ndarray, n: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """CSR successor lists of the dependencies ``before[i] -> after[i]`` on nodes
+    ``0..n-1``: ``(ptr, succ)``, node ``v``'s successors ``succ[ptr[v]:ptr[v + 1]]`` in
+    the order the dependencies are listed (``after[argsort(before, stable)]``), by a
+    compiled counting sort (linear).
+
+    Examples
+    --------
+    >>> ptr, succ = successor_lists(np.array([2, 0, 2]), np.array([1, 2, 0]), 3)
+    >>> ptr.tolist(), succ.tolist()
+    ([0, 1, 1, 3], [2, 1, 0])
+    """
+    from topoopt.netsim._dag_kernel import successor_lists as kernel
+    return kernel(before, after, n)
 
 @dataclass(frozen=True)
 class DagArrays:
@@ -98,7 +115,7 @@ def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
     ptr, link, weight = routes.ptr, routes.link, routes.weight
     seen: dict = {}
     klass = np.empty(len(routes), np.int64)
-    rows = []
+    rows: list[int] = []
     lb, wb = link.tobytes(), weight.tobytes()
     for i, (a, b) in enumerate(zip(ptr[:-1].tolist(), ptr[1:].tolist())):
         key = (lb[8 * a:8 * b], wb[8 * a:8 * b])
@@ -107,8 +124,7 @@ def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
             c = seen[key] = len(rows)
             rows.append(i)
         klass[i] = c
-    rows = np.asarray(rows, np.int64)
-    idx, counts = gather_rows(ptr, rows)
+    idx, counts = gather_rows(ptr, np.asarray(rows, np.int64))
     return klass, FlowRoutes(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                              link[idx], weight[idx])
 
@@ -274,6 +290,7 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     slot[qnodes] = np.arange(qnodes.size) - np.repeat(np.cumsum(per_res) - per_res, per_res)
     table = np.full((max(nres, 1), width), -1, np.int64)
     table[qres, slot[qnodes]] = qnodes
+    from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel
     r = dag.class_routes
     i64 = (lambda a: np.ascontiguousarray(a, np.int64))
     f64 = (lambda a: np.ascontiguousarray(a, np.float64))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, NoReturn, Protocol, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from topoopt.netsim.workload import (
 )
 
 __all__ = ["Network", "LinkNetwork", "RoutedNetwork", "SimResult", "SimulationError",
-           "simulate"]
+           "Simulation", "simulate"]
 
 # Blocked (waiting for predecessors), waiting for release, queued on a resource,
 # running (task) or transmitting (flow), delivering (flow latency), done.
@@ -171,7 +171,7 @@ def _next_toggle(bg: Background, t: float) -> float:
         return bg.start
     if t >= bg.stop:
         return math.inf
-    if bg.on is None or bg.off == 0:
+    if bg.on is None or bg.off is None or bg.off == 0:   # (on and off come together)
         return bg.stop
     period = bg.on + bg.off
     k = math.floor((t - bg.start) / period)
@@ -184,7 +184,10 @@ def _next_toggle(bg: Background, t: float) -> float:
 
 def _state_after(bg: Background, t: float) -> bool:
     """Whether ``bg`` is on just after boundary time ``t``."""
-    nudge = 1e-9 * ((bg.on + bg.off) if bg.on is not None else max(1.0, abs(t)))
+    if bg.on is not None and bg.off is not None:   # (they come together)
+        nudge = 1e-9 * (bg.on + bg.off)
+    else:
+        nudge = 1e-9 * max(1.0, abs(t))
     return bg.active(t + nudge)
 
 
@@ -300,108 +303,405 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
     >>> round(float(simulate(net, w).finish[f]) * 1e6, 3)   # 1 ms + 1 us
     1001.0
     """
-    cap_nominal = np.asarray(network.capacity, float)
-    link_latency = np.broadcast_to(np.asarray(network.latency, float), cap_nominal.shape)
-    links = cap_nominal.size
     w = workload.compile() if isinstance(workload, Workload) else workload
     if check:
-        check_workload(w, links)
+        check_workload(w, np.asarray(network.capacity).size)
     if checkpoints is not None and on_checkpoint is None:
         raise TopoOptError("simulate: checkpoints need an on_checkpoint callback")
-    n, nf = w.nodes, w.flow_size.size
-    routes = w.routes
+    sim = Simulation(network, w, background, capacity_changes, t0=t0, check=False)
+    if on_checkpoint is not None:
+        for t in sim.stops(checkpoints if checkpoints is not None else ()):
+            if on_checkpoint(t, sim.flow_bytes_left()):
+                return sim.result()
+    else:
+        sim.run()
+    return sim.result()
 
-    flow_lat = _flow_latencies(w, link_latency)
-    bgs = list(background)
-    nb = len(bgs)
-    all_routes, cap = _with_background(routes, cap_nominal, bgs)
-    ptr, rlink, rweight = all_routes.ptr, all_routes.link, all_routes.weight
-    size_bits = np.concatenate([8.0 * w.flow_size, np.full(nb, np.inf)])
-    empty_route = np.diff(ptr) == 0
-    rem = np.zeros(nf + nb)
-    rate = np.zeros(nf + nb)
 
-    succ, succ_ptr, pending = _successors(w)
+class Simulation:
+    """One run of the flow-level simulator, which can pause at given times and go on.
 
-    start = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    tx_end = np.full(n, np.nan)
-    timer = np.full(n, np.inf)
-    phase = np.zeros(n, np.int8)
-    is_flow, local, release = w.is_flow, w.local, w.release
-    t_res, t_dur, t_prio = w.task_resource, w.task_duration, w.task_priority
-    nres = int(t_res.max()) + 1 if t_res.size else 0
-    busy = np.zeros(nres, bool)
-    queues: dict[int, list] = {}
+    :func:`simulate` runs one to completion (the model is described there). A caller
+    that must look at the state during the run (how many bytes each flow still has
+    to send) and decide there whether to stop -- the epochs of a reconfigurable
+    fabric, :mod:`topoopt.reconfig` -- steps one instead::
 
-    st = {"timed": np.empty(0, np.int64), "act": np.empty(0, np.int64), "rates": True,
-          "done": 0}
-    link_bytes = np.zeros(cap.size)
-    bg_bytes = np.zeros(nb)
+        sim = Simulation(network, workload, t0=t0)
+        for t in sim.stops(checkpoints):     # paused at t, nodes left
+            if decide(sim.flow_bytes_left()):
+                break
+        result = sim.result()                # stopped at t, or run to the end
 
-    def schedule(nodes: np.ndarray, times: np.ndarray, ph: int) -> None:
-        timer[nodes] = times
-        phase[nodes] = ph
-        st["timed"] = np.concatenate([st["timed"], nodes])
+    Parameters
+    ----------
+    network, workload, background, capacity_changes, t0, check :
+        As :func:`simulate`. The state at ``t0`` (nodes without predecessors
+        started) is set up on construction.
 
-    def dispatch(resources, t: float) -> None:
+    Attributes
+    ----------
+    now : float
+        The simulated clock: the time of the last event processed.
+    events : int
+        Event times processed so far.
+    """
+
+    # -- fixed: the workload, routes (background flows appended), dependencies ------
+    w: CompiledWorkload
+    nodes: int                 # flows and tasks (node ids)
+    flows: int                 # flows of the workload (local ids 0..flows-1)
+    backgrounds: list[Background]   # background flow j has local id flows + j
+    links: int                 # the network's links (capacity also has rate-cap links)
+    flow_latency: np.ndarray   # per flow: seconds from the last byte to delivery
+    ptr: np.ndarray            # routes (CSR) of flows, then of background flows
+    route_link: np.ndarray
+    route_weight: np.ndarray
+    size_bits: np.ndarray      # per flow (inf for background flows)
+    empty_route: np.ndarray    # per flow: no link to cross (delivered at once)
+    succ: np.ndarray           # successors of node v: succ[succ_ptr[v]:succ_ptr[v + 1]]
+    succ_ptr: np.ndarray
+    changes: list[CapacityChange]   # sorted by time
+    # -- state -------------------------------------------------------------------
+    t0: float                  # start of the clock
+    now: float
+    eps: float                 # events within eps of ``now`` are simultaneous
+    events: int
+    capacity: np.ndarray       # current bits/s per link
+    next_change: int           # index of the first change not applied yet
+    bg_on: np.ndarray          # per background flow: transmitting now
+    bg_next: np.ndarray        # per background flow: next switch on or off
+    pending: np.ndarray        # per node: predecessors not finished yet
+    phase: np.ndarray          # per node: _BLOCKED, _WAIT, ..., _DONE
+    timer: np.ndarray          # per node: when its timer fires (inf: none)
+    timed: np.ndarray          # nodes with a timer set (phase _WAIT, _RUN or _DELIVER)
+    start: np.ndarray          # per node, as SimResult
+    finish: np.ndarray
+    tx_end: np.ndarray
+    done: int                  # nodes finished
+    busy: np.ndarray           # per resource: running a task
+    queues: dict[int, list[tuple[float, int]]]   # per resource: heap of (priority, node)
+    active: np.ndarray         # local ids of the flows transmitting (background included)
+    remaining_bits: np.ndarray   # per flow, while it transmits
+    rate: np.ndarray           # per flow: max-min rate, bits/s
+    rates_stale: bool          # the active set or a capacity changed since the last solve
+    load: np.ndarray           # per link: bits/s at the current rates
+    link_bytes: np.ndarray     # per link: bytes carried so far
+    bg_bytes: np.ndarray       # per background flow: bytes sent so far
+
+    def __init__(self, network: LinkNetwork, workload: Workload | CompiledWorkload,
+                 background: Sequence[Background] = (),
+                 capacity_changes: Sequence[CapacityChange] = (), *, t0: float = 0.0,
+                 check: bool = True) -> None:
+        capacity = np.asarray(network.capacity, float)
+        link_latency = np.broadcast_to(np.asarray(network.latency, float), capacity.shape)
+        self.links = capacity.size
+        w = workload.compile() if isinstance(workload, Workload) else workload
+        if check:
+            check_workload(w, self.links)
+        self.w, self.nodes, self.flows = w, w.nodes, w.flow_size.size
+        self._init_flows(capacity, link_latency, background)
+        self._init_nodes()
+        self._init_clock(t0, capacity_changes)
+
+    def _init_flows(self, capacity: np.ndarray, link_latency: np.ndarray,
+                    background: Sequence[Background]) -> None:
+        """Routes, sizes and per-flow state of the flows and the background flows."""
+        w = self.w
+        self.flow_latency = _flow_latencies(w, link_latency)
+        self.backgrounds = list(background)
+        nb = len(self.backgrounds)
+        routes, self.capacity = _with_background(w.routes, capacity, self.backgrounds)
+        self.ptr, self.route_link, self.route_weight = routes.ptr, routes.link, routes.weight
+        self.size_bits = np.concatenate([8.0 * w.flow_size, np.full(nb, np.inf)])
+        self.empty_route = np.diff(self.ptr) == 0
+        self.remaining_bits = np.zeros(self.flows + nb)
+        self.rate = np.zeros(self.flows + nb)
+        self.active = np.empty(0, np.int64)
+        self.rates_stale = True
+        self.load = np.zeros(self.capacity.size)
+        self.link_bytes = np.zeros(self.capacity.size)
+        self.bg_bytes = np.zeros(nb)
+
+    def _init_nodes(self) -> None:
+        """Dependencies, per-node times and phases, resource queues."""
+        w, n = self.w, self.nodes
+        self.succ, self.succ_ptr, self.pending = _successors(w)
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.tx_end = np.full(n, np.nan)
+        self.timer = np.full(n, np.inf)
+        self.phase = np.zeros(n, np.int8)
+        self.timed = np.empty(0, np.int64)
+        self.done = 0
+        nres = int(w.task_resource.max()) + 1 if w.task_resource.size else 0
+        self.busy = np.zeros(nres, bool)
+        self.queues = {}
+
+    def _init_clock(self, t0: float, capacity_changes: Sequence[CapacityChange]) -> None:
+        """The state at ``t0``: changes due applied, background flows on, nodes without
+        predecessors (and those they complete at once) under way."""
+        self.t0 = t0
+        t = self.now = float(t0)
+        self.eps = 1e-9 * max(abs(t), 1e-6)
+        self.events = 0
+        self.changes = sorted(capacity_changes, key=lambda c: c.time)
+        for c in self.changes:
+            if not 0 <= c.link < self.links:
+                raise TopoOptError(f"capacity change on link {c.link} outside "
+                                   f"0..{self.links - 1}")
+        self.next_change = 0
+        self._apply_capacity_changes(t, self.eps)
+        bgs = self.backgrounds
+        self.bg_on = np.array([b.active(t) for b in bgs], bool)
+        self.bg_next = np.array([_next_toggle(b, t) for b in bgs], float)
+        if bgs:
+            self.active = np.concatenate([self.active, self.flows + np.flatnonzero(self.bg_on)])
+            self.remaining_bits[self.flows:] = np.inf
+        self._ready(np.flatnonzero(self.pending == 0), t, self.eps)
+        self._fire_timers(t, self.eps)
+
+    # -- running -----------------------------------------------------------------
+    def run(self, until: float = math.inf) -> bool:
+        """Process events up to time ``until`` (later than :attr:`now`; the clock stops
+        there: an event of its own). True when it paused at ``until`` with nodes left,
+        False once every node has finished.
+
+        Raises
+        ------
+        SimulationError
+            As :func:`simulate`.
+        """
+        while self.done < self.nodes:
+            self._step(until)
+            if until <= self.now + self.eps:
+                return self.done < self.nodes
+        return False
+
+    def stops(self, checkpoints: Iterable[float]) -> Iterator[float]:
+        """Run to each of the increasing ``checkpoints`` in turn (consumed lazily; those
+        not after the clock skipped) and yield the time of each one reached with nodes
+        left, paused there; run to the end once they are exhausted."""
+        cps = iter(checkpoints)
+        until = _next_checkpoint(cps, self.now + self.eps)
+        while self.run(until):
+            t = self.now
+            until = _next_checkpoint(cps, t + self.eps)
+            yield t
+
+    def flow_bytes_left(self) -> np.ndarray:
+        """Bytes each flow (in flow order) still has to send while it transmits, 0 for
+        flows not transmitting."""
+        left = np.zeros(self.flows)
+        real = self.active[self.active < self.flows]
+        left[real] = self.remaining_bits[real] / 8.0
+        return left
+
+    def result(self) -> SimResult:
+        """The timings so far: a run to completion, or one stopped at :attr:`now` when
+        nodes are left (``stopped_at``, ``remaining``, see :class:`SimResult`)."""
+        w, n, nf = self.w, self.nodes, self.flows
+        stopped = self.now if self.done < n else math.nan
+        done_t = self.finish[np.isfinite(self.finish)]
+        makespan = float(done_t.max() - self.t0) if done_t.size else 0.0
+        size = np.full(n, np.nan)
+        size[w.flow_node] = w.flow_size
+        remaining = None
+        if math.isfinite(stopped):
+            left = np.where(np.isfinite(self.tx_end[w.flow_node]), 0.0, w.flow_size)
+            real = self.active[self.active < nf]
+            left[real] = self.remaining_bits[real] / 8.0
+            remaining = np.full(n, np.nan)
+            remaining[w.flow_node] = left
+        return SimResult(self.start, self.finish, self.tx_end, w.is_flow.copy(), size,
+                         float(self.t0), makespan, self.events, self.link_bytes[:self.links],
+                         self.bg_bytes, stopped, remaining)
+
+    def _step(self, until: float) -> None:
+        """Move the clock to the next event (``until`` at the latest) and process
+        everything due there."""
+        self._solve_rates()
+        self._advance_to(self._next_event_time(until))
+        t, eps = self.now, self.eps
+        self._end_transmissions(t, eps)
+        if self._apply_capacity_changes(t, eps):
+            self.rates_stale = True
+        if self.backgrounds:
+            self._toggle_backgrounds(t, eps)
+        self._fire_timers(t, eps)
+
+    # -- flows -------------------------------------------------------------------
+    def _solve_rates(self) -> None:
+        """Max-min rates of the active flows and the links' loads, when stale."""
+        if not self.rates_stale:
+            return
+        self.rates_stale = False
+        act, cap = self.active, self.capacity
+        if act.size:
+            idx, counts = gather_rows(self.ptr, act)
+            ef = np.repeat(np.arange(act.size), counts)
+            r = max_min_rates(cap, ef, self.route_link[idx], self.route_weight[idx], act.size)
+            self.rate[act] = r
+            self.load = np.bincount(self.route_link[idx], weights=self.route_weight[idx] * r[ef],
+                                    minlength=cap.size)
+        else:
+            self.load = np.zeros(cap.size)
+
+    def _next_event_time(self, until: float) -> float:
+        """The earliest of: a flow's last byte out, a timer, a background switch, a
+        capacity change, ``until``. Raises SimulationError when there is none."""
+        act, nf = self.active, self.flows
+        t_next = math.inf
+        if act.size:
+            real = act[act < nf]
+            if real.size:
+                rr = self.rate[real]
+                with np.errstate(divide="ignore"):
+                    dt = np.where(rr > 0, self.remaining_bits[real] / rr, np.inf)
+                t_next = self.now + float(dt.min())
+        if self.timed.size:
+            t_next = min(t_next, float(self.timer[self.timed].min()))
+        if self.backgrounds:
+            t_next = min(t_next, float(self.bg_next.min()))
+        if self.next_change < len(self.changes):
+            t_next = min(t_next, self.changes[self.next_change].time)
+        t_next = min(t_next, until)
+        if not math.isfinite(t_next):
+            _raise_stuck(act[act < nf] if act.size else act, self.rate, self.route_link,
+                         self.ptr, self.capacity, self.phase, self.w.flow_node)
+        return t_next
+
+    def _advance_to(self, t_next: float) -> None:
+        """Transmit at the current rates until ``t_next`` and move the clock there."""
+        act, nf = self.active, self.flows
+        dt = t_next - self.now
+        if dt > 0 and act.size:
+            self.remaining_bits[act] -= self.rate[act] * dt
+            self.link_bytes += self.load * dt / 8.0
+            bga = act[act >= nf]
+            self.bg_bytes[bga - nf] += self.rate[bga] * dt / 8.0
+        self.now = t_next
+        self.eps = 1e-9 * max(abs(t_next), 1e-6)
+        self.events += 1
+
+    def _end_transmissions(self, t: float, eps: float) -> None:
+        """Flows whose last byte is out (within ``rate x eps + 1e-6`` bits) leave the
+        active set; each is delivered its latency later."""
+        act = self.active
+        if not act.size:
+            return
+        real = act < self.flows
+        sent = real & (self.remaining_bits[act] <= self.rate[act] * eps + 1e-6)
+        if sent.any():
+            fi = act[sent]
+            self.active = act[~sent]
+            self.rates_stale = True
+            self.remaining_bits[fi] = 0.0
+            self.rate[fi] = 0.0
+            nodes = self.w.flow_node[fi]
+            self.tx_end[nodes] = t
+            self._schedule(nodes, t + self.flow_latency[fi], _DELIVER)
+
+    def _apply_capacity_changes(self, t: float, eps: float) -> bool:
+        """Apply the capacity changes due by ``t + eps``; whether there were any."""
+        changed = False
+        changes = self.changes
+        while self.next_change < len(changes) and changes[self.next_change].time <= t + eps:
+            c = changes[self.next_change]
+            self.capacity[c.link] = c.capacity
+            self.next_change += 1
+            changed = True
+        return changed
+
+    def _toggle_backgrounds(self, t: float, eps: float) -> None:
+        """Switch the background flows due by ``t + eps`` on or off."""
+        nf = self.flows
+        for j in np.flatnonzero(self.bg_next <= t + eps).tolist():
+            at = self.bg_next[j]
+            bg = self.backgrounds[j]
+            on = _state_after(bg, at)
+            if on != self.bg_on[j]:
+                self.bg_on[j] = on
+                a = self.active
+                self.active = (np.concatenate([a, [nf + j]]) if on else a[a != nf + j])
+                self.rate[nf + j] = 0.0
+                self.rates_stale = True
+            self.bg_next[j] = _next_toggle(bg, at + 1e-9 * max(abs(at), 1e-6))
+
+    # -- nodes -------------------------------------------------------------------
+    def _schedule(self, nodes: np.ndarray, times: np.ndarray, phase: int) -> None:
+        """Set the timers of ``nodes`` to fire at ``times`` into ``phase``'s end."""
+        self.timer[nodes] = times
+        self.phase[nodes] = phase
+        self.timed = np.concatenate([self.timed, nodes])
+
+    def _dispatch(self, resources: Iterable[int], t: float) -> None:
+        """Start the next queued task of each idle resource in ``resources``."""
         started = []
         for r in resources:
-            q = queues.get(r)
-            if busy[r] or not q:
+            q = self.queues.get(r)
+            if self.busy[r] or not q:
                 continue
             started.append(heapq.heappop(q)[1])
-            busy[r] = True
+            self.busy[r] = True
         if started:
             nodes = np.asarray(started, np.int64)
-            start[nodes] = t
-            schedule(nodes, t + t_dur[local[nodes]], _RUN)
+            self.start[nodes] = t
+            self._schedule(nodes, t + self.w.task_duration[self.w.local[nodes]], _RUN)
 
-    def activate(nodes: np.ndarray, t: float) -> None:
-        flows = nodes[is_flow[nodes]]
+    def _activate(self, nodes: np.ndarray, t: float) -> None:
+        """Start ``nodes`` at ``t``: flows transmit (or are delivered at once when empty),
+        tasks run or queue on their resource."""
+        w = self.w
+        flows = nodes[w.is_flow[nodes]]
         if flows.size:
-            start[flows] = t
-            fi = local[flows]
-            instant = empty_route[fi] | (size_bits[fi] == 0)
+            self.start[flows] = t
+            fi = w.local[flows]
+            instant = self.empty_route[fi] | (self.size_bits[fi] == 0)
             if instant.any():
-                tx_end[flows[instant]] = t
-                schedule(flows[instant], t + flow_lat[fi[instant]], _DELIVER)
+                self.tx_end[flows[instant]] = t
+                self._schedule(flows[instant], t + self.flow_latency[fi[instant]], _DELIVER)
             go = fi[~instant]
             if go.size:
-                phase[flows[~instant]] = _RUN
-                rem[go] = size_bits[go]
-                st["act"] = np.concatenate([st["act"], go])
-                st["rates"] = True
-        tasks = nodes[~is_flow[nodes]]
+                self.phase[flows[~instant]] = _RUN
+                self.remaining_bits[go] = self.size_bits[go]
+                self.active = np.concatenate([self.active, go])
+                self.rates_stale = True
+        tasks = nodes[~w.is_flow[nodes]]
         if tasks.size:
-            ti = local[tasks]
-            res = t_res[ti]
+            ti = w.local[tasks]
+            res = w.task_resource[ti]
             free = res < 0
             if free.any():
-                start[tasks[free]] = t
-                schedule(tasks[free], t + t_dur[ti[free]], _RUN)
+                self.start[tasks[free]] = t
+                self._schedule(tasks[free], t + w.task_duration[ti[free]], _RUN)
             dirty = set()
             for node, r, p in zip(tasks[~free].tolist(), res[~free].tolist(),
-                                  t_prio[ti[~free]].tolist()):
-                heapq.heappush(queues.setdefault(r, []), (p, node))
-                phase[node] = _QUEUED
+                                  w.task_priority[ti[~free]].tolist()):
+                heapq.heappush(self.queues.setdefault(r, []), (p, node))
+                self.phase[node] = _QUEUED
                 dirty.add(r)
-            dispatch(sorted(dirty), t)
+            self._dispatch(sorted(dirty), t)
 
-    def ready(nodes: np.ndarray, t: float, eps: float) -> None:
+    def _ready(self, nodes: np.ndarray, t: float, eps: float) -> None:
+        """``nodes`` have all their predecessors done: start them, or wait for their
+        release time."""
+        release = self.w.release
         later = release[nodes] > t + eps
         if later.any():
-            schedule(nodes[later], release[nodes[later]], _WAIT)
+            self._schedule(nodes[later], release[nodes[later]], _WAIT)
         if (~later).any():
-            activate(nodes[~later], t)
+            self._activate(nodes[~later], t)
 
-    def complete(nodes: np.ndarray, times: np.ndarray, t: float, eps: float) -> None:
-        finish[nodes] = times
-        phase[nodes] = _DONE
-        st["done"] += nodes.size
-        idx, _ = gather_rows(succ_ptr, nodes)
+    def _complete(self, nodes: np.ndarray, times: np.ndarray, t: float, eps: float) -> None:
+        """``nodes`` finished at ``times``: successors with no predecessor left are ready."""
+        n = self.nodes
+        self.finish[nodes] = times
+        self.phase[nodes] = _DONE
+        self.done += nodes.size
+        idx, _ = gather_rows(self.succ_ptr, nodes)
         if idx.size:
-            hit = succ[idx]
+            hit = self.succ[idx]
+            pending = self.pending
             if hit.size * 16 < n:  # few successors: sort them; many: count over all nodes
                 s, c = np.unique(hit, return_counts=True)
                 pending[s] -= c
@@ -411,153 +711,38 @@ def simulate(network: LinkNetwork, workload: Workload | CompiledWorkload,
                 pending[:] -= c
                 newly = np.flatnonzero((c > 0) & (pending == 0))
             if newly.size:
-                ready(newly, t, eps)
+                self._ready(newly, t, eps)
 
-    def fire_timers(t: float, eps: float) -> None:
-        while st["timed"].size:
-            timed = st["timed"]
-            when = timer[timed]
+    def _fire_timers(self, t: float, eps: float) -> None:
+        """Fire every timer due by ``t + eps``, round after round (a node that fires
+        may set timers due at once): releases start nodes, ends complete them and
+        free their resources."""
+        w = self.w
+        while self.timed.size:
+            timed = self.timed
+            when = self.timer[timed]
             due = when <= t + eps
             if not due.any():
                 return
             fire, fire_t = timed[due], when[due]
-            st["timed"] = timed[~due]
-            timer[fire] = np.inf
-            ph = phase[fire]
-            rel = ph == _WAIT
+            self.timed = timed[~due]
+            self.timer[fire] = np.inf
+            rel = self.phase[fire] == _WAIT
             if rel.any():
-                activate(fire[rel], t)
+                self._activate(fire[rel], t)
             end = ~rel
             if end.any():
                 nodes = fire[end]
-                tasks = nodes[~is_flow[nodes]]
-                freed = t_res[local[tasks]]
+                tasks = nodes[~w.is_flow[nodes]]
+                freed = w.task_resource[w.local[tasks]]
                 freed = freed[freed >= 0]
-                busy[freed] = False
-                complete(nodes, fire_t[end], t, eps)
+                self.busy[freed] = False
+                self._complete(nodes, fire_t[end], t, eps)
                 if freed.size:
-                    dispatch(sorted(set(freed.tolist())), t)
-
-    # Initial state at t0.
-    t = float(t0)
-    eps0 = 1e-9 * max(abs(t), 1e-6)
-    changes = sorted(capacity_changes, key=lambda c: c.time)
-    for c in changes:
-        if not 0 <= c.link < links:
-            raise TopoOptError(f"capacity change on link {c.link} outside 0..{links - 1}")
-    ci = 0
-    while ci < len(changes) and changes[ci].time <= t + eps0:
-        cap[changes[ci].link] = changes[ci].capacity
-        ci += 1
-    bg_on = np.array([b.active(t) for b in bgs], bool)
-    bg_next = np.array([_next_toggle(b, t) for b in bgs], float)
-    if nb:
-        st["act"] = np.concatenate([st["act"], nf + np.flatnonzero(bg_on)])
-        rem[nf:] = np.inf
-    ready(np.flatnonzero(pending == 0), t, eps0)
-    fire_timers(t, eps0)
-
-    cps = iter(checkpoints if checkpoints is not None else ())
-    cp_next = _next_checkpoint(cps, t + eps0)
-    stopped = math.nan
-
-    events = 0
-    load = np.zeros(cap.size)
-    while st["done"] < n:
-        act = st["act"]
-        if st["rates"]:
-            st["rates"] = False
-            if act.size:
-                idx, counts = gather_rows(ptr, act)
-                ef = np.repeat(np.arange(act.size), counts)
-                r = max_min_rates(cap, ef, rlink[idx], rweight[idx], act.size)
-                rate[act] = r
-                load = np.bincount(rlink[idx], weights=rweight[idx] * r[ef], minlength=cap.size)
-            else:
-                load = np.zeros(cap.size)
-        t_next = math.inf
-        if act.size:
-            real = act[act < nf]
-            if real.size:
-                rr = rate[real]
-                with np.errstate(divide="ignore"):
-                    dt = np.where(rr > 0, rem[real] / rr, np.inf)
-                t_next = t + float(dt.min())
-        if st["timed"].size:
-            t_next = min(t_next, float(timer[st["timed"]].min()))
-        if nb:
-            t_next = min(t_next, float(bg_next.min()))
-        if ci < len(changes):
-            t_next = min(t_next, changes[ci].time)
-        t_next = min(t_next, cp_next)
-        if not math.isfinite(t_next):
-            _raise_stuck(act[act < nf] if act.size else act, rate, rlink, ptr, cap, phase,
-                         w.flow_node)
-        dt = t_next - t
-        if dt > 0 and act.size:
-            rem[act] -= rate[act] * dt
-            link_bytes += load * dt / 8.0
-            bga = act[act >= nf]
-            bg_bytes[bga - nf] += rate[bga] * dt / 8.0
-        t = t_next
-        eps = 1e-9 * max(abs(t), 1e-6)
-        events += 1
-        # Flows whose last byte is out.
-        if act.size:
-            real = act < nf
-            sent = real & (rem[act] <= rate[act] * eps + 1e-6)
-            if sent.any():
-                fi = act[sent]
-                st["act"] = act[~sent]
-                st["rates"] = True
-                rem[fi] = 0.0
-                rate[fi] = 0.0
-                nodes = w.flow_node[fi]
-                tx_end[nodes] = t
-                schedule(nodes, t + flow_lat[fi], _DELIVER)
-        # Capacity changes and background switches.
-        while ci < len(changes) and changes[ci].time <= t + eps:
-            cap[changes[ci].link] = changes[ci].capacity
-            ci += 1
-            st["rates"] = True
-        if nb:
-            for j in np.flatnonzero(bg_next <= t + eps).tolist():
-                at = bg_next[j]
-                on = _state_after(bgs[j], at)
-                if on != bg_on[j]:
-                    bg_on[j] = on
-                    a = st["act"]
-                    st["act"] = (np.concatenate([a, [nf + j]]) if on else a[a != nf + j])
-                    rate[nf + j] = 0.0
-                    st["rates"] = True
-                bg_next[j] = _next_toggle(bgs[j], at + 1e-9 * max(abs(at), 1e-6))
-        fire_timers(t, eps)
-        if cp_next <= t + eps:
-            cp_next = _next_checkpoint(cps, t + eps)
-            if st["done"] < n:
-                left = np.zeros(nf)
-                real = st["act"][st["act"] < nf]
-                left[real] = rem[real] / 8.0
-                if on_checkpoint(t, left):
-                    stopped = t
-                    break
-
-    done_t = finish[np.isfinite(finish)]
-    makespan = float(done_t.max() - t0) if done_t.size else 0.0
-    size = np.full(n, np.nan)
-    size[w.flow_node] = w.flow_size
-    remaining = None
-    if math.isfinite(stopped):
-        left = np.where(np.isfinite(tx_end[w.flow_node]), 0.0, w.flow_size)
-        real = st["act"][st["act"] < nf]
-        left[real] = rem[real] / 8.0
-        remaining = np.full(n, np.nan)
-        remaining[w.flow_node] = left
-    return SimResult(start, finish, tx_end, is_flow.copy(), size, float(t0), makespan, events,
-                     link_bytes[:links], bg_bytes, stopped, remaining)
+                    self._dispatch(sorted(set(freed.tolist())), t)
 
 
-def _next_checkpoint(cps, after: float) -> float:
+def _next_checkpoint(cps: Iterator[float], after: float) -> float:
     """The first checkpoint later than ``after`` (inf when there is none)."""
     for c in cps:
         if c > after:
@@ -565,7 +750,8 @@ def _next_checkpoint(cps, after: float) -> float:
     return math.inf
 
 
-def _raise_stuck(act, rate, rlink, ptr, cap, phase, flow_node) -> None:
+def _raise_stuck(act: np.ndarray, rate: np.ndarray, rlink: np.ndarray, ptr: np.ndarray,
+                 cap: np.ndarray, phase: np.ndarray, flow_node: np.ndarray) -> NoReturn:
     stuck = act[rate[act] <= 0] if act.size else act
     if stuck.size:
         f = int(stuck[0])

@@ -55,8 +55,8 @@ class FlowRoutes:
         ptr = [0]
         out_l: list[np.ndarray] = []
         out_w: list[np.ndarray] = []
-        for i, ls in enumerate(links):
-            ls = np.asarray(ls, dtype=np.int64).ravel()
+        for i, row in enumerate(links):
+            ls = np.asarray(row, dtype=np.int64).ravel()
             ws = (np.ones(ls.size) if weights is None
                   else np.asarray(weights[i], dtype=float).ravel())
             if ws.size != ls.size:
@@ -160,14 +160,15 @@ class Background:
             raise TopoOptError("Background needs start < stop")
         if (self.on is None) != (self.off is None):
             raise TopoOptError("Background: give both on and off, or neither")
-        if self.on is not None and not (self.on > 0 and self.off >= 0):
+        if self.on is not None and self.off is not None and not (self.on > 0
+                                                                 and self.off >= 0):
             raise TopoOptError("Background: on must be > 0 and off >= 0 seconds")
 
     def active(self, t: float) -> bool:
         """Whether the source sends at time ``t``."""
         if not self.start <= t < self.stop:
             return False
-        if self.on is None:
+        if self.on is None or self.off is None:   # (they come together)
             return True
         return (t - self.start) % (self.on + self.off) < self.on
 

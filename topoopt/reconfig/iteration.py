@@ -4,8 +4,8 @@ The task graph of the iteration is built once on the *logical* network, a full m
 one link per ordered server pair (:func:`full_mesh`): each flow's route there is its
 demand, bytes per pair. The fabric's circuits live on the same pair links (capacity =
 circuits x B, 0 without a circuit). The flow simulator then runs in epochs
-(:func:`topoopt.netsim.simulate` stopped at checkpoints, :func:`topoopt.netsim.epochs.rest_of`
-to go on):
+(a :class:`topoopt.netsim.Simulation` paused at every measurement, stopped when the
+circuits change, :func:`topoopt.netsim.epochs.rest_of` to go on):
 
 - every ``interval`` the demand is measured -- the bytes the flows in transmission still
   have to send, per pair -- and the scheme re-plans the circuits for it
@@ -34,7 +34,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -55,7 +55,7 @@ from topoopt.fabrics.direct import direct_connect
 from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.reconfigurable import Reconfiguration, reconfiguration_of
 from topoopt.model import Model
-from topoopt.netsim.engine import Network, SimulationError, simulate
+from topoopt.netsim.engine import Network, Simulation, SimulationError
 from topoopt.netsim.epochs import merge_times, rest_of
 from topoopt.netsim.maxmin import sum_by_key
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes
@@ -144,11 +144,24 @@ class Interrupted(TopoOptError):
     """A run stopped because its ``stop()`` callback asked (Ctrl-C in a command)."""
 
 
-class _Stop(Exception):
-    """The measured iterations are sure to exceed the caller's bound."""
+@dataclass(frozen=True)
+class _Exceeded:
+    """The measured iterations are sure to exceed the caller's bound: on average they
+    take at least ``lower`` seconds."""
 
-    def __init__(self, time: float) -> None:
-        self.time = time
+    lower: float
+
+
+@dataclass(frozen=True)
+class _Iteration:
+    """One simulated iteration: per-node start and finish (absolute seconds), events,
+    changes of circuits, bytes the circuits carried."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    events: int
+    changes: int
+    carried: float
 
 
 class ReconfigEstimator:
@@ -183,10 +196,11 @@ class ReconfigEstimator:
                  overlap: bool = True, mp_flows: str = "auto",
                  cache: EstimateCache | None = None,
                  spec: Reconfiguration | None = None) -> None:
-        self.spec = spec or reconfiguration_of(fabric)
-        if self.spec is None:
+        spec = spec or reconfiguration_of(fabric)
+        if spec is None:
             raise ConfigError("fabric", fabric.name, "is not reconfigurable (it has no "
                               "info['reconfig']); estimate it with FastEstimator")
+        self.spec: Reconfiguration = spec
         if fabric.servers != cluster.servers:
             raise ConfigError("fabric", fabric.servers, f"has {fabric.servers} servers but the "
                               f"cluster has {cluster.servers}")
@@ -210,18 +224,26 @@ class ReconfigEstimator:
         """The logical task graph of ``strategy`` (routes = per-pair demand)."""
         return self.builder.build(strategy)
 
-    def run(self, strategy: Strategy, trace: bool = False, bound: float = math.inf,
+    def run(self, strategy: Strategy, trace: bool = False,
             spec: Reconfiguration | None = None,
             stop: Callable[[], bool] | None = None) -> ReconfigResult:
         """Simulate ``spec.iterations`` iterations of ``strategy`` (see the module doc);
         ``spec`` overrides the estimator's for this run (same forwarding: the graph's MP
         flows were chosen for it). ``stop()`` is polled at every measurement; when it
         says so the run ends with :class:`Interrupted`."""
+        out = self._run(strategy, trace, math.inf, spec, stop)
+        if isinstance(out, _Exceeded):   # pragma: no cover - no bound, nothing exceeds it
+            raise AssertionError("an unbounded run stopped at a bound")
+        return out
+
+    def _run(self, strategy: Strategy, trace: bool, bound: float,
+             spec: Reconfiguration | None, stop: Callable[[], bool] | None
+             ) -> ReconfigResult | _Exceeded:
         spec = spec or self.spec
         if spec.forwarding != self.spec.forwarding:
             raise ConfigError("reconfig.forwarding", spec.forwarding,
                               "use an estimator built with that forwarding")
-        return _Run(self, spec, self.graph(strategy), trace, bound, stop).result()
+        return _Run(self, spec, self.graph(strategy), trace, bound, stop).outcome()
 
     def estimate(self, strategy: Strategy) -> IterationEstimate:
         """The measured iterations' :class:`IterationEstimate` (as FastEstimator's)."""
@@ -235,10 +257,10 @@ class ReconfigEstimator:
                       ) -> tuple[float, bool]:
         """``(seconds, exact)``; stops early, with a lower bound above ``bound``, once the
         measured iterations are sure to take longer on average (as FastEstimator's)."""
-        try:
-            return self.run(strategy, bound=bound).estimate.total, True
-        except _Stop as stop:
-            return stop.time, False
+        out = self._run(strategy, False, bound, None, None)
+        if isinstance(out, _Exceeded):
+            return out.lower, False
+        return out.estimate.total, True
 
 
 def reconfig_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
@@ -435,7 +457,9 @@ class _Run:
         return plan
 
     # -- the loop ------------------------------------------------------------------
-    def result(self) -> ReconfigResult:
+    def outcome(self) -> ReconfigResult | _Exceeded:
+        """Run the iterations; :class:`_Exceeded` as soon as the measured ones are sure
+        to exceed the bound on average."""
         spec, graph = self.spec, self.graph
         work0 = graph.workload.compile()
         t = 0.0
@@ -447,28 +471,31 @@ class _Run:
             t_start = t
             counted = it >= spec.warmup
             limit = (self.bound * measured - done_time) if counted else math.inf
-            start, finish, events, nchange, link_bytes = self._iteration(
-                work0, t_start, limit, lambda elapsed, d=done_time: (d + elapsed) / measured)
+            run = self._iteration(work0, t_start, limit, done_time)
+            if isinstance(run, _Exceeded):
+                return run
+            finish = run.finish
             t = float(np.nanmax(finish)) if np.isfinite(finish).any() else t_start
             times.append(t - t_start)
-            changes.append(nchange)
+            changes.append(run.changes)
             if counted:
                 done_time += t - t_start
-                ests.append(summarize(graph, start - t_start, finish - t_start, events,
+                ests.append(summarize(graph, run.start - t_start, finish - t_start, run.events,
                                       self.est.fabric.name))
-                carried += link_bytes
+                carried += run.carried
                 logical += self.routing.logical_bytes
         return ReconfigResult(_mean(ests), tuple(times), tuple(changes),
                               carried / logical if logical > 0 else 1.0,
                               self.target.copy(), tuple(self.epochs))
 
-    def _iteration(self, work0: CompiledWorkload, t0: float, limit: float, lower):
-        """One iteration from ``t0``: (start, finish, events, changes, bytes carried).
-        Raises :class:`_Stop` with ``lower(elapsed)`` once it runs past ``limit``."""
+    def _iteration(self, work0: CompiledWorkload, t0: float, limit: float,
+                   done_before: float) -> _Iteration | _Exceeded:
+        """One iteration from ``t0``, epoch after epoch (the circuits change between
+        them). :class:`_Exceeded` once it runs past ``limit`` (the measured iterations
+        before it took ``done_before``)."""
         spec, routing = self.spec, self.routing
-        n_nodes = work0.nodes
-        start = np.full(n_nodes, np.nan)
-        finish = np.full(n_nodes, np.nan)
+        start = np.full(work0.nodes, np.nan)
+        finish = np.full(work0.nodes, np.nan)
         events = nchange = 0
         carried = 0.0
         t, res, work = t0, None, work0
@@ -479,31 +506,22 @@ class _Run:
             routes, lat = routing.routes(routed)
             work = (_with_routes(work0, routes, lat) if res is None
                     else rest_of(work, res, routes, lat))
-            net = Network(routing.capacity(up), self.mesh_net_latency)
-            decision: list[np.ndarray] = []
+            sim = Simulation(Network(routing.capacity(up), self.mesh_net_latency), work,
+                             t0=t, check=False)
             window_end = self.window[0] if self.window is not None else None
-
-            def on_checkpoint(tc: float, left: np.ndarray) -> bool:
+            new: np.ndarray | None = None
+            for tc in sim.stops(self._checkpoints(t, window_end)):
                 if window_end is not None and tc >= window_end * (1 - 1e-12):
-                    return True
+                    break                                # the change in progress is done
                 if tc - t0 > limit:
-                    raise _Stop(lower(tc - t0))
-                if self.stop is not None and self.stop():
-                    raise Interrupted("the simulation was asked to stop")
-                if tc - t0 > MAX_SIMULATED_TIME:
-                    raise SimulationError(
-                        f"fabric {self.est.fabric.name!r}: the iteration has not finished "
-                        f"after {MAX_SIMULATED_TIME:g} s of simulated time (flows wait for "
-                        "circuits that never come)")
-                new = self._plan(routing.demand(left))
-                if np.array_equal(new, self.target):
-                    return False
-                decision.append(new)
-                return True
-
-            res = simulate(net, work, t0=t, check=False,
-                           checkpoints=self._checkpoints(t, window_end),
-                           on_checkpoint=on_checkpoint)
+                    measured = spec.iterations - spec.warmup
+                    return _Exceeded((done_before + (tc - t0)) / measured)
+                self._check_progress(tc - t0)
+                plan = self._plan(routing.demand(sim.flow_bytes_left()))
+                if not np.array_equal(plan, self.target):
+                    new = plan                           # re-plan: the epoch ends here
+                    break
+            res = sim.result()
             merge_times(start, res.start)
             merge_times(finish, res.finish)
             events += res.events
@@ -514,16 +532,25 @@ class _Run:
                 lb[routing.mesh_src, routing.mesh_dst] = res.link_bytes
                 self.epochs.append(Epoch(t, end, up.copy(), lb, self.window is not None))
             if not math.isfinite(res.stopped_at):
-                return start, finish, events, nchange, carried
+                return _Iteration(start, finish, events, nchange, carried)
             t = res.stopped_at
-            if decision:
-                new = decision[0]
+            if new is not None:
                 nchange += 1
                 if spec.latency > 0:
                     self.window = (t + spec.latency, np.minimum(self.target, new), self.target)
                 self.target = new
 
-    def _checkpoints(self, t: float, window_end: float | None):
+    def _check_progress(self, elapsed: float) -> None:
+        """Raise when the caller asked to stop, or the iteration is stuck."""
+        if self.stop is not None and self.stop():
+            raise Interrupted("the simulation was asked to stop")
+        if elapsed > MAX_SIMULATED_TIME:
+            raise SimulationError(
+                f"fabric {self.est.fabric.name!r}: the iteration has not finished "
+                f"after {MAX_SIMULATED_TIME:g} s of simulated time (flows wait for "
+                "circuits that never come)")
+
+    def _checkpoints(self, t: float, window_end: float | None) -> Iterator[float]:
         """The window's end (when a change is in progress), then every measurement."""
         if window_end is not None:
             yield window_end

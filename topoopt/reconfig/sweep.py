@@ -147,8 +147,9 @@ def latency_sweep(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
     for fw in forwarding:
         fabric = ocs_reconfig(cluster.servers, cluster.nics, cluster.link_bandwidth,
                               cluster.link_latency, forwarding=fw, idle=idle, seed=seed)
-        base = dataclasses.replace(reconfiguration_of(fabric), iterations=iterations,
-                                   warmup=warmup)
+        spec = reconfiguration_of(fabric)
+        assert spec is not None, "ocs_reconfig builds a reconfigurable fabric"
+        base = dataclasses.replace(spec, iterations=iterations, warmup=warmup)
         runs[fw] = (ReconfigEstimator(model, cluster, job, fabric, cache=cache, spec=base), base)
     points = []
     complete = True

@@ -63,7 +63,7 @@ class _Session:
             d.SetGreedy(int(conn), bool(on))
         if st.get("advance", 0.0) > 0:
             d.Advance(float(st["advance"]))
-        out = {"t0": float(d.Now())}
+        out: dict[str, object] = {"t0": float(d.Now())}
         dag = st.get("dag")
         if dag is not None:
             d.LoadDag(*[list(x) for x in dag])
@@ -105,7 +105,8 @@ def main() -> None:
 
     try:
         import cppyy
-        from ns import ns  # noqa: F401  (loads the ns-3 libraries and headers)
+        # (loads the ns-3 libraries and headers; ns-3's bindings ship no type stubs)
+        from ns import ns  # type: ignore[import-untyped]  # noqa: F401
 
         cppyy.cppdef(SOURCE)
         driver = cppyy.gbl.topoopt_ns3.Driver()
@@ -119,6 +120,7 @@ def main() -> None:
         if msg is None:
             break
         op, args = msg
+        reply: object
         if op == "exit":
             break
         try:

@@ -135,7 +135,11 @@ def network_spec(fabric: RoutedNetwork) -> NetworkSpec:
     L = src.size
     cable = np.full(L, -1, np.int64)
     end = np.zeros(L, np.int64)
-    a, b, rab, rba, dl = [], [], [], [], []
+    a: list[int] = []
+    b: list[int] = []
+    rab: list[float] = []
+    rba: list[float] = []
+    dl: list[float] = []
     for i in range(L):
         if cable[i] >= 0:
             continue
@@ -234,7 +238,8 @@ class PathPlanes:
             have.add(plane)
             self._new_addresses.append((server, plane))
 
-    def pin(self, s: int, d: int, path: Sequence[int], ack_path: Sequence[int]) -> int:
+    def pin(self, s: int, d: int, path: Sequence[int] | np.ndarray,
+            ack_path: Sequence[int] | np.ndarray) -> int:
         """Plane of a connection from server ``s`` to ``d`` whose data takes ``path``
         (link ids, ``s`` to ``d``) and whose ACKs take ``ack_path`` (``d`` to ``s``)."""
         path = tuple(int(x) for x in path)

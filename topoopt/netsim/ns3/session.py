@@ -116,7 +116,7 @@ class DagBuilder:
             self._deps.append((b.ravel().copy(), a.ravel().copy()))
 
     def build(self) -> Dag:
-        cols = list(zip(*self._parts)) if self._parts else [[]] * 6
+        cols: list[Sequence] = list(zip(*self._parts)) if self._parts else [[]] * 6
         cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if len(xs) else np.empty(0, dt))
         before = cat([d[0] for d in self._deps], np.int64)
         after = cat([d[1] for d in self._deps], np.int64)
@@ -208,12 +208,12 @@ class Ns3Network:
         """The path ACKs of a ``src -> dst`` connection on ``path`` take: the reverse
         links when they all exist, else one of the fabric's ``dst -> src`` paths
         (chosen by a hash of the data path, so it is stable)."""
-        path = np.asarray(path, np.int64)
-        rev = self._reverse[path[::-1]]
+        links = np.asarray(path, np.int64)
+        rev = self._reverse[links[::-1]]
         if rev.size and np.all(rev >= 0):
             return rev
         options = self.fabric.paths(int(dst), int(src))
-        h = zlib.crc32(path.tobytes())
+        h = zlib.crc32(links.tobytes())
         return np.asarray(options[h % len(options)][0], np.int64)
 
     def connection(self, src: int, dst: int, path: Sequence[int],

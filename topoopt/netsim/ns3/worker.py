@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import IO
 
 from topoopt.errors import TopoOptError
 
@@ -95,7 +96,7 @@ class Ns3Worker:
         self.python = python or sys.executable
         self._proc: subprocess.Popen | None = None
         self._dir: str | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
         self.generation = 0       # bumped by every "open": sessions check it
         self.starts = 0
@@ -123,21 +124,23 @@ class Ns3Worker:
 
     def close(self) -> None:
         """Stop the worker and remove its directory."""
-        if self.alive:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:      # alive
             try:
                 self._write(("exit", ()))
-                self._proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired, ValueError):
-                self._proc.kill()
-                self._proc.wait()
+                proc.kill()
+                proc.wait()
         self._cleanup()
 
     def _cleanup(self) -> None:
         if self._proc is not None:
             for stream in (self._proc.stdin, self._proc.stdout):
                 try:
-                    stream.close()
-                except (OSError, AttributeError):
+                    if stream is not None:
+                        stream.close()
+                except OSError:
                     pass
             if self._proc.poll() is None:
                 self._proc.kill()
@@ -160,16 +163,25 @@ class Ns3Worker:
     # ------------------------------------------------------------------ protocol
     def _write(self, msg) -> None:
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        self._proc.stdin.write(_HEADER.pack(len(data)) + data)
-        self._proc.stdin.flush()
+        _, stdin, _ = self._running()
+        stdin.write(_HEADER.pack(len(data)) + data)
+        stdin.flush()
+
+    def _running(self) -> tuple[subprocess.Popen, IO[bytes], IO[bytes]]:
+        """The worker process and its stdin and stdout (:meth:`start` opened them)."""
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None, \
+            "the ns-3 worker is not started"
+        return proc, proc.stdin, proc.stdout
 
     def _read(self):
-        head = self._proc.stdout.read(_HEADER.size)
+        proc, _, stdout = self._running()
+        head = stdout.read(_HEADER.size)
         if len(head) < _HEADER.size:
-            self._proc.wait()
-            self._fail(f"ns-3 worker exited (code {self._proc.returncode})")
+            proc.wait()
+            self._fail(f"ns-3 worker exited (code {proc.returncode})")
         (size,) = _HEADER.unpack(head)
-        data = self._proc.stdout.read(size)
+        data = stdout.read(size)
         if len(data) < size:
             self._fail("ns-3 worker closed its pipe mid-reply")
         return pickle.loads(data)
