@@ -23,7 +23,7 @@ from topoopt.commands._common import (
 )
 from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.netsim.ns3.config import Ns3Config
-from topoopt.plans.document import FORMAT, check_plan_document
+from topoopt.plans import FORMAT, check_document
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
 from topoopt.react.scenarios import KINDS, Scenario, load_plan, run_scenario
@@ -64,7 +64,8 @@ _RUNTIME_KEYS = {"format", "topology", "rings", "routes"}
 
 def _plan_fabric(fabric: str) -> str:
     """``--fabric plan:DIR`` must be a valid plan folder: checked before any work, as
-    ``topoopt plan --check`` would (a ring repeating a server is refused, not simulated).
+    ``topoopt plan --check`` would, whatever its kind (an operator strategy's or an LLM
+    job's; a ring repeating a server is refused, not simulated).
     A plan.json holding only what the runtime reads (``format``, ``topology``, ``rings``,
     ``routes``: a shard described by hand or by another tool) is checked by the
     scenario's strict readers instead."""
@@ -80,7 +81,7 @@ def _plan_fabric(fabric: str) -> str:
         if (isinstance(doc, dict) and doc.get("format") == FORMAT
                 and set(doc) - _RUNTIME_KEYS):
             try:
-                check_plan_document(doc)
+                check_document(doc)
             except PlanCheckError as exc:
                 raise ConfigError("--fabric", fabric, f"{exc} (see topoopt plan --check "
                                                       f"{directory})") from None

@@ -57,15 +57,9 @@ from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
 from topoopt.netsim.wire import WireModel, wire_workload
-from topoopt.plans.document import (
-    check_plan_document,
-    cluster_job_of,
-    read_plan,
-    rings_of,
-    routes_of,
-    strategy_of,
-    topology_of,
-)
+from topoopt.plans.check import check_plan_document, strategy_of
+from topoopt.plans.common import cluster_job_of, read_plan, rings_of, routes_of, topology_of
+from topoopt.plans.llm import is_llm_document
 from topoopt.strategy import Strategy
 from topoopt.workloads import model_of
 
@@ -296,8 +290,22 @@ class PlanInputs:
 
 
 def plan_inputs(directory: str | Path) -> PlanInputs:
-    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`)."""
+    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`).
+
+    Raises
+    ------
+    TopoOptError
+        ``DIR`` holds an LLM plan: the replay runs an operator strategy's task graph,
+        which an LLM plan (a parallelism, :class:`~topoopt.plans.LLMPlan`) does not have.
+    PlanCheckError
+        ``plan.json`` is not a valid plan.
+    """
     doc = read_plan(directory)
+    if is_llm_document(doc):
+        raise TopoOptError(f"validate: {directory} holds an LLM plan; the ns-3 replay needs an "
+                           "operator strategy's task graph, which LLM plans do not have; check "
+                           f"it with topoopt plan --check {directory}, or run its rings with "
+                           f"topoopt react simulate --fabric plan:{directory}")
     check_plan_document(doc)
     cluster, job = cluster_job_of(doc)
     strategies = {"topoopt": strategy_of(doc["strategy"])}
@@ -347,8 +355,8 @@ def validate_plan(directory: str | Path, fabrics: Sequence[str] | None = None,
         ``error`` (flow / ns-3 - 1), ``predicted_error``, ``flow_wall_s``,
         ``ns3_wall_s``, ``flows`` and the breakdowns.
     """
+    inputs = plan_inputs(directory)  # first: an LLM plan is refused with or without ns-3
     require_ns3()
-    inputs = plan_inputs(directory)
     names = list(fabrics) if fabrics else list(inputs.predicted)
     for n in names:
         if n not in inputs.strategies:
