@@ -148,8 +148,9 @@ def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: 
         return
     click.echo(f"{p.name} {p.collective}: {p.ranks} ranks, {p.steps} steps, {p.chunks} "
                f"chunks, {p.edges_count} flows, {p.size} bytes")
-    rows = [[e.step, e.src, e.dst, e.chunk, ",".join(map(str, e.segments)), e.nbytes,
-             "reduce" if e.reduce else "copy", e.phase] for e in p.edges()]
+    rows: list[list[object]] = [[e.step, e.src, e.dst, e.chunk, ",".join(map(str, e.segments)),
+                                 e.nbytes, "reduce" if e.reduce else "copy", e.phase]
+                                for e in p.edges()]
     print_table(["step", "src", "dst", "chunk", "segments", "bytes", "op", "phase"], rows)
 
 
@@ -214,8 +215,9 @@ def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
                 raise ConfigError(option, node, f"rank must be in 0..{nodes - 1}")
     r = alpha_beta_time(p, parse_time(alpha, "--alpha"),
                         parse_bandwidth(bandwidth, "--bandwidth"), cin, cout)
-    rows = [[name, format_time(end), format_time(dur)]
-            for name, end, dur in zip(r.phase_names, r.phase_end, r.phase_time)]
+    rows: list[list[object]] = [[name, format_time(end), format_time(dur)]
+                                for name, end, dur in zip(r.phase_names, r.phase_end,
+                                                          r.phase_time)]
     print_table(["phase", "ends at", "duration"], rows)
     click.echo(f"total {format_time(r.makespan)}; algorithm bandwidth "
                f"{p.size / r.makespan / 1e9:.3g} GB/s")
@@ -320,7 +322,7 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, opti
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
     with options_named(**_SCENARIO_OPTIONS):
-        if backend == "ns3":
+        if config is not None:  # the ns3 backend
             res = run_scenario_ns3(sc, config=config, progress=report)
         else:
             res = run_scenario(sc, progress=report)

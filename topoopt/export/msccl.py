@@ -73,7 +73,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -261,7 +261,7 @@ def ring_allreduce_algo(rings: Sequence[Sequence[int]], *, name: str = "topoopt_
             for g in range(segments):
                 first, last = bounds[g], bounds[g + 1]
                 tb_id = c * segments + g
-                steps = []
+                steps: list[MscclStep] = []
                 for t in range(first, last + 1):
                     kind, m = ops[t]
                     off, s = c * k + m, len(steps)
@@ -452,8 +452,8 @@ def parse_msccl_xml(text: str) -> MscclAlgo:
     algo_attrs = _int_attrs(first[2], ALGO_ATTRS, "algo")
     gpus = []
 
-    def children(parent: str, child: str):
-        out = []
+    def children(parent: str, child: str) -> list[tuple]:
+        out: list[tuple] = []
         while True:
             node = lex.node()
             if node is None:
@@ -704,7 +704,8 @@ def simulate_msccl(algo: MscclAlgo, inputs: np.ndarray, inplace: bool = False) -
                         break
                     n = st.cnt
                     src = buf[st.srcbuf][st.srcoff:st.srcoff + n]
-                    value = inbox.popleft() if recv else None
+                    # an ndarray once the step receives or reads (every sending type does)
+                    value: Any = inbox.popleft() if inbox is not None else None
                     if st.type in ("rrs", "rrc", "rrcs"):
                         value = value + src
                     elif st.type in ("s", "cpy"):

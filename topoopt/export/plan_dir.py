@@ -291,7 +291,7 @@ def write_report(directory: str | Path) -> tuple[Path, dict]:
     extras = report_extras(directory, doc)
     files = doc.get("files")
     listed = files is None or REPORT in files
-    if not listed:
+    if files is not None and not listed:
         doc["files"] = sorted([*files, REPORT])
     text = build_report(doc, extras)
     found = check_report(text, doc, extras)

@@ -239,7 +239,7 @@ def _section_fabrics(p: Page, doc: Mapping) -> str:
 
 def _section_rings(p: Page, doc: Mapping) -> str:
     t = doc["topology"]
-    hop = {}
+    hop: dict[tuple[int, int, str], list[int]] = {}
     for i, ((a, _, b, _), lab) in enumerate(zip(t["links"], t["labels"])):
         hop.setdefault((a, b, lab), []).append(i)
     strides = sorted({stride_of(lab) for lab in t["labels"] if lab != "mp"})

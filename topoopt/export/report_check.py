@@ -155,9 +155,9 @@ def check_report(text: str, doc: Mapping, extras: Mapping[str, Any] | None = Non
     counts = {"servers": reader.classes.get("g.server", 0),
               "links": reader.classes.get("line.link", 0),
               "fabrics": reader.classes.get("tr.fabric", 0)}
-    want = {"servers": t["servers"], "links": len(t["links"]),
-            "fabrics": len(doc["iteration_time_s"])}
-    for what, n in want.items():
+    planned = {"servers": t["servers"], "links": len(t["links"]),
+               "fabrics": len(doc["iteration_time_s"])}
+    for what, n in planned.items():
         if counts[what] != n:
             raise PlanCheckError(f"report.html draws {counts[what]} {what} but the plan has "
                                  f"{n}; write the report again (topoopt report DIR)")

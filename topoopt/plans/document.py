@@ -111,7 +111,7 @@ class Plan:
     cluster: Cluster
     job: Job
     model: Model
-    topology_plan: TopologyPlan
+    topology_plan: Any
     fabrics: tuple[FabricResult, ...]
     search: Any
     seed: int

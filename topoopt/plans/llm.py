@@ -305,8 +305,8 @@ def is_llm_document(doc: object) -> bool:
 def _parallel_of(value: Any, where: str) -> LLMParallel:
     t = as_table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
                                 "order", "virtual", "flash_attention"))
-    kwargs = {k: as_int(t[k], f"{where}.{k}", 1) for k in ("tp", "pp", "dp", "ep",
-                                                           "micro_batches", "virtual")}
+    kwargs: dict[str, Any] = {k: as_int(t[k], f"{where}.{k}", 1)
+                              for k in ("tp", "pp", "dp", "ep", "micro_batches", "virtual")}
     kwargs.update(zero1=as_bool(t["zero1"], f"{where}.zero1"),
                   flash_attention=as_bool(t["flash_attention"], f"{where}.flash_attention"),
                   recompute=as_str(t["recompute"], f"{where}.recompute"),

@@ -180,14 +180,15 @@ def iteration_dag(graph: IterationGraph, fabric: Fabric, network: Ns3Network,
         ids = b.add_flows(conns, nbytes)
         sub_of[node], sub_end[node] = ids[0], ids[-1] + 1
         b.add_dependencies(ids, node)
-        owner = np.asarray(owner)
+        hop_of = np.asarray(owner)
         first = np.ones(len(hops), bool)
         if hop_deps is not None:     # a step waits for the flows of the previous one
             idx, after = hop_deps
             for h_before, h_after in zip(idx.tolist(), after.tolist()):
-                b.add_dependencies(ids[owner == h_before][:, None], ids[owner == h_after][None, :])
+                b.add_dependencies(ids[hop_of == h_before][:, None],
+                                   ids[hop_of == h_after][None, :])
             first[np.unique(after)] = False
-        starters = ids[first[owner]]
+        starters = ids[first[hop_of]]
         for q in preds.get(node, ()):
             b.add_dependencies(q, starters)
     b.add_dependencies(w.dep_before, w.dep_after)
@@ -247,6 +248,8 @@ def replay_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     dag, sub_of, sub_end = iteration_dag(graph, fabric, network, ecmp, ring_mode)
     wall0 = network.wall
     res = network.run([dag] * iterations, limit=limit)[-1]
+    if res is None:  # run() answers None only for a None DAG
+        raise TopoOptError("ns-3 returned no result for the iteration")
     n = graph.workload.nodes
     start, finish = res.start[:n].copy(), res.finish[:n].copy()
     fl = np.flatnonzero(sub_of >= 0)
