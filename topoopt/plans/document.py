@@ -18,7 +18,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from topoopt.cluster import Cluster, Job
-from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.llm import LLMParallel
 from topoopt.model import Model
 from topoopt.plans.check import PLAN_KEYS, check_plan_document, strategy_of

@@ -8,7 +8,9 @@ its placement (servers of each stage, DP group and expert group), the memory per
 and per fabric the parallelism, the iteration's parts, MFU and the bytes of each
 traffic kind (schema: README, "plan.json of an LLM job").
 :func:`check_llm_plan_document` derives every number again from the cluster, the job
-and the stored strategy and topology.
+and the stored strategy and topology; the fields every plan has are read and checked
+by :mod:`topoopt.plans.common`. :class:`LLMPlan` offers what every plan does
+(:class:`topoopt.plans.interface.PlanLike`).
 """
 
 from __future__ import annotations
