@@ -23,7 +23,7 @@ from topoopt.commands._common import (
 )
 from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.netsim.ns3.config import Ns3Config
-from topoopt.plans.document import FORMAT, check_plan_document
+from topoopt.plans import FORMAT, check_document
 from topoopt.react.analytical import alpha_beta_time
 from topoopt.react.packetsim import run_scenario_ns3
 from topoopt.react.scenarios import KINDS, Scenario, load_plan, run_scenario
@@ -64,7 +64,8 @@ _RUNTIME_KEYS = {"format", "topology", "rings", "routes"}
 
 def _plan_fabric(fabric: str) -> str:
     """``--fabric plan:DIR`` must be a valid plan folder: checked before any work, as
-    ``topoopt plan --check`` would (a ring repeating a server is refused, not simulated).
+    ``topoopt plan --check`` would, whatever its kind (an operator strategy's or an LLM
+    job's; a ring repeating a server is refused, not simulated).
     A plan.json holding only what the runtime reads (``format``, ``topology``, ``rings``,
     ``routes``: a shard described by hand or by another tool) is checked by the
     scenario's strict readers instead."""
@@ -80,7 +81,7 @@ def _plan_fabric(fabric: str) -> str:
         if (isinstance(doc, dict) and doc.get("format") == FORMAT
                 and set(doc) - _RUNTIME_KEYS):
             try:
-                check_plan_document(doc)
+                check_document(doc)
             except PlanCheckError as exc:
                 raise ConfigError("--fabric", fabric, f"{exc} (see topoopt plan --check "
                                                       f"{directory})") from None
@@ -147,8 +148,9 @@ def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: 
         return
     click.echo(f"{p.name} {p.collective}: {p.ranks} ranks, {p.steps} steps, {p.chunks} "
                f"chunks, {p.edges_count} flows, {p.size} bytes")
-    rows = [[e.step, e.src, e.dst, e.chunk, ",".join(map(str, e.segments)), e.nbytes,
-             "reduce" if e.reduce else "copy", e.phase] for e in p.edges()]
+    rows: list[list[object]] = [[e.step, e.src, e.dst, e.chunk, ",".join(map(str, e.segments)),
+                                 e.nbytes, "reduce" if e.reduce else "copy", e.phase]
+                                for e in p.edges()]
     print_table(["step", "src", "dst", "chunk", "segments", "bytes", "op", "phase"], rows)
 
 
@@ -213,8 +215,9 @@ def estimate(collective: str, nodes: int, size: str, alpha: str, bandwidth: str,
                 raise ConfigError(option, node, f"rank must be in 0..{nodes - 1}")
     r = alpha_beta_time(p, parse_time(alpha, "--alpha"),
                         parse_bandwidth(bandwidth, "--bandwidth"), cin, cout)
-    rows = [[name, format_time(end), format_time(dur)]
-            for name, end, dur in zip(r.phase_names, r.phase_end, r.phase_time)]
+    rows: list[list[object]] = [[name, format_time(end), format_time(dur)]
+                                for name, end, dur in zip(r.phase_names, r.phase_end,
+                                                          r.phase_time)]
     print_table(["phase", "ends at", "duration"], rows)
     click.echo(f"total {format_time(r.makespan)}; algorithm bandwidth "
                f"{p.size / r.makespan / 1e9:.3g} GB/s")
@@ -319,7 +322,7 @@ def simulate(collective, nodes, size, fabric, kind, congested, p, capacity, opti
     line = ProgressLine()
     report = lambda stage, done: line.update(stage, f"{done}/{epochs} epochs")  # noqa: E731
     with options_named(**_SCENARIO_OPTIONS):
-        if backend == "ns3":
+        if config is not None:  # the ns3 backend
             res = run_scenario_ns3(sc, config=config, progress=report)
         else:
             res = run_scenario(sc, progress=report)

@@ -117,7 +117,7 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
                    f"{', '.join(map(str, res.dropped))}")
     for which, (share, count, seconds) in res.share.items():
         click.echo(f"critical path, {which}: {format_time(seconds)} ({100 * share:.0f}%) in "
-                   f"{count} flow(s) of slowed rank {slow.rank}")
+                   f"{count} flow(s) of slowed rank {slow_rank}")
     if res.wrong_epochs:
         click.echo(f"WARNING: {res.wrong_epochs} epoch results differed from the exact sum",
                    err=True)

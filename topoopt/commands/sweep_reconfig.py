@@ -129,7 +129,7 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
                f"(its circuits never change); idle ports: {idle}")
     fw = {p.latency: p for p in sweep.series(True)}
     nofw = {p.latency: p for p in sweep.series(False)}
-    rows = []
+    rows: list[list[object]] = []
     for lat in sorted(fw):
         a, b = fw[lat], nofw[lat]
         rows.append([format_time(lat), format_time(a.interval), format_time(a.total),

@@ -191,14 +191,19 @@ def _same_cycle(a, b) -> bool:
     return a == b[k:] + b[:k]
 
 
-def _algos(par: LLMParallel, rings: Rings, cluster: Cluster, proto: str):
+def _algos(par: LLMParallel, rings: Rings, cluster: Cluster, proto: str
+           ) -> tuple[dict[str, _msccl.MscclAlgo], dict[str, str],
+                      dict[tuple[str, tuple[int, ...]], str | None]]:
     """``{file: MscclAlgo}``, ``{file: reason}`` and ``(kind, servers) -> file or None``."""
     g = cluster.gpus_per_server
     order = rank_order(cluster.servers, rings)
     host = _host(order, g)
     index = {m: j for j, m in enumerate(sorted(rings))}
     groups = communicator_groups(par)
-    algos, skipped, where, laid = {}, {}, {}, {}
+    algos: dict[str, _msccl.MscclAlgo] = {}
+    skipped: dict[str, str] = {}
+    where: dict[tuple[str, tuple[int, ...]], str | None] = {}
+    laid: dict[str, list[list[int]]] = {}
     for kind in _RINGED:
         for ranks in groups[kind]:
             key = tuple(sorted({host(r) for r in ranks}))

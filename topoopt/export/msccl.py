@@ -73,7 +73,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -261,7 +261,7 @@ def ring_allreduce_algo(rings: Sequence[Sequence[int]], *, name: str = "topoopt_
             for g in range(segments):
                 first, last = bounds[g], bounds[g + 1]
                 tb_id = c * segments + g
-                steps = []
+                steps: list[MscclStep] = []
                 for t in range(first, last + 1):
                     kind, m = ops[t]
                     off, s = c * k + m, len(steps)
@@ -452,8 +452,8 @@ def parse_msccl_xml(text: str) -> MscclAlgo:
     algo_attrs = _int_attrs(first[2], ALGO_ATTRS, "algo")
     gpus = []
 
-    def children(parent: str, child: str):
-        out = []
+    def children(parent: str, child: str) -> list[tuple]:
+        out: list[tuple] = []
         while True:
             node = lex.node()
             if node is None:
@@ -514,6 +514,35 @@ def check_msccl_algo(algo: MscclAlgo, max_steps: int = MAX_STEPS,
     threadblock sending to ``p`` on channel ``c`` is matched by one on ``p`` receiving
     from it on ``c``, with the same sequence of counts.
     """
+    _check_algo_header(algo, max_channels)
+    sends: dict[tuple[int, int, int], list[int]] = {}   # (src, dst, chan) -> counts
+    recvs: dict[tuple[int, int, int], list[int]] = {}
+    for gpu in algo.gpus:
+        where = f"gpu {gpu.id}"
+        chunks = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
+        if min(chunks.values()) < 0:
+            raise PlanCheckError(f"MSCCL {where}: chunk counts must be >= 0")
+        if [tb.id for tb in gpu.tbs] != list(range(len(gpu.tbs))):
+            raise PlanCheckError(f"MSCCL {where}: threadblock ids must be "
+                                 f"0..{len(gpu.tbs) - 1} in order")
+        tbs = {tb.id: tb for tb in gpu.tbs}
+        seen_send: set[tuple[int, int]] = set()
+        seen_recv: set[tuple[int, int]] = set()
+        for tb in gpu.tbs:
+            tw = f"{where} tb {tb.id}"
+            _check_threadblock(tw, tb, gpu.id, algo, seen_send, seen_recv, max_steps)
+            for i, st in enumerate(tb.steps):
+                send, recv = _check_step(f"{tw} step {i}", st, i, tb, tbs, chunks)
+                if send:
+                    sends.setdefault((gpu.id, tb.send, tb.chan), []).append(st.cnt)
+                if recv:
+                    recvs.setdefault((tb.recv, gpu.id, tb.chan), []).append(st.cnt)
+    _check_matched(sends, recvs)
+    _check_parser_limits(algo)
+
+
+def _check_algo_header(algo: MscclAlgo, max_channels: int) -> None:
+    """The ``<algo>`` element's attributes, and GPU ids ``0..ngpus-1``."""
     if algo.proto not in PROTOCOLS:
         raise PlanCheckError(f"MSCCL algo proto {algo.proto!r} not in {PROTOCOLS}")
     if algo.coll not in COLLECTIVES:
@@ -532,77 +561,86 @@ def check_msccl_algo(algo: MscclAlgo, max_steps: int = MAX_STEPS,
     if sorted(g.id for g in algo.gpus) != list(range(algo.ngpus)):
         raise PlanCheckError(f"MSCCL algo ngpus={algo.ngpus} but GPU ids are "
                              f"{sorted(g.id for g in algo.gpus)[:8]}...")
-    sends: dict[tuple[int, int, int], list[int]] = {}   # (src, dst, chan) -> counts
-    recvs: dict[tuple[int, int, int], list[int]] = {}
-    for gpu in algo.gpus:
-        where = f"gpu {gpu.id}"
-        chunks = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
-        if min(chunks.values()) < 0:
-            raise PlanCheckError(f"MSCCL {where}: chunk counts must be >= 0")
-        if [tb.id for tb in gpu.tbs] != list(range(len(gpu.tbs))):
-            raise PlanCheckError(f"MSCCL {where}: threadblock ids must be 0..{len(gpu.tbs) - 1} in order")
-        tbs = {tb.id: tb for tb in gpu.tbs}
-        seen_send: set[tuple[int, int]] = set()
-        seen_recv: set[tuple[int, int]] = set()
-        for tb in gpu.tbs:
-            tw = f"{where} tb {tb.id}"
-            for peer in (tb.send, tb.recv):
-                if not -1 <= peer < algo.ngpus or peer == gpu.id:
-                    raise PlanCheckError(f"MSCCL {tw}: peer {peer} must be -1 or another GPU")
-            if not 0 <= tb.chan < algo.nchannels:
-                raise PlanCheckError(f"MSCCL {tw}: chan {tb.chan} not in 0..{algo.nchannels - 1}")
-            if tb.send >= 0:
-                if (tb.chan, tb.send) in seen_send:
-                    raise PlanCheckError(f"MSCCL {tw}: two threadblocks send to {tb.send} on channel {tb.chan}")
-                seen_send.add((tb.chan, tb.send))
-            if tb.recv >= 0:
-                if (tb.chan, tb.recv) in seen_recv:
-                    raise PlanCheckError(f"MSCCL {tw}: two threadblocks receive from {tb.recv} on channel {tb.chan}")
-                seen_recv.add((tb.chan, tb.recv))
-            if len(tb.steps) > max_steps:
-                raise PlanCheckError(f"MSCCL {tw}: {len(tb.steps)} steps, at most {max_steps}")
-            for i, st in enumerate(tb.steps):
-                sw = f"{tw} step {i}"
-                if st.s != i:
-                    raise PlanCheckError(f"MSCCL {sw}: s={st.s}, steps must be numbered 0, 1, ...")
-                if st.type not in STEP_TYPES:
-                    raise PlanCheckError(f"MSCCL {sw}: unknown type {st.type!r}")
-                if st.srcbuf not in BUFFERS or st.dstbuf not in BUFFERS:
-                    raise PlanCheckError(f"MSCCL {sw}: buffers must be i, o or s")
-                if not 1 <= st.cnt < MAX_COUNT:
-                    raise PlanCheckError(f"MSCCL {sw}: cnt={st.cnt} not in 1..{MAX_COUNT - 1}")
-                send, recv, reads_src, writes_dst, _ = STEP_TYPES[st.type]
-                for used, buf, off in ((reads_src, st.srcbuf, st.srcoff),
-                                       (writes_dst, st.dstbuf, st.dstoff)):
-                    if used and not (0 <= off and off + st.cnt <= chunks[buf]):
-                        raise PlanCheckError(f"MSCCL {sw}: {buf}[{off}:{off + st.cnt}] outside "
-                                             f"the {chunks[buf]} declared chunks")
-                if send and tb.send < 0:
-                    raise PlanCheckError(f"MSCCL {sw}: sends but the threadblock has no send peer")
-                if recv and tb.recv < 0:
-                    raise PlanCheckError(f"MSCCL {sw}: receives but the threadblock has no recv peer")
-                if st.hasdep not in (0, 1):
-                    raise PlanCheckError(f"MSCCL {sw}: hasdep must be 0 or 1")
-                if st.depid < -1:
-                    raise PlanCheckError(f"MSCCL {sw}: depid must be -1 or a threadblock id")
-                if st.depid >= 0:
-                    dep = tbs.get(st.depid)
-                    if dep is None or st.depid == tb.id or not 0 <= st.deps < len(dep.steps):
-                        raise PlanCheckError(f"MSCCL {sw}: depends on missing step "
-                                             f"{st.depid}/{st.deps}")
-                    if dep.steps[st.deps].hasdep != 1:
-                        raise PlanCheckError(f"MSCCL {sw}: depends on tb {st.depid} step "
-                                             f"{st.deps}, which does not set hasdep=\"1\"")
-                if send:
-                    sends.setdefault((gpu.id, tb.send, tb.chan), []).append(st.cnt)
-                if recv:
-                    recvs.setdefault((tb.recv, gpu.id, tb.chan), []).append(st.cnt)
+
+
+def _check_threadblock(tw: str, tb: MscclThreadBlock, gpu: int, algo: MscclAlgo,
+                       seen_send: set[tuple[int, int]], seen_recv: set[tuple[int, int]],
+                       max_steps: int) -> None:
+    """A threadblock's peers (-1 or another GPU), its channel, at most one threadblock
+    of the GPU per (channel, send peer) and per (channel, receive peer), and its step
+    count; adds its pairs to ``seen_send`` and ``seen_recv``."""
+    for peer in (tb.send, tb.recv):
+        if not -1 <= peer < algo.ngpus or peer == gpu:
+            raise PlanCheckError(f"MSCCL {tw}: peer {peer} must be -1 or another GPU")
+    if not 0 <= tb.chan < algo.nchannels:
+        raise PlanCheckError(f"MSCCL {tw}: chan {tb.chan} not in 0..{algo.nchannels - 1}")
+    if tb.send >= 0:
+        if (tb.chan, tb.send) in seen_send:
+            raise PlanCheckError(f"MSCCL {tw}: two threadblocks send to {tb.send} on "
+                                 f"channel {tb.chan}")
+        seen_send.add((tb.chan, tb.send))
+    if tb.recv >= 0:
+        if (tb.chan, tb.recv) in seen_recv:
+            raise PlanCheckError(f"MSCCL {tw}: two threadblocks receive from {tb.recv} on "
+                                 f"channel {tb.chan}")
+        seen_recv.add((tb.chan, tb.recv))
+    if len(tb.steps) > max_steps:
+        raise PlanCheckError(f"MSCCL {tw}: {len(tb.steps)} steps, at most {max_steps}")
+
+
+def _check_step(sw: str, st: MscclStep, i: int, tb: MscclThreadBlock,
+                tbs: dict[int, MscclThreadBlock], chunks: dict[str, int]) -> tuple[bool, bool]:
+    """Step ``i`` of threadblock ``tb``: numbered, type and buffers known, offsets and
+    count inside the declared chunks, a peer for what it sends or receives, and a
+    dependency on an existing step (of another threadblock) that sets ``hasdep``.
+    Returns whether it sends and whether it receives."""
+    if st.s != i:
+        raise PlanCheckError(f"MSCCL {sw}: s={st.s}, steps must be numbered 0, 1, ...")
+    if st.type not in STEP_TYPES:
+        raise PlanCheckError(f"MSCCL {sw}: unknown type {st.type!r}")
+    if st.srcbuf not in BUFFERS or st.dstbuf not in BUFFERS:
+        raise PlanCheckError(f"MSCCL {sw}: buffers must be i, o or s")
+    if not 1 <= st.cnt < MAX_COUNT:
+        raise PlanCheckError(f"MSCCL {sw}: cnt={st.cnt} not in 1..{MAX_COUNT - 1}")
+    send, recv, reads_src, writes_dst, _ = STEP_TYPES[st.type]
+    for used, buf, off in ((reads_src, st.srcbuf, st.srcoff),
+                           (writes_dst, st.dstbuf, st.dstoff)):
+        if used and not (0 <= off and off + st.cnt <= chunks[buf]):
+            raise PlanCheckError(f"MSCCL {sw}: {buf}[{off}:{off + st.cnt}] outside "
+                                 f"the {chunks[buf]} declared chunks")
+    if send and tb.send < 0:
+        raise PlanCheckError(f"MSCCL {sw}: sends but the threadblock has no send peer")
+    if recv and tb.recv < 0:
+        raise PlanCheckError(f"MSCCL {sw}: receives but the threadblock has no recv peer")
+    if st.hasdep not in (0, 1):
+        raise PlanCheckError(f"MSCCL {sw}: hasdep must be 0 or 1")
+    if st.depid < -1:
+        raise PlanCheckError(f"MSCCL {sw}: depid must be -1 or a threadblock id")
+    if st.depid >= 0:
+        dep = tbs.get(st.depid)
+        if dep is None or st.depid == tb.id or not 0 <= st.deps < len(dep.steps):
+            raise PlanCheckError(f"MSCCL {sw}: depends on missing step "
+                                 f"{st.depid}/{st.deps}")
+        if dep.steps[st.deps].hasdep != 1:
+            raise PlanCheckError(f"MSCCL {sw}: depends on tb {st.depid} step "
+                                 f"{st.deps}, which does not set hasdep=\"1\"")
+    return send, recv
+
+
+def _check_matched(sends: dict[tuple[int, int, int], list[int]],
+                   recvs: dict[tuple[int, int, int], list[int]]) -> None:
+    """Every threadblock sending to ``p`` on channel ``c`` matched by one on ``p``
+    receiving from it on ``c``, with the same sequence of counts."""
     for key in set(sends) | set(recvs):
         if sends.get(key) != recvs.get(key):
             src, dst, chan = key
             raise PlanCheckError(f"MSCCL: gpu {src} sends {len(sends.get(key, []))} messages to "
                                  f"gpu {dst} on channel {chan}, which receives "
                                  f"{len(recvs.get(key, []))} (or counts differ)")
+
+
+def _check_parser_limits(algo: MscclAlgo) -> None:
+    """MSCCL's parser limits: threadblocks per channel, elements and children."""
     for gpu in algo.gpus:
         per_chan = np.bincount([tb.chan for tb in gpu.tbs], minlength=1)
         if per_chan.max() > MAX_TB_PER_CHANNEL:
@@ -612,7 +650,6 @@ def check_msccl_algo(algo: MscclAlgo, max_steps: int = MAX_STEPS,
         if nodes > MAX_NODES or algo.ngpus > MAX_SUBS or len(gpu.tbs) > MAX_SUBS:
             raise PlanCheckError(f"MSCCL gpu {gpu.id}: MSCCL's parser reads at most "
                                  f"{MAX_NODES} elements and {MAX_SUBS} children per element")
-
 
 # ---------------------------------------------------------------- executing
 
@@ -667,7 +704,8 @@ def simulate_msccl(algo: MscclAlgo, inputs: np.ndarray, inplace: bool = False) -
                         break
                     n = st.cnt
                     src = buf[st.srcbuf][st.srcoff:st.srcoff + n]
-                    value = inbox.popleft() if recv else None
+                    # an ndarray once the step receives or reads (every sending type does)
+                    value: Any = inbox.popleft() if inbox is not None else None
                     if st.type in ("rrs", "rrc", "rrcs"):
                         value = value + src
                     elif st.type in ("s", "cpy"):

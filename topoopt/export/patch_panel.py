@@ -203,11 +203,11 @@ def check_patch_panel(text: str, topology: Topology, names: Sequence[str] | None
                 raise PlanCheckError(f"panel {key[0]} port {key[1]} used by patch cords "
                                      f"{used_panel[key]} and {c.fibre}")
             used_panel[key] = c.fibre
-        for key in (("TX", c.a_server, c.a_nic), ("RX", c.b_server, c.b_nic)):
-            if key in used_strand:
-                raise PlanCheckError(f"{key[0]} of server {key[1]} NIC {key[2]} used by patch "
-                                     f"cords {used_strand[key]} and {c.fibre}")
-            used_strand[key] = c.fibre
+        for strand in (("TX", c.a_server, c.a_nic), ("RX", c.b_server, c.b_nic)):
+            if strand in used_strand:
+                raise PlanCheckError(f"{strand[0]} of server {strand[1]} NIC {strand[2]} used by "
+                                     f"patch cords {used_strand[strand]} and {c.fibre}")
+            used_strand[strand] = c.fibre
     want = sorted(topology.links)
     got = sorted(c.link for c in cords)
     if got != want:

@@ -30,17 +30,9 @@ from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
 from topoopt.llm import LLMParallel
-from topoopt.plans.document import (
-    FORMAT,
-    Plan,
-    check_plan_document,
-    cluster_job_of,
-    plan_to_json,
-    read_plan,
-    rings_of,
-    topology_of,
-)
-from topoopt.plans.llm import LLMPlan, check_llm_plan_document, is_llm_document, llm_plan_to_json
+from topoopt.plans.common import FORMAT, cluster_job_of, read_plan, rings_of, topology_of
+from topoopt.plans.interface import PlanLike, check_document
+from topoopt.plans.llm import LLMPlan
 
 __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
            "check_plan_output", "write_plan", "write_report", "check_plan_dir"]
@@ -141,7 +133,7 @@ def _doc_text(doc: dict) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool = True,
+def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,
                report: bool = True) -> list[Path]:
     """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
     (``report.html``, :func:`~topoopt.export.report.build_report`) into ``directory``.
@@ -160,7 +152,7 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
     """
     directory = Path(directory)
     owned = owned_files(directory)
-    doc = llm_plan_to_json(p) if isinstance(p, LLMPlan) else plan_to_json(p)
+    doc = p.to_json()
     files, skipped = ["plan.json"], {}
     with staging_dir(directory, owned) as stage:
         if exports:
@@ -171,8 +163,8 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
                 (stage / rel).write_text(text, encoding="utf-8")
             files += rendered.files
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
-            if isinstance(p, LLMPlan):  # every communicator: communicators.json, msccl/
-                comm = communicator_exports(p.parallel, p.topology_plan.rings, p.cluster)
+            if p.llm_parallel is not None:  # every communicator: communicators.json, msccl/
+                comm = communicator_exports(p.llm_parallel, p.topology_plan.rings, p.cluster)
                 for rel, text in comm.files.items():
                     (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                     (stage / rel).write_text(text, encoding="utf-8")
@@ -192,11 +184,11 @@ def write_plan(p: Plan, directory: str | Path, exports: bool = True, plots: bool
 def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     """Validate ``DIR/plan.json`` and every file it lists against each other.
 
-    ``plan.json`` passes :func:`~topoopt.plans.check_plan_document`; every file in its
-    ``files`` exists; the exports it lists and skips are those the plan renders (each
-    skip for the reason given; other files, a user's, are not the plan's business); and
-    every export reads back as the plan (:func:`~topoopt.export.bundle.check_exports`;
-    an LLM plan's communicator files,
+    ``plan.json`` passes its kind's check (:func:`~topoopt.plans.check_document`); every
+    file in its ``files`` exists; the exports it lists and skips are those the plan
+    renders (each skip for the reason given; other files, a user's, are not the plan's
+    business); and every export reads back as the plan
+    (:func:`~topoopt.export.bundle.check_exports`; an LLM plan's communicator files,
     :func:`~topoopt.export.communicators.check_communicators`), every picture a PNG.
 
     Returns
@@ -211,11 +203,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     """
     directory = Path(directory)
     doc = read_plan(directory)
-    llm = is_llm_document(doc)
-    if llm:
-        check_llm_plan_document(doc)
-    else:
-        check_plan_document(doc)
+    llm = check_document(doc) is LLMPlan
     for key in ("files", "skipped"):
         if key not in doc:
             raise PlanCheckError(f"plan.json has no {key} (a plan from before topoopt listed "
@@ -281,7 +269,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
 def write_report(directory: str | Path) -> tuple[Path, dict]:
     """Write ``DIR/report.html`` from ``DIR/plan.json`` and the validation and REACT
     results beside it (:func:`~topoopt.export.report.report_extras`), and list it in
-    ``plan.json``'s ``files``.
+    ``plan.json``'s ``files``. Either kind of plan (:func:`~topoopt.plans.plan_kind`).
 
     Returns
     -------
@@ -297,13 +285,13 @@ def write_report(directory: str | Path) -> tuple[Path, dict]:
     """
     directory = Path(directory)
     doc = read_plan(directory)
-    check_plan_document(doc)
+    check_document(doc)
     owned = owned_files(directory)
     check_place(directory, REPORT, REPORT in owned)
     extras = report_extras(directory, doc)
     files = doc.get("files")
     listed = files is None or REPORT in files
-    if not listed:
+    if files is not None and not listed:
         doc["files"] = sorted([*files, REPORT])
     text = build_report(doc, extras)
     found = check_report(text, doc, extras)

@@ -9,9 +9,8 @@ import numpy as np
 
 from topoopt._io import atomic_path
 from topoopt.errors import TopoOptError
-from topoopt.plans.document import Plan
-from topoopt.plans.llm import LLMPlan
-from topoopt.traffic import derive_traffic
+from topoopt.finder.topology_finder import TopologyPlan
+from topoopt.plans.interface import PlanLike
 
 __all__ = ["require_matplotlib", "plot_heatmap", "plot_topology", "plot_fabrics",
            "plot_cluster", "write_plan_plots"]
@@ -55,7 +54,7 @@ def plot_heatmap(matrix: np.ndarray, title: str, path: str) -> None:
     plt.close(fig)
 
 
-def plot_topology(plan: Plan, title: str, path: str) -> None:
+def plot_topology(plan: TopologyPlan, title: str, path: str) -> None:
     """Draw servers on a circle, links as chords coloured by ring stride (MP in black)."""
     from matplotlib.collections import LineCollection
 
@@ -134,51 +133,26 @@ def plot_cluster(classes: list[str], fabrics: dict, title: str, path: str) -> No
     plt.close(fig)
 
 
-def write_plan_plots(plan: Plan, directory: str | Path) -> list[Path]:
+def write_plan_plots(plan: PlanLike, directory: str | Path) -> list[Path]:
     """The pictures of a plan: traffic before/after (TopoOpt Figures 8/9), topology, fabrics.
 
-    ``traffic_before.png`` is the start strategy's traffic with one ring per AllReduce
-    group in member order; ``traffic_after.png`` the planned strategy's traffic over
-    the planned rings (bytes split across each group's rings).
+    The heatmaps are the plan's :meth:`~topoopt.plans.PlanLike.traffic_heatmaps`: for an
+    operator strategy, ``traffic_before.png`` is the start strategy's traffic with one
+    ring per AllReduce group in member order and ``traffic_after.png`` the planned
+    strategy's traffic over the planned rings (bytes split across each group's rings);
+    for an LLM plan, its pipeline, expert and DP traffic before and after the rings.
     """
     directory = Path(directory)
     c, model = plan.cluster, plan.model
-    if isinstance(plan, LLMPlan):
-        heatmaps = _llm_heatmaps(plan)
-        times = [f.iteration.total for f in plan.fabrics]
-    else:
-        job = plan.job
-        batch = job.global_batch(c)
-        before = derive_traffic(model, plan.search.start, c.servers, batch, job.dtype_bytes)
-        after = derive_traffic(model, plan.strategy, c.servers, batch, job.dtype_bytes)
-        heatmaps = [(name, traffic.matrix(rings), f"{model.name} on {c.servers} servers: {label}")
-                    for name, traffic, rings, label in (
-                        ("traffic_before.png", before, None,
-                         f"start ({plan.search.start.name}), one ring"),
-                        ("traffic_after.png", after, plan.topology_plan.rings,
-                         "planned, TopoOpt rings"))]
-        times = [f.estimate.total for f in plan.fabrics]
     out = []
-    for name, matrix, title in heatmaps:
-        out.append(directory / name)
+    for which, (matrix, title) in plan.traffic_heatmaps().items():
+        out.append(directory / f"traffic_{which}.png")
         plot_heatmap(matrix, title, str(out[-1]))
     out.append(directory / "topology.png")
     plot_topology(plan.topology_plan, f"{model.name}: {c.servers} servers x {c.nics} ports",
                   str(out[-1]))
     out.append(directory / "fabrics.png")
-    plot_fabrics([f.name for f in plan.fabrics], times, [f.cost.total for f in plan.fabrics],
+    times, costs = plan.iteration_time_s, plan.costs
+    plot_fabrics(list(times), list(times.values()), [costs[n] for n in times],
                  f"{model.name}, {c.servers} servers, d={c.nics}", str(out[-1]))
     return out
-
-
-def _llm_heatmaps(plan: LLMPlan) -> list[tuple[str, np.ndarray, str]]:
-    """An LLM plan's server traffic per iteration (PP and EP bytes plus the DP
-    AllReduces) with one ring per group in member order (before) and over the planned
-    rings (after): the blocks are the pipeline stages and DP groups."""
-    c, top = plan.cluster, plan.fabric("topoopt")
-    t, label = top.traffic, top.parallel.label()
-    return [(name, t.mp_matrix() + t.dp_matrix(rings),
-             f"{plan.model.name} {label} on {c.servers} servers: {how}")
-            for name, rings, how in (("traffic_before.png", None, "one ring per DP group"),
-                                     ("traffic_after.png", plan.topology_plan.rings,
-                                      "TopoOpt rings"))]

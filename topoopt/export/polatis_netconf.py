@@ -99,9 +99,9 @@ def parse_polatis_netconf(text: str) -> list[tuple[int, int]]:
             raise PlanCheckError(f"unexpected element {entry.tag} in <cross-connects>")
         ingress = entry.findtext(f"{{{POLATIS_NS}}}ingress")
         egress = entry.findtext(f"{{{POLATIS_NS}}}egress")
-        try:
-            pairs.append((int(ingress), int(egress)))
-        except (TypeError, ValueError):
+        try:  # a missing one (None) fails as int("") does
+            pairs.append((int(ingress or ""), int(egress or "")))
+        except ValueError:
             raise PlanCheckError(f"<pair> needs integer <ingress> and <egress>, got "
                                  f"{ingress!r}/{egress!r}") from None
     return pairs

@@ -18,307 +18,41 @@ printed text, and refuses any other digit on the page except server, port, ring 
 chain numbers (``data-ids``, checked against the plan's counts) and names
 (``<cite>``, ``<abbr>``).
 
-Expressions (``data-f``, several separated by ``;``): a field path (``cost.fattree``,
-``rings[2].order[0]``, ``[-1]`` the last item), ``#path`` (its length),
-``path~value`` (how many of its items equal ``value``), ``@FILE:path`` (a field of a
-validation or REACT JSON file in the folder), ``traffic:before|after:min|max|R,C``,
-``load:I``/``load:max`` (bytes on link I, per :func:`topoopt.routing.link_loads`),
-``forwarded:paths`` (how many route paths go through other servers),
-``describe:I`` (a line of :func:`topoopt.strategy.describe_strategy`); terms joined
-by ``*`` and ``/``.
+The values behind the numbers are :mod:`topoopt.export.report_values`, the markup and
+SVG figures :mod:`topoopt.export.report_svg`, the checker
+:mod:`topoopt.export.report_check` (:func:`check_report`, re-exported here with
+:func:`value_of` and :func:`report_extras`).
 """
 
 from __future__ import annotations
 
-import html
-import json
-import math
-import re
-from functools import cached_property
-from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-
-from topoopt.errors import PlanCheckError
+from topoopt.export.report_check import check_report
+from topoopt.export.report_svg import (
+    FORWARDED,
+    Page,
+    bar_chart,
+    colour_of,
+    curves_figure,
+    esc,
+    heatmap_figure,
+    stride_of,
+    topology_section,
+)
+from topoopt.export.report_values import PlanValues, extras_kind, report_extras, value_of
 from topoopt.fabrics.catalog import FABRICS
-from topoopt.llm import LLMParallel, finder_traffic, llm_traffic
-from topoopt.plans.document import cluster_job_of, rings_of, routes_of, strategy_of, topology_of
-from topoopt.plans.llm import is_llm_document
-from topoopt.routing.metrics import link_loads
-from topoopt.strategy import data_parallel, describe_strategy, hybrid
-from topoopt.traffic import derive_traffic
-from topoopt.units import format_bandwidth, format_size, format_time
-from topoopt.workloads import model_of
-from topoopt.workloads.gpt import transformer_shape
 
 __all__ = ["REPORT", "build_report", "check_report", "report_extras", "value_of"]
 
 #: The report's file name in a plan folder.
 REPORT = "report.html"
-#: Start strategies the report can rebuild for the "before" heatmap (``search.start_strategy``).
-_STARTS = {"dp": data_parallel, "hybrid": hybrid}
-#: Heatmap colours, light (few bytes) to dark (many), log-spaced bins (viridis, reversed).
-_HEAT = ("#fde725", "#b5de2b", "#6ece58", "#35b779", "#1f9e89", "#26828e", "#31688e",
-         "#3e4989", "#482878", "#440154")
-#: Colours of ring strides, in order of stride (Tableau 10 without grey).
-_STRIDE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#bcbd22", "#17becf")
-_FORWARDED = "#7f7f7f"
 #: The packet simulator's name (a <cite>: its digit is no number of the plan; the
 #: checker skips <cite> and <abbr>, names and abbreviations such as p95).
 _NS3 = "<cite>ns-3</cite>"
-#: Heatmaps of up to this many servers get a hover title per cell.
-_CELLS_TITLED = 32
-#: Up to this many forwarded paths are drawn one by one, with a hover title each.
-_ROUTES_DRAWN = 400
 
 
-# ------------------------------------------------------------------------ values
-def _fmt(unit: str, v: Any) -> str:
-    """The printed form of a value in ``unit``."""
-    if unit == "time":
-        return format_time(v)
-    if unit == "size":
-        return format_size(v)
-    if unit == "bw":
-        return format_bandwidth(v)
-    if unit == "cost":
-        return f"{v:,.0f}"
-    if unit == "ratio":
-        return f"{v:.2f}\u00d7"
-    if unit == "pct":
-        return f"{100 * v:.1f}%"
-    if unit == "int":
-        if isinstance(v, float) and not v.is_integer():
-            raise PlanCheckError(f"report shows {v!r} as an integer")
-        return str(int(v))
-    if unit == "num":
-        return f"{v:.4g}"
-    if unit == "str":
-        return str(v)
-    raise PlanCheckError(f"report uses an unknown unit {unit!r}")
-
-
-_STEP = re.compile(r"\[(-?\d+)\]|\.?([^.\[\]]+)")
-
-
-def _walk(root: Any, path: str, where: str) -> Any:
-    obj, pos = root, 0
-    while pos < len(path):
-        m = _STEP.match(path, pos)
-        if m is None:
-            raise PlanCheckError(f"report field {where!r} is not a field path")
-        try:
-            obj = obj[int(m[1])] if m[1] is not None else obj[m[2]]
-        except (KeyError, IndexError, TypeError):
-            raise PlanCheckError(f"report shows {where}, which plan.json does not have; "
-                                 "write the report again (topoopt report DIR)") from None
-        pos = m.end()
-    return obj
-
-
-class _Values:
-    """Evaluates ``data-f`` expressions on a plan document (and the folder's extras);
-    the derived quantities (traffic, link loads) are computed once, on demand."""
-
-    def __init__(self, doc: Mapping, extras: Mapping[str, Any] | None = None):
-        self.doc, self.extras = doc, dict(extras or {})
-
-    @cached_property
-    def _setting(self):
-        cluster, job = cluster_job_of(dict(self.doc))
-        return cluster, job, model_of(job)
-
-    def _traffic(self, strategy):
-        cluster, job, model = self._setting
-        return derive_traffic(model, strategy, cluster.servers, job.global_batch(cluster),
-                              job.dtype_bytes)
-
-    @cached_property
-    def llm(self) -> bool:
-        """An LLM job's plan (:mod:`topoopt.plans.llm`): a parallelism, no operator
-        strategy and no MCMC search."""
-        return is_llm_document(self.doc)
-
-    @cached_property
-    def strategy(self):
-        return strategy_of(self.doc["strategy"])
-
-    @cached_property
-    def _llm_traffic(self):
-        """TopologyFinder's traffic of an LLM plan: the DP groups' AllReduces and the
-        PP/EP bytes (:func:`topoopt.llm.finder_traffic`)."""
-        cluster, job, model = self._setting
-        return finder_traffic(llm_traffic(
-            transformer_shape(model), LLMParallel(**self.doc["llm"]["parallel"]),
-            cluster.servers, cluster.gpus_per_server, job.global_batch(cluster),
-            job.dtype_bytes))
-
-    @cached_property
-    def after(self) -> np.ndarray:
-        """The planned strategy's bytes per server pair over the planned rings."""
-        traffic = self._llm_traffic if self.llm else self._traffic(self.strategy)
-        return traffic.matrix(rings_of(dict(self.doc)))
-
-    @cached_property
-    def before(self) -> np.ndarray | None:
-        """The start strategy's bytes per pair, one ring per group in member order (as
-        ``traffic_before.png``; an LLM plan: its parallelism, one ring per DP group); None
-        if the start is not one the report can rebuild."""
-        if self.llm:
-            return self._llm_traffic.matrix(None)
-        make = _STARTS.get(self.doc["search"]["start_strategy"])
-        if make is None:
-            return None
-        cluster, _, model = self._setting
-        return self._traffic(make(model, cluster.servers)).matrix(None)
-
-    @cached_property
-    def loads(self) -> np.ndarray:
-        """Bytes per link of the planned topology (ring, MP and forwarded bytes)."""
-        return link_loads(topology_of(dict(self.doc)), self.after, routes_of(dict(self.doc)))
-
-    @cached_property
-    def describe(self) -> list[str]:
-        cluster, _, model = self._setting
-        return describe_strategy(model, self.strategy, cluster.servers)
-
-    def term(self, term: str) -> Any:
-        if term.startswith("#"):
-            return len(self.term(term[1:]))
-        if term.startswith("@"):
-            name, _, path = term[1:].partition(":")
-            if name not in self.extras:
-                raise PlanCheckError(f"report shows {term} but the folder has no {name}; write "
-                                     "the report again (topoopt report DIR)")
-            return _walk(self.extras[name], path, term) if path else name
-        if term.startswith("traffic:"):
-            _, which, stat = term.split(":")
-            m = getattr(self, which)
-            if m is None:
-                raise PlanCheckError(f"report shows {term} but the start strategy cannot be "
-                                     "rebuilt")
-            if "," in stat:
-                r, c = stat.split(",")
-                return float(m[int(r), int(c)])
-            positive = m[m > 0]
-            return float(positive.max() if stat == "max" else positive.min())
-        if term.startswith("load:"):
-            i = term[5:]
-            return float(self.loads.max(initial=0.0) if i == "max" else self.loads[int(i)])
-        if term == "forwarded:paths":
-            return sum(len(q["path"]) > 2 for r in self.doc["routes"] for q in r["paths"])
-        if term.startswith("describe:"):
-            return self.describe[int(term[9:])]
-        if "~" in term:
-            path, _, want = term.partition("~")
-            return sum(1 for x in _walk(self.doc, path, term) if str(x) == want)
-        return _walk(self.doc, term, term)
-
-    def __call__(self, expr: str) -> Any:
-        parts = re.split(r"([*/])", expr)
-        value = self.term(parts[0])
-        for op, term in zip(parts[1::2], parts[2::2]):
-            other = self.term(term)
-            value = value * other if op == "*" else value / other
-        return value
-
-
-def value_of(expr: str, doc: Mapping, extras: Mapping[str, Any] | None = None) -> Any:
-    """The value a report expression (``data-f``) names in a plan document.
-
-    Examples
-    --------
-    >>> value_of("cost.fattree/cost.topoopt", {"cost": {"fattree": 300, "topoopt": 100}})
-    3.0
-    >>> value_of("#rings[0].order", {"rings": [{"order": [0, 2, 1]}]})
-    3
-    """
-    return _Values(doc, extras)(expr)
-
-
-def report_extras(directory: str | Path, doc: Mapping) -> dict[str, Any]:
-    """The validation and REACT results in a plan folder: each top-level ``*.json`` that
-    the plan did not write and that holds a ``topoopt validate --json`` table
-    (``fabrics`` rows with ``ns3_s``) or a ``topoopt react simulate --json`` result
-    (``baseline`` and ``react`` means); by file name, sorted."""
-    out = {}
-    owned = set(doc.get("files", ())) | {"plan.json"}
-    for path in sorted(Path(directory).glob("*.json")):
-        if path.name in owned or not path.is_file() or path.is_symlink():
-            continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            continue
-        if _kind(data):
-            out[path.name] = data
-    return out
-
-
-def _kind(data: Any) -> str:
-    if not isinstance(data, dict):
-        return ""
-    rows = data.get("fabrics")
-    if isinstance(rows, list) and rows and all(
-            isinstance(r, dict) and {"fabric", "predicted_s", "flow_s", "ns3_s"} <= set(r)
-            for r in rows):
-        return "validate"
-    if all(isinstance(data.get(k), dict) and "mean_s" in data[k] for k in ("baseline", "react")) \
-            and isinstance(data.get("scenario"), dict):
-        return "react"
-    return ""
-
-
-# ----------------------------------------------------------------------- builder
-def _esc(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-class _Page:
-    """Markup helpers: every number goes through :meth:`n` or :meth:`text`."""
-
-    def __init__(self, values: _Values):
-        self.v = values
-
-    def n(self, expr: str, unit: str, tag: str = "span", attrs: str = "") -> str:
-        """One number (or string field) with its source and unit."""
-        text = _fmt(unit, self.v(expr))
-        return (f'<{tag}{attrs} data-f="{_esc(expr)}" data-u="{unit}">{_esc(text)}'
-                f'</{tag}>')
-
-    def text(self, tag: str, parts: list, attrs: str = "", ids: bool = False) -> str:
-        """An element whose text mixes literals and ``(expr, unit)`` values."""
-        keys, units, out = [], [], []
-        for p in parts:
-            if isinstance(p, tuple):
-                keys.append(p[0])
-                units.append(p[1])
-                out.append(_fmt(p[1], self.v(p[0])))
-            else:
-                out.append(str(p))
-        meta = (f' data-f="{_esc(";".join(keys))}" data-u="{";".join(units)}"' if keys else "")
-        mark = ' data-ids=""' if ids else ""
-        return f'<{tag}{attrs}{meta}{mark}>{_esc("".join(out))}</{tag}>'
-
-    def ids(self, text: Any, tag: str = "span", attrs: str = "") -> str:
-        """A server, port, ring or chain number."""
-        return f'<{tag}{attrs} data-ids="">{_esc(text)}</{tag}>'
-
-
-def _stride(label: str) -> int:
-    return int(label.split("=")[1]) if "=" in label else 0
-
-
-def _colour(label: str, strides: list[int]) -> str:
-    if label == "mp":
-        return "#000000"
-    return _STRIDE[strides.index(_stride(label)) % len(_STRIDE)]
-
-
-def _summary(p: _Page, doc: Mapping) -> str:
+def _summary(p: Page, doc: Mapping) -> str:
     """The answer first: the shard's time and cost next to the Ideal Switch and the
     cost-equivalent Fat-tree (TopoOpt §5.2's comparison)."""
     times = doc["iteration_time_s"]
@@ -341,7 +75,7 @@ def _summary(p: _Page, doc: Mapping) -> str:
     return f'<p class="summary">{" ".join(out)}</p>'
 
 
-def _section_job(p: _Page, doc: Mapping) -> str:
+def _section_job(p: Page, doc: Mapping) -> str:
     j = doc["job"]
     rows = [("model", p.n("job.model", "str")),
             ("config", p.n("config", "str")),
@@ -354,7 +88,7 @@ def _section_job(p: _Page, doc: Mapping) -> str:
             ("batch per GPU / global batch", p.n("job.batch_per_gpu", "int") + " / "
              + p.n("job.global_batch", "int") + " samples"),
             ("precision", p.n("job.precision", "str"))]
-    rows += [(f"model size: {_esc(k)}",
+    rows += [(f"model size: {esc(k)}",
               p.n(f"job.size.{k}", "int" if isinstance(v, int) else "num"))
              for k, v in sorted(j["size"].items())]
     if p.v.llm:
@@ -382,14 +116,10 @@ def _section_job(p: _Page, doc: Mapping) -> str:
                ("busiest link", p.n("metrics.max_link_load_bytes", "size")
                 + " per iteration")]
 
-    def table(title, rows):
-        body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
-        return f'<table class="kv"><caption>{title}</caption>{body}</table>'
-
     lines = "".join(f"<li>{p.n(f'describe:{i}', 'str')}</li>" for i in range(len(p.v.describe)))
     return ('<section id="job"><h2>Job and cluster</h2><div class="cols">'
-            + table("Job and cluster", rows) + table("Search", search)
-            + table("Planned topology", metrics) + "</div>"
+            + _kv("Job and cluster", rows) + _kv("Search", search)
+            + _kv("Planned topology", metrics) + "</div>"
             + f"<h3>TopoOpt strategy</h3><ul class=\"strategy\">{lines}</ul></section>")
 
 
@@ -400,7 +130,7 @@ def _kv(title: str, rows: list) -> str:
 
 def _field(name: str, path: str) -> str:
     """A plan.json key as a row label (``zero1``: a name, not a number), its path on hover."""
-    return f'<abbr title="{_esc(path)}">{_esc(name)}</abbr>'
+    return f'<abbr title="{esc(path)}">{esc(name)}</abbr>'
 
 
 def _unit(value: Any) -> str:
@@ -408,7 +138,7 @@ def _unit(value: Any) -> str:
         else "num"
 
 
-def _section_llm_job(p: _Page, doc: Mapping, rows: list) -> str:
+def _section_llm_job(p: Page, doc: Mapping, rows: list) -> str:
     """An LLM plan's job: the parallelism it chose, the memory per GPU, the search."""
     llm = doc["llm"]
     rows.append(("parameters (active)", p.n("llm.model.params", "num") + " ("
@@ -435,7 +165,7 @@ def _fabric_names(doc: Mapping) -> list[str]:
                                                           if n in order else len(order), n))
 
 
-def _fabric_section(p: _Page, doc: Mapping, head: tuple[str, str], cells, title,
+def _fabric_section(p: Page, doc: Mapping, head: tuple[str, str], cells, title,
                     second: tuple[str, str, str], prose: str) -> str:
     """The fabric table and its bar charts: per fabric (TopoOpt first) its name, iteration
     time, gap to the Ideal Switch, ``cells(name)`` (the columns in ``head[0]``), cost,
@@ -446,15 +176,15 @@ def _fabric_section(p: _Page, doc: Mapping, head: tuple[str, str], cells, title,
     for name in names:
         gap = p.n(f"gap_to_ideal.{name}", "ratio") if name in doc["gap_to_ideal"] else "-"
         middle, tail = cells(name)
-        rows.append(f'<tr class="fabric" data-fabric="{_esc(name)}"><th>{title(name)}'
-                    f' ({_esc(name)})</th>'
+        rows.append(f'<tr class="fabric" data-fabric="{esc(name)}"><th>{title(name)}'
+                    f' ({esc(name)})</th>'
                     f'<td>{p.n(f"iteration_time_s.{name}", "time")}</td><td>{gap}</td>'
                     f'{middle}<td>{p.n(f"cost.{name}", "cost")}</td>'
                     f'<td>{p.n(f"cost.{name}/cost.topoopt", "ratio")}</td>{tail}</tr>')
     table = (f'<table id="fabric-table" class="grid"><tr><th>fabric</th><th>iteration</th>'
              f"<th>vs Ideal Switch</th>{head[0]}<th>cost (relative units)</th>"
              f'<th>cost ratio</th>{head[1]}</tr>{"".join(rows)}</table>')
-    charts = "".join(_bars(p, names, key, unit, label) for key, unit, label in (
+    charts = "".join(bar_chart(p, names, key, unit, label) for key, unit, label in (
         ("iteration_time_s", "time", "iteration time"), second,
         ("cost", "cost", "interconnect cost (relative units)")))
     return ('<section id="fabrics"><h2>Fabrics compared</h2>'
@@ -462,7 +192,7 @@ def _fabric_section(p: _Page, doc: Mapping, head: tuple[str, str], cells, title,
             "transceiver.</p>" + table + f'<div class="cols">{charts}</div></section>')
 
 
-def _section_fabrics(p: _Page, doc: Mapping) -> str:
+def _section_fabrics(p: Page, doc: Mapping) -> str:
     if p.v.llm:  # each fabric's parallelism, its iteration's parts and MFU
         parts = ("compute", "tp", "pp", "ep", "bubble", "dp")
 
@@ -507,124 +237,12 @@ def _section_fabrics(p: _Page, doc: Mapping) -> str:
         "blocking, no forwarding) bounds them all.")
 
 
-def _key(pattern: str, name: str) -> str:
-    return pattern.format(name) if "{}" in pattern else f"{pattern}.{name}"
-
-
-def _bars(p: _Page, names: list[str], pattern: str, unit: str, label: str) -> str:
-    values = [float(p.v(_key(pattern, n))) for n in names]
-    top = max(values) or 1.0
-    row, left, width = 22, 92, 220
-    out = [f'<svg class="bars" viewBox="0 0 {left + width + 80} {row * len(names) + 30}" '
-           f'width="{left + width + 80}" role="img"><text class="axis" x="0" y="14">'
-           f'{_esc(label)}</text>']
-    for i, (n, v) in enumerate(zip(names, values)):
-        y = 24 + i * row
-        w = max(1.0, width * v / top)
-        colour = "#1f77b4" if n == "topoopt" else "#9a9a9a"
-        out.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_esc(n)}</text>'
-                   f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{row - 6}" '
-                   f'fill="{colour}"/>'
-                   + p.n(_key(pattern, n), unit, "text", f' x="{left + w + 4:.1f}" y="{y + 13}"'))
-    return "".join(out) + "</svg>"
-
-
-def _section_topology(p: _Page, doc: Mapping) -> str:
+def _section_rings(p: Page, doc: Mapping) -> str:
     t = doc["topology"]
-    n, links, labels = t["servers"], t["links"], t["labels"]
-    strides = sorted({_stride(lab) for lab in labels if lab != "mp"})
-    loads = p.v.loads
-    top = float(loads.max(initial=0.0)) or 1.0
-    size = 760 if n <= 48 else 980
-    r = size / 2 - 60
-    cx = cy = size / 2
-    ang = 2 * np.pi * np.arange(n) / n - np.pi / 2
-    xy = np.c_[cx + r * np.cos(ang), cy + r * np.sin(ang)]
-    # spare links at the bottom, then by bytes: the busiest ring is drawn last, on top
-    order = sorted(range(len(links)),
-                   key=lambda i: (not labels[i].startswith("spare"), loads[i], i))
-    lines = []
-    for i in order:
-        a, pa, b, pb = links[i]
-        lab = labels[i]
-        (x1, y1), (x2, y2) = xy[a], xy[b]
-        dx, dy = x2 - x1, y2 - y1
-        norm = math.hypot(dx, dy) or 1.0
-        ox, oy = -dy / norm * 1.6, dx / norm * 1.6  # a->b and b->a side by side
-        kind = "mp" if lab == "mp" else lab.split(":")[0]
-        width = 0.6 + 5.4 * loads[i] / top
-        dash = ' stroke-dasharray="4 3"' if kind == "spare" else ""
-        title = p.text("title", ["server ", (f"topology.links[{i}][0]", "int"), " port ",
-                                 (f"topology.links[{i}][1]", "int"), " \u2192 server ",
-                                 (f"topology.links[{i}][2]", "int"), " port ",
-                                 (f"topology.links[{i}][3]", "int"), ", ",
-                                 (f"topology.labels[{i}]", "str"), ", ",
-                                 (f"load:{i}", "size"), " per iteration"])
-        lines.append(f'<line class="link {kind}" data-link="{i}" x1="{x1 + ox:.1f}" '
-                     f'y1="{y1 + oy:.1f}" x2="{x2 + ox:.1f}" y2="{y2 + oy:.1f}" '
-                     f'stroke="{_colour(lab, strides)}" stroke-width="{width:.2f}"{dash}>'
-                     f'{title}</line>')
-    forwarded = [(i, k, q["path"]) for i, route in enumerate(doc["routes"])
-                 for k, q in enumerate(route["paths"]) if len(q["path"]) > 2]
-    routes = []
-    if len(forwarded) <= _ROUTES_DRAWN:  # one line with its own hover title each
-        for i, k, path in forwarded:
-            pts = " ".join(f"{xy[s][0]:.1f},{xy[s][1]:.1f}" for s in path)
-            title = p.text("title", ["forwarded: server ", (f"routes[{i}].src", "int"),
-                                     " \u2192 server ", (f"routes[{i}].dst", "int"), " via ",
-                                     ", ".join(str(s) for s in path[1:-1]), ": ",
-                                     (f"routes[{i}].paths[{k}].fraction", "pct"),
-                                     " of the pair's bytes"], ids=True)
-            routes.append(f'<polyline class="route" points="{pts}">{title}</polyline>')
-    else:  # thousands: one outline of them all (a title each would be megabytes)
-        d = "".join("M" + "L".join(f"{xy[s][0]:.0f} {xy[s][1]:.0f}" for s in path)
-                    for _, _, path in forwarded)
-        title = p.text("title", [("forwarded:paths", "int"), " forwarded paths of ",
-                                 ("#routes", "int"), " routed pairs"])
-        routes.append(f'<path class="route" d="{d}">{title}</path>')
-    nodes = []
-    font = 11 if n <= 48 else 7
-    for s in range(n):
-        x, y = xy[s]
-        lx, ly = cx + (r + 18) * math.cos(ang[s]), cy + (r + 18) * math.sin(ang[s])
-        nodes.append(f'<g class="server" data-server="{s}"><circle cx="{x:.1f}" cy="{y:.1f}" '
-                     f'r="{max(2.5, min(7.0, 300 / n)):.1f}"/>'
-                     + p.ids(s, "text", f' x="{lx:.1f}" y="{ly + font / 3:.1f}" '
-                                        f'text-anchor="middle" font-size="{font}"')
-                     + p.text("title", ["server ", str(s)], ids=True) + "</g>")
-    legend = []
-    for lab in sorted(set(labels), key=lambda s: (s == "mp", s.split(":")[0] != "ring",
-                                                  _stride(s), s)):
-        first = labels.index(lab)
-        swatch = _colour(lab, strides)
-        dash = ' stroke-dasharray="4 3"' if lab.startswith("spare") else ""
-        legend.append(f'<li><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" '
-                      f'stroke="{swatch}" stroke-width="3"{dash}/></svg>'
-                      + p.n(f"topology.labels[{first}]", "str") + ": "
-                      + p.n(f"topology.labels~{lab}", "int") + " links</li>")
-    if routes:
-        legend.append(f'<li><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" '
-                      f'stroke="{_FORWARDED}" stroke-width="2" stroke-dasharray="1 3"/></svg>'
-                      f"forwarded route (through other servers)</li>")
-    return ('<section id="topology"><h2>Topology</h2>'
-            "<p>Servers on a circle; each line is a fibre from a transmitter to a receiver "
-            "(hover for its ports, label and bytes), coloured by ring stride, as wide as "
-            "the bytes it carries per iteration (the busiest on top; busiest: "
-            + p.n("load:max", "size") + "). MP links are black, spare links dashed, "
-            "forwarded routes dotted.</p>"
-            f'<div class="topo"><svg id="topology-svg" viewBox="0 0 {size} {size}" '
-            f'width="{size}" height="{size}" role="img">'
-            f'<g class="routes">{"".join(routes)}</g><g class="links">{"".join(lines)}</g>'
-            f'<g class="servers">{"".join(nodes)}</g></svg>'
-            f'<ul class="legend">{"".join(legend)}</ul></div></section>')
-
-
-def _section_rings(p: _Page, doc: Mapping) -> str:
-    t = doc["topology"]
-    hop = {}
+    hop: dict[tuple[int, int, str], list[int]] = {}
     for i, ((a, _, b, _), lab) in enumerate(zip(t["links"], t["labels"])):
         hop.setdefault((a, b, lab), []).append(i)
-    strides = sorted({_stride(lab) for lab in t["labels"] if lab != "mp"})
+    strides = sorted({stride_of(lab) for lab in t["labels"] if lab != "mp"})
     rows = []
     for i, ring in enumerate(doc["rings"]):
         members, order = ring["members"], ring["order"]
@@ -634,7 +252,7 @@ def _section_rings(p: _Page, doc: Mapping) -> str:
         first = hop.get((order[0], order[1 % len(order)], lab))
         kind = (p.n(f"topology.labels[{first[0]}]", "str") if ring["direct"] and first
                 else "forwarded")
-        colour = _colour(lab, strides) if ring["direct"] and first else _FORWARDED
+        colour = colour_of(lab, strides) if ring["direct"] and first else FORWARDED
         rows.append(f'<tr>{p.ids(i, "td")}<td><span class="swatch" '
                     f'style="background:{colour}"></span>{kind}</td>'
                     f'<td>{p.n(f"#rings[{i}].members", "int")}</td>'
@@ -653,59 +271,19 @@ def _section_rings(p: _Page, doc: Mapping) -> str:
             + "".join(rows) + "</table></section>")
 
 
-def _heatmap(p: _Page, which: str, caption: str) -> str:
-    m = getattr(p.v, which)
-    n = m.shape[0]
-    positive = m[m > 0]
-    if not positive.size:
-        return f"<figure><figcaption>{_esc(caption)}: no traffic</figcaption></figure>"
-    lo, hi = math.log(positive.min()), math.log(positive.max())
-    bins = len(_HEAT)
-    level = np.zeros(m.shape, int)
-    if hi > lo:
-        level[m > 0] = np.minimum(bins - 1, ((np.log(positive) - lo) / (hi - lo) * bins)
-                                  .astype(int))
-    else:
-        level[m > 0] = bins - 1
-    paths = []
-    for b in range(bins):
-        rr, cc = np.nonzero((level == b) & (m > 0))
-        if not rr.size:
-            continue
-        if n <= _CELLS_TITLED:  # a cell each, hover for its bytes
-            paths += [f'<rect class="cell" x="{c}" y="{r}" width="1" height="1" '
-                      f'fill="{_HEAT[b]}">'
-                      + p.text("title", ["server ", str(r), " \u2192 server ", str(c), ": ",
-                                         (f"traffic:{which}:{r},{c}", "size")], ids=True)
-                      + "</rect>" for r, c in zip(rr.tolist(), cc.tolist())]
-        else:  # one outline per colour: a title per cell would be megabytes
-            d = "".join(f"M{c} {r}h1v1h-1z" for r, c in zip(rr.tolist(), cc.tolist()))
-            paths.append(f'<path fill="{_HEAT[b]}" d="{d}"/>')
-    px = n * max(1, round(360 / n))  # whole pixels per cell: no seams between cells
-    bar = "".join(f'<rect x="{i * 18}" y="0" width="18" height="10" fill="{c}"/>'
-                  for i, c in enumerate(_HEAT))
-    return (f'<figure class="heatmap"><figcaption>{_esc(caption)}</figcaption>'
-            f'<svg class="heat" data-which="{which}" viewBox="0 0 {n} {n}" '
-            f'width="{px}" height="{px}" shape-rendering="crispEdges" role="img">'
-            f'<rect x="0" y="0" width="{n}" height="{n}" fill="#ffffff" stroke="#999999" '
-            f'stroke-width="{n / 300:.3f}"/>{"".join(paths)}</svg>'
-            f'<div class="scale">{p.n(f"traffic:{which}:min", "size")} '
-            f'<svg width="{18 * bins}" height="10">{bar}</svg> '
-            f'{p.n(f"traffic:{which}:max", "size")} per server pair per iteration '
-            f"(log scale; rows send, columns receive; white: none)</div></figure>")
-
-
-def _section_traffic(p: _Page, doc: Mapping) -> str:
+def _section_traffic(p: Page, doc: Mapping) -> str:
     parts = []
     if p.v.llm:
-        parts += [_heatmap(p, "before", "Before: one ring per DP group, in member order"),
-                  _heatmap(p, "after", "After: the DP groups over the planned rings")]
+        parts += [heatmap_figure(p, "before", "Before: one ring per DP group, in member order"),
+                  heatmap_figure(p, "after", "After: the DP groups over the planned rings")]
         what = ("Bytes each server sends each other server in one iteration (pipeline and "
                 "expert traffic, DP AllReduce ring hops; tensor parallelism stays on NVLink).")
     else:
         if p.v.before is not None:
-            parts.append(_heatmap(p, "before", "Before: the start strategy, one ring per group"))
-        parts.append(_heatmap(p, "after", "After: the planned strategy over the planned rings"))
+            parts.append(heatmap_figure(p, "before",
+                                        "Before: the start strategy, one ring per group"))
+        parts.append(heatmap_figure(p, "after",
+                                    "After: the planned strategy over the planned rings"))
         what = ("Bytes each server sends each other server in one iteration (MP transfers and "
                 "AllReduce ring hops; <cite>TopoOpt Figs. 8, 9</cite>). The start strategy: "
                 + p.n("search.start_strategy", "str") + ".")
@@ -714,72 +292,29 @@ def _section_traffic(p: _Page, doc: Mapping) -> str:
             f'<div class="cols">{"".join(parts)}</div></section>')
 
 
-def _chain(curve_field: str) -> str:
-    """``...chains[k]`` of ``...chains[k].curve_s``."""
-    return curve_field.rsplit(".", 1)[0]
-
-
-def _curves(p: _Page, title: str, chains: list[tuple[str, list]]) -> str:
-    """One chart: each chain's best-so-far curve; ``chains`` as (field, curve)."""
-    chains = [(f, c) for f, c in chains if c]
-    if not chains:
-        return ""
-    w, h, left, bottom = 330, 170, 62, 28
-    hi = max(range(len(chains)), key=lambda i: chains[i][1][0])
-    lo = min(range(len(chains)), key=lambda i: chains[i][1][-1])
-    ymax, ymin = chains[hi][1][0], chains[lo][1][-1]
-    span = (ymax - ymin) or ymax or 1.0
-    moves = [p.v(_chain(f) + ".moves") for f, _ in chains]
-    longest = max(range(len(chains)), key=lambda i: moves[i])
-    xmax = max(moves[longest], 1)
-    lines = []
-    for k, (field, curve) in enumerate(chains):
-        # the curve is sampled every so many moves, evenly over the chain's moves
-        step = moves[k] / max(len(curve), 1)
-        pts = " ".join(f"{left + (w - left - 8) * (j + 1) * step / xmax:.1f},"
-                       f"{8 + (h - bottom - 8) * (ymax - y) / span:.1f}"
-                       for j, y in enumerate(curve))
-        colour = _STRIDE[k % len(_STRIDE)]
-        lines.append(f'<polyline class="curve" points="{pts}" stroke="{colour}">'
-                     + p.text("title", ["chain ", str(k), ": from ", (f"{field}[0]", "time"),
-                                        " to ", (f"{field}[-1]", "time")], ids=True)
-                     + "</polyline>")
-    return (f'<figure class="chart"><figcaption>{title}</figcaption>'
-            f'<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">'
-            f'<line class="axis" x1="{left}" y1="8" x2="{left}" y2="{h - bottom}"/>'
-            f'<line class="axis" x1="{left}" y1="{h - bottom}" x2="{w - 8}" y2="{h - bottom}"/>'
-            + p.n(f"{chains[hi][0]}[0]", "time", "text",
-                  f' x="{left - 4}" y="14" text-anchor="end"')
-            + p.n(f"{chains[lo][0]}[-1]", "time", "text",
-                  f' x="{left - 4}" y="{h - bottom}" text-anchor="end"')
-            + p.n(_chain(chains[longest][0]) + ".moves", "int", "text",
-                  f' x="{w - 8}" y="{h - 8}" text-anchor="end"')
-            + f'<text x="{left}" y="{h - 8}">moves</text>'
-            + "".join(lines) + "</svg></figure>")
-
-
-def _section_search(p: _Page, doc: Mapping) -> str:
+def _section_search(p: Page, doc: Mapping) -> str:
     if p.v.llm:  # the parallelism is searched exhaustively, not by MCMC chains
         return ""
     charts = []
     for r, rnd in enumerate(doc["search"]["history"]):
         title = p.text("span", ["TopoOpt shard, round ", (f"search.history[{r}].round", "int"),
                                 ": ", (f"search.history[{r}].stop", "str")])
-        charts.append(_curves(p, title, [(f"search.history[{r}].chains[{k}].curve_s", c["curve_s"])
-                                         for k, c in enumerate(rnd["chains"])]))
+        charts.append(curves_figure(p, title, [(f"search.history[{r}].chains[{k}].curve_s",
+                                                c["curve_s"])
+                                               for k, c in enumerate(rnd["chains"])]))
     for name in _fabric_names(doc)[1:]:
         f = doc["fabrics"][name]
         title = p.text("span", [f"{name}: ", (f"fabrics.{name}.search.stop", "str")])
-        charts.append(_curves(p, title, [(f"fabrics.{name}.search.chains[{k}].curve_s",
-                                          c["curve_s"])
-                                         for k, c in enumerate(f["search"]["chains"])]))
+        charts.append(curves_figure(p, title, [(f"fabrics.{name}.search.chains[{k}].curve_s",
+                                                c["curve_s"])
+                                               for k, c in enumerate(f["search"]["chains"])]))
     return ('<section id="search"><h2>Search convergence</h2>'
             "<p>Each MCMC chain's best iteration time so far against its moves (one line per "
             "chain; a search stops once its chains agree within the tolerance).</p>"
             f'<div class="cols">{"".join(charts)}</div></section>')
 
 
-def _section_ports(p: _Page, doc: Mapping) -> str:
+def _section_ports(p: Page, doc: Mapping) -> str:
     t = doc["topology"]
     tx, rx = {}, {}
     for i, (a, pa, b, pb) in enumerate(t["links"]):
@@ -808,13 +343,13 @@ def _section_ports(p: _Page, doc: Mapping) -> str:
             "</section>")
 
 
-def _section_extras(p: _Page, extras: Mapping[str, Any]) -> str:
+def _section_extras(p: Page, extras: Mapping[str, Any]) -> str:
     if not extras:
         return ""
     out = []
     for name, data in extras.items():
         f = f"@{name}:"
-        if _kind(data) == "validate":
+        if extras_kind(data) == "validate":
             rows = "".join(
                 f"<tr><td>{p.n(f'{f}fabrics[{i}].fabric', 'str')}</td>"
                 f"<td>{p.n(f'{f}fabrics[{i}].predicted_s', 'time')}</td>"
@@ -910,11 +445,11 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
     MP links), Figures 8 and 9 (traffic before and after).
     """
     extras = dict(extras or {})
-    p = _Page(_Values(doc, extras))
+    p = Page(PlanValues(doc, extras))
     heading = p.text("h1", ["Plan: ", ("job.model", "str"), " on ", ("cluster.servers", "int"),
                             " servers \u00d7 ", ("cluster.nics", "int"), " ports"])
     sections = [_summary(p, doc), _section_job(p, doc), _section_fabrics(p, doc),
-                _section_topology(p, doc), _section_rings(p, doc), _section_traffic(p, doc),
+                topology_section(p, doc), _section_rings(p, doc), _section_traffic(p, doc),
                 _section_search(p, doc), _section_ports(p, doc), _section_extras(p, extras)]
     body = "".join(sections)
     nav = " ".join(f'<a href="#{k}">{v}</a>' for k, v in (
@@ -924,7 +459,7 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
     files = ", ".join(p.n(f"files[{i}]", "str") for i in range(len(doc.get("files", []))))
     title = "topoopt plan report"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"/>"
-            f"<title>{_esc(title)}</title>"
+            f"<title>{esc(title)}</title>"
             '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
             f"<style>{_CSS}</style></head><body>{heading}"
             f'<p class="sub">{p.n("config", "str")} \u00b7 format {p.n("format", "str")}</p>'
@@ -933,155 +468,3 @@ def build_report(doc: Mapping, extras: Mapping[str, Any] | None = None) -> str:
             + "</body></html>\n")
 
 
-# ----------------------------------------------------------------------- checker
-_DIGIT = re.compile(r"\d")
-
-
-class _Reader(HTMLParser):
-    """Collects each ``data-f`` element's text and every digit outside one."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[tuple[str, dict, list]] = []
-        self.fields: list[tuple[dict, str, bool]] = []  # attrs, text, inside data-ids
-        self.loose: list[tuple[str, bool]] = []  # text outside data-f, inside data-ids
-        self.tags: dict[str, int] = {}
-        self.classes: dict[str, int] = {}
-        self.title = ""
-
-    def _count(self, tag, attrs):
-        self.tags[tag] = self.tags.get(tag, 0) + 1
-        for c in (attrs.get("class") or "").split():
-            self.classes[f"{tag}.{c}"] = self.classes.get(f"{tag}.{c}", 0) + 1
-
-    def _ids(self) -> bool:
-        return any("data-ids" in a for _, a, _ in self.stack)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self._count(tag, attrs)
-        self.stack.append((tag, attrs, []))
-
-    def handle_startendtag(self, tag, attrs):
-        attrs = dict(attrs)
-        self._count(tag, attrs)
-        if "data-f" in attrs:
-            self.fields.append((attrs, "", self._ids()))
-
-    def handle_endtag(self, tag):
-        while self.stack:
-            name, attrs, text = self.stack.pop()
-            if "data-f" in attrs:
-                self.fields.append((attrs, "".join(text), self._ids() or "data-ids" in attrs))
-            elif self.stack and any("data-f" in a for _, a, _ in self.stack):
-                for _, a, t in reversed(self.stack):  # hand the text to the data-f element
-                    if "data-f" in a:
-                        t.append("".join(text))
-                        break
-            if name == tag:
-                break
-
-    def handle_data(self, data):
-        if not self.stack:
-            return
-        tag = self.stack[-1][0]
-        if tag in ("style", "script", "cite", "abbr"):  # a paper's figure, a tool's name,
-            # an abbreviation (p95): names, not numbers
-            return
-        if tag == "title" and len(self.stack) >= 2 and self.stack[-2][0] == "head":
-            self.title += data
-        if any("data-f" in a for _, a, _ in self.stack):
-            self.stack[-1][2].append(data)
-        elif _DIGIT.search(data):
-            self.loose.append((data, self._ids()))
-
-
-def _only_ids(text: str, bound: int, where: str) -> None:
-    """Digits outside a field: whole numbers below ``bound`` (servers, ports, rings)."""
-    for token in re.findall(r"[\d.]+", text):
-        if not token.isdigit() or int(token) >= bound:
-            raise PlanCheckError(f"report.html shows {token!r} ({where!r}), not a number "
-                                 "from plan.json; write the report again (topoopt report DIR)")
-
-
-def check_report(text: str, doc: Mapping, extras: Mapping[str, Any] | None = None) -> dict:
-    """Check a report page against its plan: every number it shows comes from plan.json.
-
-    Each ``data-f`` element's text must be its expressions' values, formatted in its
-    units, in order; what remains of it, and every text outside such elements, may hold
-    no digit except server, port, ring and chain numbers inside a ``data-ids`` element
-    (whole numbers below the plan's largest count) and names inside ``<cite>`` or
-    ``<abbr>`` (a paper's figure, ns-3, p95). The page must have one
-    ``<g class="server">`` per server, one ``<line class="link">`` per link and one
-    fabric row per fabric, and no script or external resource.
-
-    Parameters
-    ----------
-    text : str
-        The page (:func:`build_report`).
-    doc : dict
-        Its ``plan.json``.
-    extras : mapping, optional
-        The folder's validation and REACT results (:func:`report_extras`).
-
-    Returns
-    -------
-    dict
-        ``fields`` (values checked), ``servers``, ``links``, ``fabrics``.
-
-    Raises
-    ------
-    PlanCheckError
-        Naming the first number that is not the plan's, or the missing element.
-    """
-    values = _Values(doc, extras)
-    reader = _Reader()
-    reader.feed(text)
-    reader.close()
-    t = doc["topology"]
-    chains = [len(r["chains"]) for r in doc.get("search", {}).get("history", [])]
-    chains += [len(f["search"]["chains"]) for f in doc.get("fabrics", {}).values()]
-    bound = max([t["servers"], t["ports"], len(doc["rings"]), *chains])
-    checked = 0
-    for attrs, shown, ids in reader.fields:
-        keys, units = attrs["data-f"].split(";"), (attrs.get("data-u") or "").split(";")
-        if len(keys) != len(units):
-            raise PlanCheckError(f"report.html field {attrs['data-f']!r} has "
-                                 f"{len(units)} units for {len(keys)} values")
-        shown = " ".join(shown.split())
-        pos, rest = 0, []
-        for key, unit in zip(keys, units):
-            want = " ".join(_fmt(unit, values(key)).split())
-            at = shown.find(want, pos)
-            if at < 0:
-                raise PlanCheckError(f"report.html shows {shown!r} for {key}, but plan.json "
-                                     f"gives {want!r}; write the report again "
-                                     "(topoopt report DIR)")
-            rest.append(shown[pos:at])
-            pos = at + len(want)
-            checked += 1
-        rest.append(shown[pos:])
-        left = " ".join(rest)
-        if _DIGIT.search(left):
-            if not ids:
-                raise PlanCheckError(f"report.html shows {shown!r}: {left.strip()!r} is not "
-                                     "a number from plan.json")
-            _only_ids(left, bound, shown)
-    for loose, ids in reader.loose:
-        if not ids:
-            raise PlanCheckError(f"report.html shows {' '.join(loose.split())!r}, not a "
-                                 "number from plan.json")
-        _only_ids(loose, bound, loose.strip())
-    counts = {"servers": reader.classes.get("g.server", 0),
-              "links": reader.classes.get("line.link", 0),
-              "fabrics": reader.classes.get("tr.fabric", 0)}
-    want = {"servers": t["servers"], "links": len(t["links"]),
-            "fabrics": len(doc["iteration_time_s"])}
-    for what, n in want.items():
-        if counts[what] != n:
-            raise PlanCheckError(f"report.html draws {counts[what]} {what} but the plan has "
-                                 f"{n}; write the report again (topoopt report DIR)")
-    if reader.tags.get("script") or re.search(r"""(src|href)=["']?(https?:)?//""", text):
-        raise PlanCheckError("report.html loads a script or an external resource; it must "
-                             "be one self-contained page")
-    return {"fields": checked, **counts}

@@ -8,7 +8,9 @@ its placement (servers of each stage, DP group and expert group), the memory per
 and per fabric the parallelism, the iteration's parts, MFU and the bytes of each
 traffic kind (schema: README, "plan.json of an LLM job").
 :func:`check_llm_plan_document` derives every number again from the cluster, the job
-and the stored strategy and topology.
+and the stored strategy and topology; the fields every plan has are read and checked
+by :mod:`topoopt.plans.common`. :class:`LLMPlan` offers what every plan does
+(:class:`topoopt.plans.interface.PlanLike`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from topoopt.cluster import Cluster, Job
-from topoopt.errors import ConfigError, PlanCheckError
+from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.direct import direct_connect
 from topoopt.finder.topology_finder import GroupPlan, TopologyPlan, check_topology_plan
@@ -39,24 +41,27 @@ from topoopt.llm import (
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
 from topoopt.model import Model
-from topoopt.plans.document import (
+from topoopt.plans.common import (
     FOLDER_KEYS,
     FORMAT,
-    _bad,
-    _bool,
-    _check_folder_keys,
-    _check_rings,
-    _check_topology,
-    _cluster_json,
-    _int,
-    _job_json,
-    _num,
-    _same,
-    _str,
-    _table,
+    check_folder_keys,
+    check_rings_of,
+    check_topology_of,
     cluster_job_of,
+    cluster_json,
+    job_json,
     routes_of,
     topology_plan_json,
+)
+from topoopt.plans.fields import (
+    as_bool,
+    as_int,
+    as_number,
+    as_str,
+    as_table,
+    bad_field,
+    check_same,
+    check_same_table,
 )
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, is_transformer, transformer_shape
@@ -140,7 +145,11 @@ class LLMPlan:
 
     @property
     def topology_plan(self) -> TopologyPlan:
-        return self.fabric("topoopt").topology_plan
+        """The TopoOpt shard's topology, rings and routes."""
+        tp = self.fabric("topoopt").topology_plan
+        if tp is None:  # the planner gives the TopoOpt shard's result one, always
+            raise TopoOptError("the LLM plan's topoopt fabric has no topology plan")
+        return tp
 
     @property
     def parallel(self) -> LLMParallel:
@@ -148,14 +157,53 @@ class LLMPlan:
         return self.fabric("topoopt").parallel
 
     @property
+    def llm_parallel(self) -> LLMParallel:
+        """The plan's parallelism, whose communicators the plan folder exports."""
+        return self.parallel
+
+    @property
     def iteration_time_s(self) -> dict[str, float]:
+        """Predicted seconds per iteration on every fabric (``plan.json``'s key)."""
         return {f.name: f.iteration.total for f in self.fabrics}
 
+    @property
+    def costs(self) -> dict[str, float]:
+        """Interconnect cost of every fabric, relative units (``plan.json``'s ``cost``)."""
+        return {f.name: f.cost.total for f in self.fabrics}
+
     def fabric(self, name: str) -> LLMFabricResult:
+        """The result of the fabric called ``name``."""
         for f in self.fabrics:
             if f.name == name:
                 return f
         raise KeyError(name)
+
+    def to_json(self) -> dict:
+        """The ``plan.json`` document (:func:`llm_plan_to_json`)."""
+        return llm_plan_to_json(self)
+
+    @staticmethod
+    def check_document(doc: dict) -> None:
+        """Raise :class:`~topoopt.errors.PlanCheckError` naming the first violated
+        invariant of an LLM plan's document (:func:`check_llm_plan_document`)."""
+        check_llm_plan_document(doc)
+
+    def check(self) -> None:
+        """Check this plan's document as ``topoopt plan --check`` would."""
+        self.check_document(self.to_json())
+
+    def traffic_heatmaps(self) -> dict[str, tuple[np.ndarray, str]]:
+        """Bytes per server pair per iteration (PP and EP bytes plus the DP AllReduces),
+        ``before`` with one ring per DP group in member order and ``after`` over the
+        planned rings, each with its title: the blocks are the pipeline stages and DP
+        groups."""
+        c, top = self.cluster, self.fabric("topoopt")
+        t, label = top.traffic, top.parallel.label()
+        return {which: (t.mp_matrix() + t.dp_matrix(rings),
+                        f"{self.model.name} {label} on {c.servers} servers: {how}")
+                for which, rings, how in (("before", None, "one ring per DP group"),
+                                          ("after", self.topology_plan.rings,
+                                           "TopoOpt rings"))}
 
 
 def placement(par: LLMParallel, gpus_per_server: int,
@@ -220,8 +268,8 @@ def llm_plan_to_json(p: LLMPlan) -> dict:
     return {
         "format": FORMAT,
         "config": p.source,
-        "cluster": _cluster_json(c),
-        "job": _job_json(p.job, c),
+        "cluster": cluster_json(c),
+        "job": job_json(p.job, c),
         **shard,
         "iteration_time_s": times,
         "gap_to_ideal": ({n: t / times["ideal"] for n, t in times.items()}
@@ -257,14 +305,14 @@ def is_llm_document(doc: object) -> bool:
 
 
 def _parallel_of(value: Any, where: str) -> LLMParallel:
-    t = _table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
-                              "order", "virtual", "flash_attention"))
-    kwargs = {k: _int(t[k], f"{where}.{k}", 1) for k in ("tp", "pp", "dp", "ep",
-                                                         "micro_batches", "virtual")}
-    kwargs.update(zero1=_bool(t["zero1"], f"{where}.zero1"),
-                  flash_attention=_bool(t["flash_attention"], f"{where}.flash_attention"),
-                  recompute=_str(t["recompute"], f"{where}.recompute"),
-                  order=_str(t["order"], f"{where}.order"))
+    t = as_table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
+                                "order", "virtual", "flash_attention"))
+    kwargs: dict[str, Any] = {k: as_int(t[k], f"{where}.{k}", 1)
+                              for k in ("tp", "pp", "dp", "ep", "micro_batches", "virtual")}
+    kwargs.update(zero1=as_bool(t["zero1"], f"{where}.zero1"),
+                  flash_attention=as_bool(t["flash_attention"], f"{where}.flash_attention"),
+                  recompute=as_str(t["recompute"], f"{where}.recompute"),
+                  order=as_str(t["order"], f"{where}.order"))
     try:
         return LLMParallel(**kwargs)
     except ConfigError as exc:
@@ -280,18 +328,21 @@ def _check_parallel(value, where, shape, cluster, job) -> LLMParallel:
     mem = memory_per_gpu(shape, par, job.global_batch(cluster), job.dtype_bytes,
                          cluster.gpu.memory)
     if not mem.fits:
-        raise _bad(f"{where}", par.label(), f"needs {mem.total / 1e9:.1f} GB per GPU, more than "
-                                            f"the {mem.capacity / 1e9:.0f} GB usable")
+        raise bad_field(f"{where}", par.label(), f"needs {mem.total / 1e9:.1f} GB per GPU, "
+                                                 f"more than the {mem.capacity / 1e9:.0f} GB "
+                                                 "usable")
     return par
 
 
-def _same_table(stored: Any, derived: dict, where: str, what: str) -> None:
-    t = _table(stored, where, tuple(derived))
-    for k, v in derived.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            _same(_num(t[k], f"{where}.{k}"), v, f"{where}.{k}", what)
-        elif t[k] != v:
-            raise _bad(f"{where}.{k}", t[k], f"but {what} gives {v}")
+@dataclass(frozen=True)
+class _Setting:
+    """What every check of an LLM plan derives from: its cluster and job, the model's
+    shape and the global batch."""
+
+    cluster: Cluster
+    job: Job
+    shape: TransformerShape
+    batch: int
 
 
 def check_llm_plan_document(doc: dict) -> None:
@@ -309,39 +360,80 @@ def check_llm_plan_document(doc: dict) -> None:
     slower than any fabric; costs positive; the search record well formed.
     """
     if not isinstance(doc, dict):
-        raise _bad("", doc, "must be a JSON object")
-    _table(doc, "", LLM_PLAN_KEYS, FOLDER_KEYS)
-    _str(doc["config"], "config")
+        raise bad_field("", doc, "must be a JSON object")
+    as_table(doc, "", LLM_PLAN_KEYS, FOLDER_KEYS)
+    as_str(doc["config"], "config")
+    setting = _check_llm_job(doc)
+    llm = as_table(doc["llm"], "llm", ("model", "parallel", "placement", "memory_per_gpu",
+                                       "fabrics", "search"))
+    par = _check_plan_parallel(llm, setting)
+    shard = _check_llm_shard(doc, llm, par, setting)
+    fabrics = as_table(llm["fabrics"], "llm.fabrics")
+    times = as_table(doc["iteration_time_s"], "iteration_time_s")
+    seed = _check_llm_search(llm, fabrics, times)
+    for name, f in fabrics.items():
+        _check_llm_fabric(doc, name, f, par, shard, seed, setting)
+    _check_gap_to_ideal(doc, times)
+    check_folder_keys(doc)
+
+
+def _check_llm_job(doc: dict) -> _Setting:
+    """The cluster and job valid as a config's, the model a transformer, the global
+    batch derived."""
     cluster, job = cluster_job_of(doc)
     model = model_of(job)
     if not is_transformer(model):
-        raise _bad("job.model", job.model, "an LLM plan needs a gpt or moe model")
-    shape = transformer_shape(model)
-    batch = _int(doc["job"].get("global_batch"), "job.global_batch", 1)
+        raise bad_field("job.model", job.model, "an LLM plan needs a gpt or moe model")
+    batch = as_int(doc["job"].get("global_batch"), "job.global_batch", 1)
     if batch != job.global_batch(cluster):
-        raise _bad("job.global_batch", batch, f"but servers x gpus_per_server x batch_per_gpu "
-                   f"is {job.global_batch(cluster)}")
-    llm = _table(doc["llm"], "llm", ("model", "parallel", "placement", "memory_per_gpu",
-                                     "fabrics", "search"))
-    _same_table(llm["model"], {"params": shape.params, "active_params": shape.active_params,
-                               "training_flops_per_token": shape.training_flops_per_token()},
-                "llm.model", "the job's model")
-    par = _check_parallel(llm["parallel"], "llm.parallel", shape, cluster, job)
-    mem = memory_per_gpu(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
-    _same_table(llm["memory_per_gpu"], {"stage": mem.stage, "weights": mem.weights,
-                                        "gradients": mem.gradients, "optimizer": mem.optimizer,
-                                        "activations": mem.activations, "total": mem.total,
-                                        "capacity": mem.capacity},
-                "llm.memory_per_gpu", "llm.parallel")
-    # the topology and its rings and routes, for the plan's traffic
-    topo = _check_topology(doc, cluster)
-    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch, job.dtype_bytes)
+        raise bad_field("job.global_batch", batch, f"but servers x gpus_per_server x "
+                        f"batch_per_gpu is {job.global_batch(cluster)}")
+    return _Setting(cluster, job, transformer_shape(model), batch)
+
+
+def _check_plan_parallel(llm: dict, s: _Setting) -> LLMParallel:
+    """``llm.model`` the job's; the plan's parallelism valid and within memory, its
+    ``memory_per_gpu`` derived again."""
+    shape = s.shape
+    check_same_table(llm["model"], {"params": shape.params, "active_params": shape.active_params,
+                                    "training_flops_per_token": shape.training_flops_per_token()},
+                     "llm.model", "the job's model")
+    par = _check_parallel(llm["parallel"], "llm.parallel", shape, s.cluster, s.job)
+    mem = memory_per_gpu(shape, par, s.batch, s.job.dtype_bytes, s.cluster.gpu.memory)
+    check_same_table(llm["memory_per_gpu"], {"stage": mem.stage, "weights": mem.weights,
+                                             "gradients": mem.gradients,
+                                             "optimizer": mem.optimizer,
+                                             "activations": mem.activations, "total": mem.total,
+                                             "capacity": mem.capacity},
+                     "llm.memory_per_gpu", "llm.parallel")
+    return par
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """The checked shard of an LLM plan and the plan's traffic on it."""
+
+    topology: Any
+    rings: dict
+    routes: Any
+    traffic: LLMTraffic
+
+
+def _check_llm_shard(doc: dict, llm: dict, par: LLMParallel, s: _Setting) -> _Shard:
+    """The topology, with rings exactly for the plan's DP groups and routes that
+    TopologyFinder's check accepts for its traffic; the launch order keeps the traffic
+    on the shard, and the placement is derived again in it."""
+    cluster = s.cluster
+    topo = check_topology_of(doc, cluster)
+    t = llm_traffic(s.shape, par, cluster.servers, cluster.gpus_per_server, s.batch,
+                    s.job.dtype_bytes)
     traffic = finder_traffic(t)
-    rings = _check_rings(doc, topo, traffic)
+    rings = check_rings_of(doc, topo, traffic)
     if set(rings) != {g.members for g in traffic.allreduce}:
         missing = sorted({g.members for g in traffic.allreduce} - set(rings))
-        raise _bad("rings", f"{len(rings)} groups",
-                   f"every DP group needs a ring; {list(missing[0]) if missing else '?'} has none")
+        raise bad_field("rings", f"{len(rings)} groups",
+                        f"every DP group needs a ring; "
+                        f"{list(missing[0]) if missing else '?'} has none")
     routes = routes_of(doc)
     groups = {g.members: g for g in traffic.allreduce}
     direct = {tuple(r["members"]): r["direct"] for r in doc["rings"]}
@@ -352,71 +444,89 @@ def check_llm_plan_document(doc: dict) -> None:
     check_topology_plan(tplan, traffic)
     order = launch_order(rings, cluster.servers)
     if not launch_preserves_traffic(t, order):
-        raise _bad("rings", "the largest group's first ring",
-                   "launches the servers (rank_order.txt) in an order that moves the "
-                   "stages and groups off the shard built for them")
-    _same_table(llm["placement"], placement(par, cluster.gpus_per_server, order),
-                "llm.placement", "llm.parallel and the launch order")
-    # every fabric's iteration, derived again
-    fabrics = _table(llm["fabrics"], "llm.fabrics")
-    times = _table(doc["iteration_time_s"], "iteration_time_s")
+        raise bad_field("rings", "the largest group's first ring",
+                        "launches the servers (rank_order.txt) in an order that moves the "
+                        "stages and groups off the shard built for them")
+    check_same_table(llm["placement"], placement(par, cluster.gpus_per_server, order),
+                     "llm.placement", "llm.parallel and the launch order")
+    return _Shard(topo, rings, routes, t)
+
+
+def _check_llm_search(llm: dict, fabrics: dict, times: dict) -> int:
+    """``llm.fabrics`` those of ``iteration_time_s``, ``topoopt`` among them; the search
+    record's keys, and every fabric keeping the values it was told to keep; returns the
+    fabric seed."""
     if "topoopt" not in fabrics or set(fabrics) != set(times):
-        raise _bad("llm.fabrics", sorted(fabrics), "must be the fabrics of iteration_time_s, "
-                                                   "topoopt among them")
-    search = _table(llm["search"], "llm.search", ("space", "feasible", "top", "fabric_seed",
-                                                  "fixed", "candidates"))
-    seed = _int(search["fabric_seed"], "llm.search.fabric_seed", 0)
-    for key, value in _table(search["fixed"], "llm.search.fixed").items():
+        raise bad_field("llm.fabrics", sorted(fabrics), "must be the fabrics of "
+                                                        "iteration_time_s, topoopt among them")
+    search = as_table(llm["search"], "llm.search", ("space", "feasible", "top", "fabric_seed",
+                                                    "fixed", "candidates"))
+    seed = as_int(search["fabric_seed"], "llm.search.fabric_seed", 0)
+    for key, value in as_table(search["fixed"], "llm.search.fixed").items():
         for name, f in llm["fabrics"].items():
-            got = _table(_table(f, f"llm.fabrics.{name}").get("parallel"),
-                         f"llm.fabrics.{name}.parallel").get(key)
+            got = as_table(as_table(f, f"llm.fabrics.{name}").get("parallel"),
+                           f"llm.fabrics.{name}.parallel").get(key)
             if got != value:
-                raise _bad(f"llm.fabrics.{name}.parallel.{key}", got,
-                           f"but the search was told to keep {key} = {value!r}")
-    for name, f in fabrics.items():
-        where = f"llm.fabrics.{name}"
-        if name not in FABRICS or FABRICS[name].reconfigurable:
-            raise _bad(where, name, "is not a fixed fabric of the catalog")
-        f = _table(f, where, ("title", "parallel", "iteration", "network_bytes", "nvlink_bytes",
-                              "allreduce_degree", "tried"))
-        fpar = _check_parallel(f["parallel"], f"{where}.parallel", shape, cluster, job)
-        if name == "topoopt":
-            if fpar != par:
-                raise _bad(f"{where}.parallel", fpar.label(), f"but llm.parallel is {par.label()}")
-            fabric = direct_connect(topo, routes, name="topoopt", rings=rings)
-            ft, fr = t, rings
-        else:
-            fabric = build_fabric(name, cluster, seed=seed)
-            ft = llm_traffic(shape, fpar, cluster.servers, cluster.gpus_per_server, batch,
-                             job.dtype_bytes)
-            fr = None
-        it = llm_iteration(shape, fpar, cluster, batch, job.precision, ft,
-                           fabric_comm_times(ft, fabric, fr))
-        _same_table(f["iteration"], _iteration_json(it), f"{where}.iteration",
-                    "the parallelism on this fabric")
-        _same_table(f["network_bytes"], ft.network_bytes(), f"{where}.network_bytes",
-                    "the parallelism's traffic")
-        _same_table(f["nvlink_bytes"], ft.nvlink_bytes(), f"{where}.nvlink_bytes",
-                    "the parallelism's traffic")
-        _same(_num(times[name], f"iteration_time_s.{name}"), it.total,
-              f"iteration_time_s.{name}", f"{where}.iteration")
-        _int(f["tried"], f"{where}.tried", 1)
-        if set(f["network_bytes"]) != set(KINDS):
-            raise _bad(f"{where}.network_bytes", sorted(f["network_bytes"]),
-                       f"must have {', '.join(KINDS)}")
-        cost = _table(doc["cost"], "cost")
-        if name not in cost:
-            raise PlanCheckError(f"plan.json has no cost.{name}")
-        _num(cost[name], f"cost.{name}", positive=True)
-    gap = _table(doc["gap_to_ideal"], "gap_to_ideal")
+                raise bad_field(f"llm.fabrics.{name}.parallel.{key}", got,
+                                f"but the search was told to keep {key} = {value!r}")
+    return seed
+
+
+def _check_llm_fabric(doc: dict, name: str, f: Any, par: LLMParallel, shard: _Shard,
+                      seed: int, s: _Setting) -> None:
+    """One fabric's parallelism valid (the plan's on TopoOpt), its iteration's parts,
+    MFU and bytes per kind derived again (the TopoOpt shard on the stored topology,
+    rings and routes, the others built from the catalog with the plan's fabric seed),
+    its time the iteration's and its cost positive."""
+    cluster, shape, times = s.cluster, s.shape, doc["iteration_time_s"]
+    where = f"llm.fabrics.{name}"
+    if name not in FABRICS or FABRICS[name].reconfigurable:
+        raise bad_field(where, name, "is not a fixed fabric of the catalog")
+    f = as_table(f, where, ("title", "parallel", "iteration", "network_bytes", "nvlink_bytes",
+                            "allreduce_degree", "tried"))
+    fpar = _check_parallel(f["parallel"], f"{where}.parallel", shape, cluster, s.job)
+    if name == "topoopt":
+        if fpar != par:
+            raise bad_field(f"{where}.parallel", fpar.label(),
+                            f"but llm.parallel is {par.label()}")
+        fabric = direct_connect(shard.topology, shard.routes, name="topoopt", rings=shard.rings)
+        ft, fr = shard.traffic, shard.rings
+    else:
+        fabric = build_fabric(name, cluster, seed=seed)
+        ft = llm_traffic(shape, fpar, cluster.servers, cluster.gpus_per_server, s.batch,
+                         s.job.dtype_bytes)
+        fr = None
+    it = llm_iteration(shape, fpar, cluster, s.batch, s.job.precision, ft,
+                       fabric_comm_times(ft, fabric, fr))
+    check_same_table(f["iteration"], _iteration_json(it), f"{where}.iteration",
+                     "the parallelism on this fabric")
+    check_same_table(f["network_bytes"], ft.network_bytes(), f"{where}.network_bytes",
+                     "the parallelism's traffic")
+    check_same_table(f["nvlink_bytes"], ft.nvlink_bytes(), f"{where}.nvlink_bytes",
+                     "the parallelism's traffic")
+    check_same(as_number(times[name], f"iteration_time_s.{name}"), it.total,
+               f"iteration_time_s.{name}", f"{where}.iteration")
+    as_int(f["tried"], f"{where}.tried", 1)
+    if set(f["network_bytes"]) != set(KINDS):
+        raise bad_field(f"{where}.network_bytes", sorted(f["network_bytes"]),
+                        f"must have {', '.join(KINDS)}")
+    cost = as_table(doc["cost"], "cost")
+    if name not in cost:
+        raise PlanCheckError(f"plan.json has no cost.{name}")
+    as_number(cost[name], f"cost.{name}", positive=True)
+
+
+def _check_gap_to_ideal(doc: dict, times: dict) -> None:
+    """``gap_to_ideal`` derived, where the plan has the Ideal Switch, which no fabric
+    beats."""
+    gap = as_table(doc["gap_to_ideal"], "gap_to_ideal")
     if "ideal" in times:
         for name, value in times.items():
             if name not in gap:
                 raise PlanCheckError(f"plan.json has no gap_to_ideal.{name}")
-            _same(_num(gap[name], f"gap_to_ideal.{name}"), value / times["ideal"],
-                  f"gap_to_ideal.{name}", "iteration_time_s")
+            check_same(as_number(gap[name], f"gap_to_ideal.{name}"), value / times["ideal"],
+                       f"gap_to_ideal.{name}", "iteration_time_s")
             if value < times["ideal"] * (1 - 1e-9):
-                raise _bad(f"iteration_time_s.{name}", value,
-                           f"is faster than the Ideal Switch ({times['ideal']:.6g} s), "
-                           "which bounds every fabric")
-    _check_folder_keys(doc)
+                raise bad_field(f"iteration_time_s.{name}", value,
+                                f"is faster than the Ideal Switch ({times['ideal']:.6g} s), "
+                                "which bounds every fabric")

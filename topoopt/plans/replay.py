@@ -57,15 +57,9 @@ from topoopt.netsim.ns3.config import Ns3Config
 from topoopt.netsim.ns3.session import DagBuilder, Ns3Network
 from topoopt.netsim.ns3.worker import Ns3Worker, require_ns3
 from topoopt.netsim.wire import WireModel, wire_workload
-from topoopt.plans.document import (
-    check_plan_document,
-    cluster_job_of,
-    read_plan,
-    rings_of,
-    routes_of,
-    strategy_of,
-    topology_of,
-)
+from topoopt.plans.check import check_plan_document, strategy_of
+from topoopt.plans.common import cluster_job_of, read_plan, rings_of, routes_of, topology_of
+from topoopt.plans.llm import is_llm_document
 from topoopt.strategy import Strategy
 from topoopt.workloads import model_of
 
@@ -186,14 +180,15 @@ def iteration_dag(graph: IterationGraph, fabric: Fabric, network: Ns3Network,
         ids = b.add_flows(conns, nbytes)
         sub_of[node], sub_end[node] = ids[0], ids[-1] + 1
         b.add_dependencies(ids, node)
-        owner = np.asarray(owner)
+        hop_of = np.asarray(owner)
         first = np.ones(len(hops), bool)
         if hop_deps is not None:     # a step waits for the flows of the previous one
             idx, after = hop_deps
             for h_before, h_after in zip(idx.tolist(), after.tolist()):
-                b.add_dependencies(ids[owner == h_before][:, None], ids[owner == h_after][None, :])
+                b.add_dependencies(ids[hop_of == h_before][:, None],
+                                   ids[hop_of == h_after][None, :])
             first[np.unique(after)] = False
-        starters = ids[first[owner]]
+        starters = ids[first[hop_of]]
         for q in preds.get(node, ()):
             b.add_dependencies(q, starters)
     b.add_dependencies(w.dep_before, w.dep_after)
@@ -253,6 +248,8 @@ def replay_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     dag, sub_of, sub_end = iteration_dag(graph, fabric, network, ecmp, ring_mode)
     wall0 = network.wall
     res = network.run([dag] * iterations, limit=limit)[-1]
+    if res is None:  # run() answers None only for a None DAG
+        raise TopoOptError("ns-3 returned no result for the iteration")
     n = graph.workload.nodes
     start, finish = res.start[:n].copy(), res.finish[:n].copy()
     fl = np.flatnonzero(sub_of >= 0)
@@ -296,8 +293,22 @@ class PlanInputs:
 
 
 def plan_inputs(directory: str | Path) -> PlanInputs:
-    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`)."""
+    """Read ``DIR/plan.json`` (validated by :func:`topoopt.plans.check_plan_document`).
+
+    Raises
+    ------
+    TopoOptError
+        ``DIR`` holds an LLM plan: the replay runs an operator strategy's task graph,
+        which an LLM plan (a parallelism, :class:`~topoopt.plans.LLMPlan`) does not have.
+    PlanCheckError
+        ``plan.json`` is not a valid plan.
+    """
     doc = read_plan(directory)
+    if is_llm_document(doc):
+        raise TopoOptError(f"validate: {directory} holds an LLM plan; the ns-3 replay needs an "
+                           "operator strategy's task graph, which LLM plans do not have; check "
+                           f"it with topoopt plan --check {directory}, or run its rings with "
+                           f"topoopt react simulate --fabric plan:{directory}")
     check_plan_document(doc)
     cluster, job = cluster_job_of(doc)
     strategies = {"topoopt": strategy_of(doc["strategy"])}
@@ -347,8 +358,8 @@ def validate_plan(directory: str | Path, fabrics: Sequence[str] | None = None,
         ``error`` (flow / ns-3 - 1), ``predicted_error``, ``flow_wall_s``,
         ``ns3_wall_s``, ``flows`` and the breakdowns.
     """
+    inputs = plan_inputs(directory)  # first: an LLM plan is refused with or without ns-3
     require_ns3()
-    inputs = plan_inputs(directory)
     names = list(fabrics) if fabrics else list(inputs.predicted)
     for n in names:
         if n not in inputs.strategies:
