@@ -178,7 +178,7 @@ def coop_step(state: CoopState, fct: np.ndarray, epoch_time: np.ndarray
             lead = replace(lead, rounds=0, quiet=0)
             renewed = True
         explore = wait == 0
-    elif shifted:                             # rule 3: hold off a batch and watch
+    elif shifted and state.last_fct is not None:   # rule 3: hold off a batch, watch
         reference = state.last_fct.mean(axis=0)
         explore = False
     else:

@@ -149,7 +149,7 @@ def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, i
         ``(chunk, t) -> frozenset of (a, b)`` pairs that keep the collective correct.
         Connected components of these pairs are the "colours" of REACT Fig. 2.
     """
-    out: dict[tuple[int, int], frozenset] = {}
+    out: dict[tuple[int, int], set[tuple[int, int]]] = {}
     n = p.ranks
     for c in range(p.chunks):
         sub = _chunk_pattern(p, c)
@@ -172,10 +172,10 @@ def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, i
             rows = np.flatnonzero(first == s0)
             for lo in range(0, len(rows), 4096):
                 idx = rows[lo:lo + 4096]
-                t, a, b = cand_arr[idx, :1], cand_arr[idx, 1:2], cand_arr[idx, 2:3]
-                ms, md = st[None] == t, st[None] == t - 1
-                src = np.where(ms & (sr == a), b, np.where(ms & (sr == b), a, sr))
-                dst = np.where(md & (ds == a), b, np.where(md & (ds == b), a, ds))
+                ts, xs, ys = cand_arr[idx, :1], cand_arr[idx, 1:2], cand_arr[idx, 2:3]
+                ms, md = st[None] == ts, st[None] == ts - 1
+                src = np.where(ms & (sr == xs), ys, np.where(ms & (sr == ys), xs, sr))
+                dst = np.where(md & (ds == xs), ys, np.where(md & (ds == ys), xs, ds))
                 ok[idx] = semantic_ok_batch(sub, src, dst, start=int(s0),
                                             state0=states[int(s0)][0])
         for (t, a, b) in cand_arr[ok].tolist():
@@ -190,7 +190,7 @@ def _chunk_pattern(p: Pattern, c: int) -> Pattern:
     local = np.full(len(p.segments), -1, np.int64)
     local[segs] = np.arange(len(segs))
     rows = [(p.step[e], p.src[e], p.dst[e], 0, tuple(local[list(p.edge_segments(e))]),
-             p.reduce[e], p.phase[e]) for e in sel]
+             p.reduce[e], p.phase[e]) for e in sel.tolist()]
     elements = np.cumsum(np.concatenate([[0], p.segments[segs, 1] - p.segments[segs, 0]]))
     return Pattern.from_edges(p.name, p.collective, p.ranks,
                               np.stack([elements[:-1], elements[1:]], 1), rows,

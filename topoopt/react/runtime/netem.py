@@ -87,9 +87,13 @@ def parse_rate(text: str | float, field: str = "rate") -> str:
 
 
 def _first_line(p: subprocess.Popen, timeout: float = 15.0) -> str:
-    """The first line a helper process prints, or '' if it prints none in time."""
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    return p.stdout.readline().strip() if ready else ""
+    """The first line a helper process prints, or '' if it prints none in time
+    (``p`` started with ``stdout=PIPE``)."""
+    out = p.stdout
+    if out is None:
+        raise ValueError("the helper process's stdout is not a pipe")
+    ready, _, _ = select.select([out], [], [], timeout)
+    return out.readline().strip() if ready else ""
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -313,6 +313,7 @@ class RTuner:
             if self._decide is not None:
                 v, pattern, swaps, reverted = self._decide(version, result)
             else:
+                assert self.leader is not None      # only the leader decides
                 v, pattern, dec = self.leader.decide(version, result.fct, result.epoch_time)
                 swaps, reverted = tuple(str(s) for s in dec.swaps), dec.reverted
         except Exception as exc:  # noqa: BLE001 - a failing leader keeps the pattern
@@ -346,7 +347,7 @@ class RTuner:
                     if self.is_leader else None
                 dist.gather(t, gather, dst=self.leader_global, group=self.ctrl)
                 obj: list = [None]
-                if self.is_leader:
+                if gather is not None:            # the leader
                     g = np.stack([x.numpy() for x in gather])
                     versions = set(g[:, 1].astype(int).tolist())
                     recs = g[:, 2:].reshape(self.size, rec.shape[0], rec.shape[1])

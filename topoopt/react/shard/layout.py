@@ -131,14 +131,14 @@ class ShardLayout:
         """The layout of a plan: its topology, rings, routes and the candidate strides."""
         require_choice("optics", optics, OPTICS)
         require_positive("size", size)
-        rings = tuple(tuple(int(x) for x in r) for r in rings)
-        if not rings:
-            raise ConfigError("rings", rings, "a shard layout needs the plan's rings")
+        orders = tuple(tuple(int(x) for x in r) for r in rings)
+        if not orders:
+            raise ConfigError("rings", orders, "a shard layout needs the plan's rings")
         n = topology.servers
-        if any(sorted(r) != list(range(n)) for r in rings):
-            raise ConfigError("rings", [list(r) for r in rings],
+        if any(sorted(r) != list(range(n)) for r in orders):
+            raise ConfigError("rings", [list(r) for r in orders],
                               f"every ring must visit all {n} servers")
-        return cls(topology, shard_fabric(topology, routes, optics), rings, float(size),
+        return cls(topology, shard_fabric(topology, routes, optics), orders, float(size),
                    totient_perms(n) if n > 2 else (1,), optics, float(reconfiguration),
                    tuple(owned), routes=routes)
 
@@ -181,7 +181,10 @@ class ShardLayout:
         for k, on in enumerate(config.patched):
             if not on:
                 continue
-            tx, rx = self.ports(k)
+            ports = self.ports(k)
+            if ports is None:
+                raise ConfigError("patched", k, "an OCS re-wires only a ring of fibres")
+            tx, rx = ports
             old = self.rings[k]
             drop |= {(u, tx[u], v, rx[v]) for u, v in ring_hops(old)}
             add += [(u, tx[u], v, rx[v]) for u, v in ring_hops(config.orders[k])]

@@ -125,8 +125,8 @@ def ring_times(layout: ShardLayout, config: ShardConfig, model: ShardModel,
                 inv_rate += w / max(r, 1e-300)
                 lat += w * float(fabric.latency[links].sum())
             rates[k, p], lats[k, p] = 1.0 / inv_rate, lat
-    w = np.asarray(config.weights if weights is None else weights, float)
-    per_flow = layout.size * w / n
+    shares = np.asarray(config.weights if weights is None else weights, float)
+    per_flow = layout.size * shares / n
     times = layout.steps * np.max(lats + 8.0 * per_flow[:, None] / rates, axis=1)
     return times, rates, lats
 

@@ -176,12 +176,12 @@ def shard_candidates(layout: ShardLayout, config: ShardConfig, model: ShardModel
             for y in range(n):
                 if y == x:
                     continue
-                s = RingSwap(k, min(x, y), max(x, y))
+                swap = RingSwap(k, min(x, y), max(x, y))
                 new = list(order)
                 new[pos[x]], new[pos[y]] = y, x
                 hops = [(new[(i - 1) % n], new[i]) for i in (pos[x], pos[y])] + \
                        [(new[i], new[(i + 1) % n]) for i in (pos[x], pos[y])]
-                (keep if all(h in fibres for h in hops) else rest).append(s)
+                (keep if all(h in fibres for h in hops) else rest).append(swap)
     keep, rest = list(dict.fromkeys(keep)), list(dict.fromkeys(rest))
     rest = [rest[i] for i in rng.permutation(len(rest))]
     out += (keep + rest)[:swaps]

@@ -112,7 +112,7 @@ def shard_leader_step(state: ShardState, fct: np.ndarray, epoch_time: np.ndarray
     prev = state.pending
     kept, reverted, tabu = state.judge(None if prev is None else prev.time,
                                        () if prev is None else prev.transforms, observed, P, B)
-    if reverted:
+    if prev is not None and reverted:
         config, base_time = prev.config, prev.time
     rounds, forced = state.budget(P)
     chosen: list = []
