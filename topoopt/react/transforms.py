@@ -117,9 +117,9 @@ def apply_swaps(p: Pattern, swaps) -> Pattern:
     return p
 
 
-#: Work (:func:`position_work`) above which the position classes are not computed:
-#: about 30 s of brute force here. A 24-rank ring AllReduce needs ~4e8; the 4-ring
-#: AllReduce of a 128-server plan ~3e13.
+#: Work (:func:`position_work`) above which the position classes are not computed (the
+#: brute force would take too long; docs/tuning.md, REACT). A 24-rank ring AllReduce
+#: needs ~4e8; the 4-ring AllReduce of a 128-server plan ~3e13.
 POSITION_WORK_LIMIT = 3e9
 
 
@@ -308,7 +308,8 @@ def candidate_swaps(p: Pattern, space: PositionSpace, node: int, *, incoming: bo
     # Relabelings of an AllReduce need no re-check: every rank starts with its own
     # contribution to every segment and must end with all of them, so renaming a rank
     # everywhere (global) or within one independent chunk maps a correct pattern to a
-    # correct one. At n = 128 their batch check alone was minutes and ~10 GB.
+    # correct one (the batch check of them all is what made a 128-server leader step
+    # slow: docs/tuning.md, REACT).
     relabel = p.collective == "allreduce"
     ok = np.array([relabel and s.kind != "position" for s in raw], bool)
     # semantic re-check of the other candidates in one batch (same segment layout)
