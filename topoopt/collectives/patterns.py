@@ -1,4 +1,6 @@
-"""Pattern builders: ring and multi-ring AllReduce, NCCL's double binary tree AllReduce,
+"""Pattern builders: ring, multi-ring, NCCL double binary tree, recursive doubling.
+
+Ring and multi-ring AllReduce, NCCL's double binary tree AllReduce and
 recursive-doubling AllGather (REACT Appendix A.1), each as a :class:`Pattern`."""
 
 from __future__ import annotations

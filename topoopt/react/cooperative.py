@@ -1,5 +1,7 @@
-"""Cooperative REACT: several jobs that each run REACT on one network, without a central
-controller and without knowing each other's patterns (REACT §7.3.3's future work).
+"""Cooperative REACT: jobs that each run REACT on one network, without a controller.
+
+No central controller, and no job knows the others' patterns (REACT §7.3.3's future
+work).
 
 REACT §7.3.3 sees two jobs that both run REACT do worse than when only one does: the
 two leaders interact and get stuck in bad configurations. Each leader's keep/revert

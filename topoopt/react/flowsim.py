@@ -1,5 +1,6 @@
-"""Simulated executors: patterns on the flow-level simulator over star, Fat-tree and
-direct-connect fabrics, with REACT §7.3's ECMP and background traffic.
+"""Simulated executors: collective patterns on the flow-level simulator.
+
+Star, Fat-tree and direct-connect fabrics, with REACT §7.3's ECMP and background traffic.
 
 A thin adapter over :mod:`topoopt.netsim` and :mod:`topoopt.fabrics`: it maps ranks to
 servers, routes every flow, adds the pattern's dependencies
@@ -34,8 +35,8 @@ from topoopt.netsim import Background, CompiledWorkload, FlowRoutes, Workload, s
 from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
 
-__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements",
-           "pattern_workload", "hop_paths", "pair_links"]
+__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths",
+           "check_placements", "pattern_workload", "hop_paths", "pair_links"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""REACT on ns-3: epochs of collective patterns as TCP flows, and REACT's scenarios
-(§7.3) run there with the same set-up and loop as the flow-level runs.
+"""REACT on ns-3: epochs of collective patterns as TCP flows, and REACT's scenarios there.
+
+The scenarios (§7.3) run with the same set-up and loop as the flow-level runs.
 
 The packet-level twin of :class:`topoopt.react.flowsim.JobsExecutor`: same placements,
 same ECMP model and draws (every flow owns ``ports`` connections hashed onto equal-cost

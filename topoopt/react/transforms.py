@@ -1,5 +1,4 @@
-"""Safe transforms of a collective pattern: node swaps, their equivalence classes and
-pruning (REACT §5.3).
+"""Safe transforms of a collective pattern: node swaps, their classes, pruning (REACT §5.3).
 
 Three swap kinds, from coarse to fine:
 

@@ -1,5 +1,6 @@
-"""RCollective: run any collective pattern with torch.distributed isend/irecv, timing every flow
-(REACT §6.1, Algorithm 2).
+"""RCollective: run any collective pattern with torch.distributed, timing every flow.
+
+REACT §6.1, Algorithm 2, on point-to-point ``isend``/``irecv``.
 
 A pattern is executed literally (:mod:`topoopt.collectives.ten`): each chunk sub-graph
 runs in its own thread (the CPU stand-in for the paper's per-chunk CUDA streams), going

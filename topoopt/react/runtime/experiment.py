@@ -1,5 +1,7 @@
-"""One real-runtime experiment: a collective in a tight loop on N local ranks, without and
-with REACT, optionally with one rank's traffic slowed (REACT §7.1-§7.2 on one machine).
+"""One real-runtime experiment: a collective on N local ranks, without and with REACT.
+
+The collective runs in a tight loop, optionally with one rank's traffic slowed (REACT
+§7.1-§7.2 on one machine).
 
 :func:`run_runtime` launches the ranks (:mod:`.launch`), on 127.0.0.1 or -- with a slowed
 rank -- in the network-namespace testbed (:mod:`.netem`); each rank runs ``epochs``

@@ -1,5 +1,6 @@
-"""A real network on one machine: ranks in network namespaces, links shaped with tc, and
-external background flows (the congestion harness of the runtime; docs/testbed.md).
+"""A real network on one machine: ranks in network namespaces, links shaped with tc.
+
+With external background flows, the congestion harness of the runtime (docs/testbed.md).
 
 Layout (REACT §7.1's "external flows into a rank", on kernel TCP)::
 

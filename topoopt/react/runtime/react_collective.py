@@ -1,5 +1,6 @@
-"""ReactCollective: a collective that holds its current pattern and lets REACT swap it between
-epochs (RCollective + RTuner, REACT §6).
+"""ReactCollective: a collective whose pattern REACT may swap between epochs.
+
+It holds the current pattern (RCollective + RTuner, REACT §6).
 
 One call is one epoch (the paper's benchmark runs the collective in a tight loop). With
 tuning on, epochs are grouped in cycles of ``B + slack``: the first B epochs of a cycle

@@ -1,5 +1,7 @@
-"""REACT on a planned TopoOpt shard: the plan's rings as the initial pattern, transforms
-that know the fabric is direct-connect, and the feedback loop that picks them.
+"""REACT on a planned TopoOpt shard: direct-connect-aware transforms and their loop.
+
+The plan's rings are the initial pattern; the transforms know the fabric is
+direct-connect, and the feedback loop picks among them.
 
 On a switched fabric REACT (§5.3) swaps ranks: any pair of servers is one switch hop
 apart, so a swap only changes who talks to whom. On a TopoOpt shard the fibres are
