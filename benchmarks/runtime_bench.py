@@ -13,10 +13,19 @@ tree for ``--epochs`` epochs without and with REACT, with no congestion and with
 warm-up, the algorithm-bandwidth gain and what the critical path spends at the slowed
 rank. Skipped (with the reason) where namespaces are unavailable.
 
+Part 3 (127.0.0.1): how long failures take to end. A launch of 3 ranks whose rank 1
+raises after 0.5 s while the others block (the launcher must report it at once, not
+wait for them); a launch of 2 ranks, one blocking, with a 2.5 s deadline; and 24
+epochs of a 500-element tree AllReduce on 3 ranks (B = 2, slack 1) without a tuner and
+with a leader that never answers (decision timeout 0.2 s, control timeout 1 s: one
+wait, not one per batch). ``tests/test_runtime.py`` checks the properties; this times
+them.
+
 Usage::
 
     python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64] [--ranks 4,8]
-                                       [--epochs 60] [--skip-react] [--json OUT]
+                                       [--epochs 60] [--skip-react] [--skip-failures]
+                                       [--json OUT]
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,6 +147,79 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
     return out
 
 
+def _noop(rank: int, world: int) -> int:
+    return rank
+
+
+def _failing_rank(rank: int, world: int) -> None:
+    if rank == 1:
+        time.sleep(0.5)
+        raise RuntimeError("rank one fails")
+    threading.Event().wait()
+
+
+def _hanging_rank(rank: int, world: int) -> int:
+    if rank == 0:
+        threading.Event().wait()
+    return rank
+
+
+def _dead_leader(rank: int, world: int, tune: bool) -> tuple[float, int]:
+    """Seconds of 24 epochs (and the tuner's timed-out waits) with a leader that never
+    answers in time, or without a tuner."""
+    import torch
+
+    from topoopt.collectives import double_binary_tree_allreduce
+    from topoopt.react.loop import ReactParams
+    from topoopt.react.runtime.react_collective import ReactCollective
+
+    p = double_binary_tree_allreduce(world, 4 * 500)
+
+    def decide(version, batch):
+        threading.Event().wait(1.5)         # past the workers' control timeout
+        return version, p, (), False
+
+    rc = ReactCollective(p, params=ReactParams(batch=2), slack=1, decision_timeout=0.2,
+                         control_timeout=1.0, decide=decide, tune=tune)
+    x = torch.ones(500)
+    t0 = time.perf_counter()
+    for _ in range(24):
+        rc.all_reduce(x)
+    elapsed = time.perf_counter() - t0
+    timeouts = rc.tuner.timeouts if rc.tuner is not None else 0
+    rc.close()
+    return elapsed, timeouts
+
+
+def part3() -> list[dict]:
+    from topoopt.react.runtime.launch import LaunchError, launch
+
+    print("\nPart 3: how long failures take to end (127.0.0.1)\n")
+    launch(_noop, 1, timeout=120)            # the forkserver imports torch once
+    out = []
+
+    def row(what: str, seconds: float, note: str = "") -> None:
+        print(f"  {what:<58} {seconds:6.2f} s  {note}", flush=True)
+        out.append({"case": what, "seconds": seconds, "note": note})
+
+    for what, fn, n, timeout in (
+            ("3 ranks, rank 1 raises after 0.5 s, the others block", _failing_rank, 3, 120.0),
+            ("2 ranks, rank 0 blocks, deadline 2.5 s", _hanging_rank, 2, 2.5)):
+        t0 = time.perf_counter()
+        try:
+            launch(fn, n, timeout=timeout)
+            note = "no error?"
+        except LaunchError as exc:
+            note = str(exc).splitlines()[0][:40]
+        row(what, time.perf_counter() - t0, note)
+    for tune in (False, True):
+        res = launch(_dead_leader, 3, (tune,), timeout=120)
+        what = ("24 epochs, leader never answers" if tune else "24 epochs, no tuner")
+        row(what, max(r[0] for r in res),
+            f"timed-out waits per rank: {[r[1] for r in res]}" if tune else "")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,4,16,64", help="MB, comma separated")
@@ -148,7 +231,8 @@ def main(argv=None) -> int:
     ap.add_argument("--link-rate", type=float, default=400e6, help="bits/s in part 2")
     ap.add_argument("--quick", action="store_true",
                     help="sizes 1,16 MB, 3 calls, 30 epochs")
-    ap.add_argument("--skip-react", action="store_true", help="part 1 only")
+    ap.add_argument("--skip-react", action="store_true", help="no part 2")
+    ap.add_argument("--skip-failures", action="store_true", help="no part 3")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -161,6 +245,8 @@ def main(argv=None) -> int:
     if not args.skip_react:
         res["react"] = part2(ranks, args.react_size, epochs, min(epochs // 3, 20),
                              args.flows, args.link_rate)
+    if not args.skip_failures:
+        res["failures"] = part3()
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
     return 0

@@ -124,6 +124,11 @@ def test_star_fluid_and_simulated_loops_agree_on_direction():
     p = build_pattern("tree", 8, 20e6)
     fluid = run_react(StarFluidExecutor(ext_in={3: 3}, alpha=2e-6), p, 36)
     assert fluid.epoch_time[-6:].mean() < fluid.epoch_time[:6].mean()
+    # the same loop on the flow-level simulator: 3 external flows into rank 3
+    sim = run_react(SimulatedExecutor(star(9, 100e9), range(8), [BackgroundFlows(8, 3, 3)]),
+                    p, 36)
+    assert sim.epoch_time[-6:].mean() < sim.epoch_time[:6].mean()
+    assert sim.epoch_time == pytest.approx(fluid.epoch_time, rel=1e-6)
 
 
 # ------------------------------------------------------------------------ CLI

@@ -5,8 +5,10 @@ reused for many checks)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,17 +274,15 @@ def tuner_worker(rank, world, mode):
                          control_timeout=1.0 if mode == "dead" else 10.0,
                          decide=None if mode == "real" else decide)
     wrong = 0
-    t0 = time.perf_counter()
     for epoch in range(24):
         x = torch.full((500,), float(rank + 1))
         rc.all_reduce(x)
         wrong += not bool((x == world * (world + 1) / 2).all())
         if mode == "slow":
             time.sleep(0.05)    # batch 0's switch point comes before its decision
-    elapsed = time.perf_counter() - t0
     rc.close()
     return {"wrong": wrong, "versions": rc.versions, "changes": rc.changes,
-            "dropped": rc.dropped, "elapsed": elapsed,
+            "dropped": rc.dropped, "timeouts": rc.tuner.timeouts,
             "tuner_alive": rc.tuner.error is None,
             "final": rc.pattern.src.tobytes() + rc.pattern.dst.tobytes()}
 
@@ -317,8 +317,8 @@ def test_dead_leader_never_hangs_the_job():
     assert all(o["changes"] == [] for o in out)        # nobody switched
     assert all(set(o["versions"]) == {0} for o in out)
     assert not any(o["tuner_alive"] for o in out[1:])  # workers' control group timed out
-    # one decision timeout (0.2 s) plus control timeouts, not one wait per batch
-    assert max(o["elapsed"] for o in out) < 8.0
+    # one decision timeout, not one wait per batch (benchmarks/runtime_bench.py times it)
+    assert all(o["timeouts"] <= 1 for o in out)
 
 
 def test_real_leader_keeps_numerics():
@@ -329,30 +329,55 @@ def test_real_leader_keeps_numerics():
 
 
 # ---------------------------------------------------------------------- launcher
-def failing_worker(rank, world):
+def _hang(rank, folder):
+    """Say this rank's pid (in ``folder``), then block until killed."""
+    pid = Path(folder) / f"{rank}.pid"
+    pid.with_suffix(".tmp").write_text(str(os.getpid()))
+    pid.with_suffix(".tmp").rename(pid)
+    threading.Event().wait()
+
+
+def _gone(folder, ranks) -> bool:
+    """Whether every rank in ``ranks`` said its pid and no such process is left."""
+    pids = [int((Path(folder) / f"{r}.pid").read_text()) for r in ranks]
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def failing_worker(rank, world, folder):
     if rank == 1:
+        # fail once the others are waiting: the launcher must not wait for them
+        others = [Path(folder) / f"{r}.pid" for r in range(world) if r != 1]
+        while not all(p.exists() for p in others):
+            time.sleep(0.01)
         raise RuntimeError("rank one is broken")
-    time.sleep(60)          # the launcher must not wait for this
+    _hang(rank, folder)
 
 
-def hanging_worker(rank, world):
+def hanging_worker(rank, world, folder):
     if rank == 0:
-        time.sleep(600)
+        _hang(rank, folder)
     return rank
 
 
-def test_launch_reports_a_failing_rank_and_kills_the_rest():
-    t0 = time.monotonic()
+def test_launch_reports_a_failing_rank_and_kills_the_rest(tmp_path):
+    # the others never finish: a launcher that waited for them would hit its deadline
+    # and say "did not finish" instead (benchmarks/runtime_bench.py times the launch)
     with pytest.raises(LaunchError, match="rank one is broken"):
-        launch(failing_worker, 3, timeout=LAUNCH_TIMEOUT)
-    assert time.monotonic() - t0 < 20
+        launch(failing_worker, 3, (str(tmp_path),), timeout=LAUNCH_TIMEOUT)
+    assert _gone(tmp_path, (0, 2))
 
 
-def test_launch_deadline_kills_a_hanging_rank():
-    t0 = time.monotonic()
+def test_launch_deadline_kills_a_hanging_rank(tmp_path):
+    # rank 0 never finishes: only the deadline ends the launch
     with pytest.raises(LaunchError, match="did not finish"):
-        launch(hanging_worker, 2, timeout=2.5)
-    assert time.monotonic() - t0 < 15
+        launch(hanging_worker, 2, (str(tmp_path),), timeout=5.0)
+    assert _gone(tmp_path, (0,))
 
 
 # ---------------------------------------------------------------------- CLI

@@ -148,23 +148,11 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
     S = len(segs)
     item_edge, item_seg, bounds = _items(p, edges, seg_map)
     reason = np.zeros(K, np.int64)
-
-    def fail(mask: np.ndarray, code: int) -> None:
-        reason[(reason == 0) & mask] = code
-
-    fail((src[:, edges] == dst[:, edges]).any(1), 1)
+    _fail(reason, (src[:, edges] == dst[:, edges]).any(1), 1)
     src_c = np.clip(src, 0, n - 1)
     dst_c = np.clip(dst, 0, n - 1)
 
-    state = np.zeros((K, n, S, n), bool)
-    if state0 is not None:
-        state[:] = state0[None]
-    elif p.collective == "allreduce":
-        r = np.arange(n)
-        state[:, r, :, r] = True
-    else:
-        own = p.owners[segs]
-        state[:, own, np.arange(S), own] = True
+    state = _initial_state(p, K, segs, state0)
     flat = state.reshape(K * n * S, n)
     kk = np.arange(K)[:, None]
     for t in range(start, p.steps):
@@ -176,41 +164,83 @@ def semantic_ok_batch(p: Pattern, src: np.ndarray, dst: np.ndarray,
         e = item_edge[lo:hi]
         s = item_seg[lo:hi][None, :]
         vals = flat[(kk * n + src_c[:, e]) * S + s]          # (K, I, n) read before writes
-        fail(~vals.any(-1).all(1), 2)
+        _fail(reason, ~vals.any(-1).all(1), 2)
         rows = (kk * n + dst_c[:, e]) * S + s                 # (K, I) written rows
-        red = p.reduce[e]
-        rows_r, vals_r = rows[:, red].ravel(), vals[:, red].reshape(-1, n)
-        rows_c, vals_c = rows[:, ~red].ravel(), vals[:, ~red].reshape(-1, n)
-        if rows_c.size:
-            uc, cc = np.unique(rows_c, return_counts=True)
-            clash = uc[cc > 1]
-            if rows_r.size:
-                clash = np.union1d(clash, np.intersect1d(uc, rows_r))
-            bad = np.zeros(K, bool)
-            bad[clash // (n * S)] = True
-            fail(bad, 3)
-        if rows_r.size:
-            ur, inv = np.unique(rows_r, return_inverse=True)
-            acc = np.zeros((len(ur), n), np.int16)
-            np.add.at(acc, inv, vals_r)
-            acc += flat[ur]
-            bad = np.zeros(K, bool)
-            bad[ur[(acc > 1).any(1)] // (n * S)] = True
-            fail(bad, 4)
-            flat[ur] = acc > 0
-        if rows_c.size:
-            flat[rows_c] = vals_c
+        _write_step(flat, rows, vals, p.reduce[e], reason, n * S)
     if record is not None:
         record.append(state.copy())
-    if p.collective == "allreduce":
-        done = state.all(axis=(1, 2, 3))
-    else:
-        want = np.zeros((S, n), bool)
-        want[np.arange(S), p.owners[segs]] = True
-        done = (state == want[None, None]).all(axis=(1, 2, 3))
-    fail(~done, 5)
+    _fail(reason, ~_postcondition(p, state, segs), 5)
     ok = reason == 0
     return (ok, reason) if return_reason else ok
+
+
+def _fail(reason: np.ndarray, mask: np.ndarray, code: int) -> None:
+    """Record failure ``code`` for the variants in ``mask`` that have not failed yet."""
+    reason[(reason == 0) & mask] = code
+
+
+def _initial_state(p: Pattern, K: int, segs: np.ndarray, state0: np.ndarray | None
+                   ) -> np.ndarray:
+    """The bit vectors (K, n, S, n) before the first step: ``state0`` if given, else
+    one-hot contributions (every rank its own in every segment for AllReduce, the
+    owner's in its segment for AllGather)."""
+    n, S = p.ranks, len(segs)
+    state = np.zeros((K, n, S, n), bool)
+    if state0 is not None:
+        state[:] = state0[None]
+    elif p.collective == "allreduce":
+        r = np.arange(n)
+        state[:, r, :, r] = True
+    else:
+        own = _owners(p)[segs]
+        state[:, own, np.arange(S), own] = True
+    return state
+
+
+def _write_step(flat: np.ndarray, rows: np.ndarray, vals: np.ndarray, red: np.ndarray,
+                reason: np.ndarray, per_variant: int) -> None:
+    """Apply one step's writes to ``flat`` (rows of every variant's state): copies
+    overwrite, reduces add. A copy that shares its row with another write fails with
+    code 3; a reduce that adds a bit already there fails with code 4."""
+    K, n = reason.size, flat.shape[1]
+    rows_r, vals_r = rows[:, red].ravel(), vals[:, red].reshape(-1, n)
+    rows_c, vals_c = rows[:, ~red].ravel(), vals[:, ~red].reshape(-1, n)
+    if rows_c.size:
+        uc, cc = np.unique(rows_c, return_counts=True)
+        clash = uc[cc > 1]
+        if rows_r.size:
+            clash = np.union1d(clash, np.intersect1d(uc, rows_r))
+        bad = np.zeros(K, bool)
+        bad[clash // per_variant] = True
+        _fail(reason, bad, 3)
+    if rows_r.size:
+        ur, inv = np.unique(rows_r, return_inverse=True)
+        acc = np.zeros((len(ur), n), np.int16)
+        np.add.at(acc, inv, vals_r)
+        acc += flat[ur]
+        bad = np.zeros(K, bool)
+        bad[ur[(acc > 1).any(1)] // per_variant] = True
+        _fail(reason, bad, 4)
+        flat[ur] = acc > 0
+    if rows_c.size:
+        flat[rows_c] = vals_c
+
+
+def _postcondition(p: Pattern, state: np.ndarray, segs: np.ndarray) -> np.ndarray:
+    """Per variant: whether the final state is the collective's result."""
+    n, S = p.ranks, len(segs)
+    if p.collective == "allreduce":
+        return np.asarray(state.all(axis=(1, 2, 3)))
+    want = np.zeros((S, n), bool)
+    want[np.arange(S), _owners(p)[segs]] = True
+    return (state == want[None, None]).all(axis=(1, 2, 3))
+
+
+def _owners(p: Pattern) -> np.ndarray:
+    """The owner rank of each segment (an AllGather has them: :func:`check_structure`)."""
+    if p.owners is None:
+        raise PatternError(f"pattern {p.name!r} ({p.collective}) has no segment owners")
+    return p.owners
 
 
 def semantic_ok(p: Pattern) -> bool:
@@ -250,7 +280,7 @@ def _locate(p: Pattern, code: int) -> str:
         q = Pattern.from_edges(p.name, p.collective, p.ranks, p.segments,
                                [(p.step[e], p.src[e], p.dst[e], p.chunk[e],
                                  p.edge_segments(e), p.reduce[e], p.phase[e])
-                                for e in np.flatnonzero(sel)],
+                                for e in np.flatnonzero(sel).tolist()],
                                itemsize=p.itemsize, owners=p.owners,
                                phase_names=p.phase_names, sort=False)
         _, r = semantic_ok_batch(q, q.src[None], q.dst[None], return_reason=True)

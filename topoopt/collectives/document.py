@@ -1,5 +1,7 @@
-"""Collective patterns as JSON documents (format ``FORMAT`` of :mod:`topoopt.collectives.ten`),
-read back with the semantic check of :mod:`topoopt.collectives.check`."""
+"""Collective patterns as JSON documents, read back with the semantic check.
+
+The format is ``FORMAT`` of :mod:`topoopt.collectives.ten`; reading checks the pattern
+with :mod:`topoopt.collectives.check`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Pattern builders: ring and multi-ring AllReduce, NCCL's double binary tree AllReduce,
+"""Pattern builders: ring, multi-ring, NCCL double binary tree, recursive doubling.
+
+Ring and multi-ring AllReduce, NCCL's double binary tree AllReduce and
 recursive-doubling AllGather (REACT Appendix A.1), each as a :class:`Pattern`."""
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ def _tree_edges(parent: np.ndarray, chunk: int, seg: int):
         for c in children[r]:
             depth[c] = depth[r] + 1
             order.append(c)
-    height = {}
+    height: dict[int, int] = {}
     for r in reversed(order):
         height[r] = 1 + max((height[c] for c in children[r]), default=-1)
     R = height[root]
@@ -328,7 +330,7 @@ def recursive_doubling_allgather(nranks: int, size: float = 2 ** 20,
     extra = n - m
     pre = 1 if extra else 0
     held = {r: [r] + ([m + r] if r < extra else []) for r in range(m)}
-    edges = []
+    edges: list[tuple[int, int, int, int, tuple[int, ...], bool, int]] = []
     if extra:
         edges += [(0, m + i, i, 0, (m + i,), False, 0) for i in range(extra)]
     s = 0

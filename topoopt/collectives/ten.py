@@ -62,7 +62,7 @@ class PatternError(TopoOptError):
 class Edge(NamedTuple):
     """One flow of a pattern, for people and simple tools (the arrays are the API)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the flow id; shadows tuple.index on purpose
     step: int
     src: int
     dst: int
@@ -135,7 +135,7 @@ class Pattern:
     @classmethod
     def from_edges(cls, name: str, collective: str, ranks: int, segments: np.ndarray,
                    edges: Iterable[tuple], *, itemsize: int = 4,
-                   owners: Sequence[int] | None = None,
+                   owners: Sequence[int] | np.ndarray | None = None,
                    phase_names: Sequence[str] = ("all",), sort: bool = True) -> "Pattern":
         """Build a pattern from ``(step, src, dst, chunk, segments, reduce, phase)`` tuples.
 
@@ -167,7 +167,7 @@ class Pattern:
     @classmethod
     def from_arrays(cls, name: str, collective: str, ranks: int, segments: np.ndarray, *,
                     step, src, dst, chunk, segment, reduce, phase, itemsize: int = 4,
-                    owners: Sequence[int] | None = None,
+                    owners: Sequence[int] | np.ndarray | None = None,
                     phase_names: Sequence[str] = ("all",)) -> "Pattern":
         """Build a pattern of one-segment edges from arrays (the vectorized twin of
         :meth:`from_edges`, same sort by ``(step, chunk, src, dst)``)."""

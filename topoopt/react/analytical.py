@@ -137,7 +137,7 @@ def fluid_star(pattern: Pattern, bandwidth: float, alpha: float = 0.0,
         start[newly] = np.maximum(ready_at[newly], 0.0)
         active |= newly
         zero = active & (remaining <= 0)
-        for e in np.flatnonzero(zero):
+        for e in np.flatnonzero(zero).tolist():
             active[e] = False
             done_tx[e] = True
             finish[e] = now + alpha

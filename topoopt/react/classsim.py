@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -220,8 +220,7 @@ def simulate_classes(network, work: CompiledWorkload, background: Sequence[Backg
     excl = exclusive_flows(routes, L, level, key_src, key_dst, busy)
     shared_n = int(F - excl.sum())
     if not (simple_bg and flows_only) or shared_n > fallback * max(F, 1):
-        res = simulate(network, work, background, check=False)
-        return ClassResult(res.start, res.finish, res.tx_end, 0, F, int(res.events), True)
+        return _general(network, work, background)
 
     lat = _flow_latency(work, link_lat)
     size_bits = 8.0 * work.flow_size
@@ -229,51 +228,78 @@ def simulate_classes(network, work: CompiledWorkload, background: Sequence[Backg
     with np.errstate(divide="ignore", invalid="ignore"):
         tx = np.where(size_bits > 0, size_bits / alone, 0.0)
     tx[np.diff(routes.ptr) == 0] = 0.0
-    # dependency CSR: successors of each flow, and how many predecessors each waits for
-    order = np.argsort(work.dep_before, kind="stable")
-    succ = work.dep_after[order]
-    succ_ptr = np.zeros(F + 1, np.int64)
-    np.cumsum(np.bincount(work.dep_before, minlength=F), out=succ_ptr[1:])
-    pending = np.bincount(work.dep_after, minlength=F).astype(np.int64)
-    ready = np.zeros(F)
-    start = np.full(F, np.nan)
-    finish = np.full(F, np.nan)
-    tx_end = np.full(F, np.nan)
-    released: list[np.ndarray] = []       # shared flows whose start is known
+    sweeps = _MaxPlusSweeps(work, excl, tx, lat)
+    sweeps.sweep(np.flatnonzero(sweeps.pending == 0))
+    events = 0
+    if shared_n:
+        events = _shared_loop(cap0, routes, background, size_bits, lat, sweeps.start,
+                              sweeps.finish, sweeps.tx_end, sweeps.released,
+                              lambda done: sweeps.sweep(sweeps.release(done)), F)
+    if np.isnan(sweeps.finish).any():
+        return _general(network, work, background)   # a cycle or a stall
+    return ClassResult(sweeps.start, sweeps.finish, sweeps.tx_end, int(excl.sum()), shared_n,
+                       events)
 
-    def sweep(newly: np.ndarray) -> None:
+
+def _general(network, work: CompiledWorkload, background: Sequence[Background]
+             ) -> ClassResult:
+    """The whole run on the general simulator."""
+    res = simulate(network, work, background, check=False)
+    return ClassResult(res.start, res.finish, res.tx_end, 0, work.flow_size.size,
+                       int(res.events), True)
+
+
+class _MaxPlusSweeps:
+    """Start and finish times resolved frontier by frontier over the dependency graph.
+
+    A flow starts when its last predecessor finishes; an exclusive one finishes a fixed
+    ``tx + lat`` later, so its successors are resolved in the same sweep; a shared one
+    is left in ``released`` for the event loop, which reports its finish back through
+    :meth:`release`.
+    """
+
+    def __init__(self, work: CompiledWorkload, excl: np.ndarray, tx: np.ndarray,
+                 lat: np.ndarray) -> None:
+        F = excl.size
+        self.excl, self.tx, self.lat = excl, tx, lat
+        # dependency CSR: successors of each flow, and how many predecessors each waits for
+        order = np.argsort(work.dep_before, kind="stable")
+        self.succ = work.dep_after[order]
+        self.succ_ptr = np.zeros(F + 1, np.int64)
+        np.cumsum(np.bincount(work.dep_before, minlength=F), out=self.succ_ptr[1:])
+        self.pending = np.bincount(work.dep_after, minlength=F).astype(np.int64)
+        self.ready = np.zeros(F)
+        self.start = np.full(F, np.nan)
+        self.finish = np.full(F, np.nan)
+        self.tx_end = np.full(F, np.nan)
+        self.released: list[np.ndarray] = []       # shared flows whose start is known
+
+    def sweep(self, newly: np.ndarray) -> None:
         """Resolve ``newly`` (all predecessors done) and every exclusive flow after them."""
+        excl, start = self.excl, self.start
         while newly.size:
-            start[newly] = ready[newly]
+            start[newly] = self.ready[newly]
             ex = newly[excl[newly]]
             sh = newly[~excl[newly]]
             if sh.size:
-                released.append(sh)
+                self.released.append(sh)
             if not ex.size:
                 return
-            tx_end[ex] = start[ex] + tx[ex]
-            finish[ex] = tx_end[ex] + lat[ex]
-            newly = _release(ex)
+            self.tx_end[ex] = start[ex] + self.tx[ex]
+            self.finish[ex] = self.tx_end[ex] + self.lat[ex]
+            newly = self.release(ex)
 
-    def _release(done: np.ndarray) -> np.ndarray:
-        idx, counts = gather_rows(succ_ptr, done)
+    def release(self, done: np.ndarray) -> np.ndarray:
+        """Count ``done`` (finished) off their successors' predecessors; the successors
+        now free to start."""
+        idx, counts = gather_rows(self.succ_ptr, done)
         if not idx.size:
             return idx
-        kids = succ[idx]
-        np.maximum.at(ready, kids, np.repeat(finish[done], counts))
+        kids = self.succ[idx]
+        np.maximum.at(self.ready, kids, np.repeat(self.finish[done], counts))
         u, c = np.unique(kids, return_counts=True)
-        pending[u] -= c
-        return u[pending[u] == 0]
-
-    sweep(np.flatnonzero(pending == 0))
-    events = 0
-    if shared_n:
-        events = _shared_loop(cap0, routes, background, size_bits, lat, start, finish,
-                              tx_end, released, lambda done: sweep(_release(done)), F)
-    if np.isnan(finish).any():
-        res = simulate(network, work, background, check=False)   # a cycle or a stall
-        return ClassResult(res.start, res.finish, res.tx_end, 0, F, int(res.events), True)
-    return ClassResult(start, finish, tx_end, int(excl.sum()), shared_n, events)
+        self.pending[u] -= c
+        return u[self.pending[u] == 0]
 
 
 def _shared_loop(cap0, routes, background, size_bits, lat, start, finish, tx_end,
@@ -326,7 +352,7 @@ def _shared_loop(cap0, routes, background, size_bits, lat, start, finish, tx_end
             idx, counts = gather_rows(routes.ptr, active)
             ef = np.repeat(np.arange(active.size), counts)
             el, ew = routes.link[idx], routes.weight[idx]
-            if nb:
+            if bgr is not None:                    # nb background flows
                 ef = np.concatenate([ef, active.size + np.repeat(np.arange(nb),
                                                                  np.diff(bgr.ptr))])
                 el = np.concatenate([el, bgr.link])
@@ -428,7 +454,8 @@ class ClassExecutor:
         place = self.placement
         src, dst = place[pattern.src], place[pattern.dst]
         pairs, inv = np.unique(src * self.fabric.servers + dst, return_inverse=True)
-        paths, which = [], np.full(pairs.size, -1, np.int64)
+        paths: list[np.ndarray] = []
+        which = np.full(pairs.size, -1, np.int64)
         cache = self._jobs.router._paths
         for i, key in enumerate(pairs.tolist()):
             options = ecmp_paths(self.fabric, key // self.fabric.servers,
@@ -443,7 +470,8 @@ class ClassExecutor:
         """This epoch's routes: the single paths, and an ECMP draw (the router's, so the
         same as :class:`~topoopt.react.flowsim.SimulatedExecutor`'s) for the rest."""
         path_of, paths, multi = plan
-        rows = [paths[i] if i >= 0 else None for i in path_of.tolist()]
+        # a link array per edge: the ECMP edges' (None here) are drawn below
+        rows: list[Any] = [paths[i] if i >= 0 else None for i in path_of.tolist()]
         if multi.size:
             router, place = self._jobs.router, self.placement
             choice = router.epoch_choices(0, self.epoch, pattern.edges_count)

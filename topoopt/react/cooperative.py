@@ -1,5 +1,7 @@
-"""Cooperative REACT: several jobs that each run REACT on one network, without a central
-controller and without knowing each other's patterns (REACT §7.3.3's future work).
+"""Cooperative REACT: jobs that each run REACT on one network, without a controller.
+
+No central controller, and no job knows the others' patterns (REACT §7.3.3's future
+work).
 
 REACT §7.3.3 sees two jobs that both run REACT do worse than when only one does: the
 two leaders interact and get stuck in bad configurations. Each leader's keep/revert
@@ -178,7 +180,7 @@ def coop_step(state: CoopState, fct: np.ndarray, epoch_time: np.ndarray
             lead = replace(lead, rounds=0, quiet=0)
             renewed = True
         explore = wait == 0
-    elif shifted:                             # rule 3: hold off a batch and watch
+    elif shifted and state.last_fct is not None:   # rule 3: hold off a batch, watch
         reference = state.last_fct.mean(axis=0)
         explore = False
     else:

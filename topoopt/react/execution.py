@@ -55,7 +55,8 @@ class PatternExecutor(Protocol):
     :class:`BatchResult`. ``epoch`` is the number of epochs run so far.
     """
 
-    epoch: int
+    @property
+    def epoch(self) -> int: ...
 
     def run(self, pattern: Pattern, epochs: int) -> BatchResult: ...
 

@@ -1,5 +1,6 @@
-"""Simulated executors: patterns on the flow-level simulator over star, Fat-tree and
-direct-connect fabrics, with REACT §7.3's ECMP and background traffic.
+"""Simulated executors: collective patterns on the flow-level simulator.
+
+Star, Fat-tree and direct-connect fabrics, with REACT §7.3's ECMP and background traffic.
 
 A thin adapter over :mod:`topoopt.netsim` and :mod:`topoopt.fabrics`: it maps ranks to
 servers, routes every flow, adds the pattern's dependencies
@@ -34,8 +35,8 @@ from topoopt.netsim import Background, CompiledWorkload, FlowRoutes, Workload, s
 from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
 
-__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths", "check_placements",
-           "pattern_workload", "hop_paths", "pair_links"]
+__all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths",
+           "check_placements", "pattern_workload", "hop_paths", "pair_links"]
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ def pattern_workload(pattern: Pattern, cache: dict) -> tuple[CompiledWorkload, n
     return cache[key]
 
 
-def check_placements(fabric: Fabric, placements: Sequence[Sequence[int]]) -> list[np.ndarray]:
+def check_placements(fabric: Fabric, placements: Sequence[Sequence[int] | np.ndarray]
+                     ) -> list[np.ndarray]:
     """Each job's ranks as server ids, refused unless distinct servers of ``fabric``."""
     out = [np.asarray(p, np.int64) for p in placements]
     for j, p in enumerate(out):
@@ -183,7 +185,7 @@ class JobsExecutor:
         Add packet overheads (wire bytes, ACK load on reverse paths); None: pure fluid.
     """
 
-    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int]],
+    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int] | np.ndarray],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
                  seed: int = 0, wire=None) -> None:
         self.fabric = fabric
@@ -198,7 +200,7 @@ class JobsExecutor:
         """Run ``epochs`` epochs of every job's pattern at once (all start together)."""
         if len(patterns) != len(self.placements):
             raise ConfigError("patterns", len(patterns), f"one per job ({len(self.placements)})")
-        out = [([], [], []) for _ in patterns]
+        out: list[tuple[list, list, list]] = [([], [], []) for _ in patterns]
         for _ in range(epochs):
             parts, spans = [], []
             for j, (p, place) in enumerate(zip(patterns, self.placements)):

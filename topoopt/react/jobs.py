@@ -133,9 +133,10 @@ class JobsRun:
         return float(self.epoch_time[job][warmup:].mean())
 
 
-def run_jobs(fabric: Fabric, placements: Sequence[Sequence[int]], patterns: Sequence[Pattern],
-             modes: Sequence[str], epochs: int, params: ReactParams = ReactParams(),
-             coop: CoopParams = CoopParams(), seed: int = 0, ports: int = 4,
+def run_jobs(fabric: Fabric, placements: Sequence[Sequence[int] | np.ndarray],
+             patterns: Sequence[Pattern], modes: Sequence[str], epochs: int,
+             params: ReactParams = ReactParams(), coop: CoopParams = CoopParams(),
+             seed: int = 0, ports: int = 4,
              progress: Callable[[int], None] | None = None,
              executor: Callable[..., Any] = JobsExecutor) -> JobsRun:
     """Run several jobs' collectives together, each with its leader in its mode.
@@ -154,7 +155,7 @@ def run_jobs(fabric: Fabric, placements: Sequence[Sequence[int]], patterns: Sequ
         raise ConfigError("modes", list(modes), "one mode, pattern and placement per job")
     require_int("epochs", epochs, minimum=1)
     ex = executor(fabric, placements, (), ports, seed)
-    leaders = []
+    leaders: list[Any] = []          # per job: its LeaderState, CoopState or None (off)
     for j, (p, m) in enumerate(zip(patterns, modes)):
         mine = replace(params, seed=params.seed + j)
         if m == "react":
@@ -210,7 +211,7 @@ def _rack_placement(sc: TwoJobScenario) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_job_setup(sc: TwoJobScenario) -> tuple[Fabric, tuple[np.ndarray, np.ndarray],
-                                               tuple[Pattern, Pattern]]:
+                                               tuple[Pattern, ...]]:
     """Fabric, placements and initial patterns of a two-job scenario."""
     if sc.setting == "overlap":
         fabric = star(2 * sc.nodes, sc.bandwidth, sc.latency)
@@ -233,10 +234,10 @@ class TwoJobResult:
     scenario: TwoJobScenario
     runs: dict
 
-    def mean(self, modes: tuple[str, str], job: int) -> float:
+    def mean(self, modes: Sequence[str], job: int) -> float:
         return self.runs[tuple(modes)].mean(job, self.scenario.warmup)
 
-    def improvement(self, modes: tuple[str, str], job: int) -> float:
+    def improvement(self, modes: Sequence[str], job: int) -> float:
         """Gain in job ``job``'s mean algorithm bandwidth over the baseline:
         ``T_base / T - 1`` (epochs after the warm-up)."""
         return self.mean(("off", "off"), job) / self.mean(modes, job) - 1.0
@@ -251,7 +252,7 @@ class TwoJobResult:
 
 
 def run_two_job_scenario(sc: TwoJobScenario,
-                         modes: Sequence[tuple[str, str]] = (("react", "react"),),
+                         modes: Sequence[Sequence[str]] = (("react", "react"),),
                          params: ReactParams = ReactParams(), coop: CoopParams = CoopParams(),
                          executor: Callable[..., Any] = JobsExecutor) -> TwoJobResult:
     """The baseline and every combination of ``modes`` of a scenario (same ECMP draws;
@@ -284,7 +285,7 @@ def _run(task) -> TwoJobResult:
     return run_two_job_scenario(sc, modes, params, coop)
 
 
-def run_two_job_sweep(scenarios: Sequence[TwoJobScenario], modes: Sequence[tuple[str, str]],
+def run_two_job_sweep(scenarios: Sequence[TwoJobScenario], modes: Sequence[Sequence[str]],
                       params: ReactParams = ReactParams(), coop: CoopParams = CoopParams(),
                       workers: int = 1, ray: str | bool | None = None) -> list[TwoJobResult]:
     """:func:`run_two_job_scenario` for every scenario, through the project's executor
@@ -294,7 +295,7 @@ def run_two_job_sweep(scenarios: Sequence[TwoJobScenario], modes: Sequence[tuple
         return ex.map(_run, [(sc, modes, params, coop) for sc in scenarios])
 
 
-def two_job_table(results: Sequence[TwoJobResult], modes: Sequence[tuple[str, str]]
+def two_job_table(results: Sequence[TwoJobResult], modes: Sequence[Sequence[str]]
                   ) -> list[dict]:
     """Rows of Figs. 6-7: per (collectives, overlap) the mean gain of each job in each
     combination of modes, over the seeds."""

@@ -377,9 +377,9 @@ def leader_step(state: LeaderState, fct: np.ndarray, epoch_time: np.ndarray, *,
     prev = state.pending
     kept, reverted, tabu = state.judge(None if prev is None else prev.time * baseline_scale,
                                        () if prev is None else prev.swaps, observed, P, B)
-    if kept:
+    if prev is not None and kept:
         moved = moved | prev.steady_moved
-    elif reverted:
+    elif prev is not None and reverted:
         pattern, space, base_fct, base_time = prev.pattern, prev.space, prev.fct, prev.time
     rounds, forced = state.budget(P)
     swaps: tuple[Swap, ...] = ()

@@ -1,5 +1,6 @@
-"""REACT on ns-3: epochs of collective patterns as TCP flows, and REACT's scenarios
-(§7.3) run there with the same set-up and loop as the flow-level runs.
+"""REACT on ns-3: epochs of collective patterns as TCP flows, and REACT's scenarios there.
+
+The scenarios (§7.3) run with the same set-up and loop as the flow-level runs.
 
 The packet-level twin of :class:`topoopt.react.flowsim.JobsExecutor`: same placements,
 same ECMP model and draws (every flow owns ``ports`` connections hashed onto equal-cost
@@ -63,7 +64,7 @@ class Ns3JobsExecutor:
         Simulated seconds an epoch may take before it is declared stalled.
     """
 
-    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int]],
+    def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int] | np.ndarray],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4, seed: int = 0,
                  config: Ns3Config = Ns3Config(), worker: Ns3Worker | None = None,
                  limit: float = 5.0) -> None:
@@ -148,8 +149,9 @@ class Ns3JobsExecutor:
         except Exception:
             self.epoch = first
             raise
-        out = [([], [], []) for _ in patterns]
+        out: list[tuple[list, list, list]] = [([], [], []) for _ in patterns]
         for res, lo in zip(results, spans):
+            assert res is not None                   # every epoch ran a DAG
             for j, (off, count) in enumerate(lo):
                 s, f = res.start[off:off + count], res.finish[off:off + count]
                 out[j][0].append(s)

@@ -52,6 +52,7 @@ from topoopt.fabrics import fat_tree, star
 from topoopt.fabrics.fabric import OPTICS, Fabric
 from topoopt.plans.document import read_plan, rings_of, routes_of, topology_of
 from topoopt.react.classsim import ClassExecutor
+from topoopt.react.execution import PatternExecutor
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
 from topoopt.react.jobs import overlap_placement, run_jobs
 from topoopt.react.loop import ReactParams, ReactRun, run_react
@@ -412,8 +413,8 @@ def scenario_setup(sc: Scenario, rings: Sequence[Sequence[int]] | None = None,
             and rings is None:
         ss = shard_scenario(sc)
         layout = ss.layout
-        background = list(ss.external) + list(layout.owned_flows(layout.initial(), ss.fabric))
-        return ss.fabric, np.arange(sc.nodes), background, layout.pattern(layout.initial())
+        flows = list(ss.external) + list(layout.owned_flows(layout.initial(), ss.fabric))
+        return ss.fabric, np.arange(sc.nodes), flows, layout.pattern(layout.initial())
     if fabric is None:
         fabric, plan_rings = scenario_fabric(sc.fabric, sc.nodes, sc.bandwidth, sc.latency)
         rings = rings if rings is not None else plan_rings
@@ -534,8 +535,8 @@ def without_and_with(sc: Scenario, run_one: Callable[[bool, Callable | None], Re
                           tuned.converged_epoch, tuned.positions_skipped)
 
 
-def compare_runs(sc: Scenario, pattern: Pattern, make_executor: Callable[[], object],
-                 params: ReactParams = ReactParams(),
+def compare_runs(sc: Scenario, pattern: Pattern,
+                 make_executor: Callable[[], PatternExecutor], params: ReactParams = ReactParams(),
                  progress: Callable[[str, int], None] | None = None) -> ScenarioResult:
     """``sc.epochs`` epochs of ``pattern`` without, then with REACT, each on a fresh
     executor from ``make_executor`` (same seeds, so the same draws)."""

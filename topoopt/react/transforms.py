@@ -1,5 +1,4 @@
-"""Safe transforms of a collective pattern: node swaps, their equivalence classes and
-pruning (REACT §5.3).
+"""Safe transforms of a collective pattern: node swaps, their classes, pruning (REACT §5.3).
 
 Three swap kinds, from coarse to fine:
 
@@ -117,9 +116,9 @@ def apply_swaps(p: Pattern, swaps) -> Pattern:
     return p
 
 
-#: Work (:func:`position_work`) above which the position classes are not computed:
-#: about 30 s of brute force here. A 24-rank ring AllReduce needs ~4e8; the 4-ring
-#: AllReduce of a 128-server plan ~3e13.
+#: Work (:func:`position_work`) above which the position classes are not computed (the
+#: brute force would take too long; docs/tuning.md, REACT). A 24-rank ring AllReduce
+#: needs ~4e8; the 4-ring AllReduce of a 128-server plan ~3e13.
 POSITION_WORK_LIMIT = 3e9
 
 
@@ -149,7 +148,7 @@ def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, i
         ``(chunk, t) -> frozenset of (a, b)`` pairs that keep the collective correct.
         Connected components of these pairs are the "colours" of REACT Fig. 2.
     """
-    out: dict[tuple[int, int], frozenset] = {}
+    out: dict[tuple[int, int], set[tuple[int, int]]] = {}
     n = p.ranks
     for c in range(p.chunks):
         sub = _chunk_pattern(p, c)
@@ -172,10 +171,10 @@ def position_classes(p: Pattern) -> dict[tuple[int, int], frozenset[tuple[int, i
             rows = np.flatnonzero(first == s0)
             for lo in range(0, len(rows), 4096):
                 idx = rows[lo:lo + 4096]
-                t, a, b = cand_arr[idx, :1], cand_arr[idx, 1:2], cand_arr[idx, 2:3]
-                ms, md = st[None] == t, st[None] == t - 1
-                src = np.where(ms & (sr == a), b, np.where(ms & (sr == b), a, sr))
-                dst = np.where(md & (ds == a), b, np.where(md & (ds == b), a, ds))
+                ts, xs, ys = cand_arr[idx, :1], cand_arr[idx, 1:2], cand_arr[idx, 2:3]
+                ms, md = st[None] == ts, st[None] == ts - 1
+                src = np.where(ms & (sr == xs), ys, np.where(ms & (sr == ys), xs, sr))
+                dst = np.where(md & (ds == xs), ys, np.where(md & (ds == ys), xs, ds))
                 ok[idx] = semantic_ok_batch(sub, src, dst, start=int(s0),
                                             state0=states[int(s0)][0])
         for (t, a, b) in cand_arr[ok].tolist():
@@ -190,7 +189,7 @@ def _chunk_pattern(p: Pattern, c: int) -> Pattern:
     local = np.full(len(p.segments), -1, np.int64)
     local[segs] = np.arange(len(segs))
     rows = [(p.step[e], p.src[e], p.dst[e], 0, tuple(local[list(p.edge_segments(e))]),
-             p.reduce[e], p.phase[e]) for e in sel]
+             p.reduce[e], p.phase[e]) for e in sel.tolist()]
     elements = np.cumsum(np.concatenate([[0], p.segments[segs, 1] - p.segments[segs, 0]]))
     return Pattern.from_edges(p.name, p.collective, p.ranks,
                               np.stack([elements[:-1], elements[1:]], 1), rows,
@@ -308,7 +307,8 @@ def candidate_swaps(p: Pattern, space: PositionSpace, node: int, *, incoming: bo
     # Relabelings of an AllReduce need no re-check: every rank starts with its own
     # contribution to every segment and must end with all of them, so renaming a rank
     # everywhere (global) or within one independent chunk maps a correct pattern to a
-    # correct one. At n = 128 their batch check alone was minutes and ~10 GB.
+    # correct one (the batch check of them all is what made a 128-server leader step
+    # slow: docs/tuning.md, REACT).
     relabel = p.collective == "allreduce"
     ok = np.array([relabel and s.kind != "position" for s in raw], bool)
     # semantic re-check of the other candidates in one batch (same segment layout)

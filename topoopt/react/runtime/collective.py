@@ -1,5 +1,6 @@
-"""RCollective: run any collective pattern with torch.distributed isend/irecv, timing every flow
-(REACT §6.1, Algorithm 2).
+"""RCollective: run any collective pattern with torch.distributed, timing every flow.
+
+REACT §6.1, Algorithm 2, on point-to-point ``isend``/``irecv``.
 
 A pattern is executed literally (:mod:`topoopt.collectives.ten`): each chunk sub-graph
 runs in its own thread (the CPU stand-in for the paper's per-chunk CUDA streams), going
@@ -31,7 +32,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -204,7 +205,9 @@ class RCollective:
     def _step(self, steps: Sequence[Step], buf, scratch: list, rec: FlowTimes,
               wait_pool: ThreadPoolExecutor) -> None:
         """Post every send and receive of ``steps``, wait, then apply what arrived."""
-        sends, recvs, ops = [], [], []
+        sends: list[Any] = []                      # torch.distributed Work handles
+        recvs: list[tuple[int, Any]] = []          # (edge, Work; None until batched)
+        ops: list[Any] = []
         for st in steps:
             sc = scratch[st.chunk]
             for x in st.sends:

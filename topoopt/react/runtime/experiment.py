@@ -1,5 +1,7 @@
-"""One real-runtime experiment: a collective in a tight loop on N local ranks, without and
-with REACT, optionally with one rank's traffic slowed (REACT §7.1-§7.2 on one machine).
+"""One real-runtime experiment: a collective on N local ranks, without and with REACT.
+
+The collective runs in a tight loop, optionally with one rank's traffic slowed (REACT
+§7.1-§7.2 on one machine).
 
 :func:`run_runtime` launches the ranks (:mod:`.launch`), on 127.0.0.1 or -- with a slowed
 rank -- in the network-namespace testbed (:mod:`.netem`); each rank runs ``epochs``
@@ -14,6 +16,7 @@ the critical path.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +131,7 @@ def make_pattern(spec: RunSpec) -> Pattern:
     """The initial pattern of ``spec`` (float32 elements)."""
     n = spec.nprocs
     if spec.collective == "multi-ring":
-        return multi_ring_allreduce([list(r) for r in spec.rings], spec.size)
+        return multi_ring_allreduce([list(r) for r in spec.rings or ()], spec.size)
     if spec.collective == "ring" and spec.rings:
         return ring_allreduce(list(spec.rings[0]), spec.size)
     return build_pattern(spec.collective, n, spec.size)
@@ -175,8 +178,10 @@ def _phase(rank: int, world: int, spec: RunSpec, pattern: Pattern, tune: bool) -
         inp = torch.empty(sched.own_size)
         out = torch.empty(pattern.elements)
         expected = torch.empty(pattern.elements)
+        owners = pattern.owners
+        assert owners is not None                    # an AllGather pattern has them
         for j, (a, b) in enumerate(pattern.segments.tolist()):
-            expected[a:b] = float(pattern.owners[j] + 1)
+            expected[a:b] = float(owners[j] + 1)
     else:
         buf = torch.empty(pattern.elements)
         total = float(world * (world + 1) // 2)
@@ -267,14 +272,15 @@ class RuntimeResult:
         s = self.spec
         spec = {k: v for k, v in asdict(s).items() if k != "params"}
         spec["params"] = asdict(s.params)
-        out = {"spec": spec, "network": self.network,
-               "slow": None if self.slow is None else asdict(self.slow),
-               "wrong_epochs": self.wrong_epochs,
-               "changes": [{"epoch": e, "version": v, "swaps": list(sw), "revert": r}
-                           for e, v, sw, r in self.changes],
-               "dropped_batches": list(self.dropped),
-               "critical_share": {k: list(v) for k, v in self.share.items()},
-               "final_pattern": self.final, "leader_log": list(self.leader_log)}
+        out: dict[str, Any] = {
+            "spec": spec, "network": self.network,
+            "slow": None if self.slow is None else asdict(self.slow),
+            "wrong_epochs": self.wrong_epochs,
+            "changes": [{"epoch": e, "version": v, "swaps": list(sw), "revert": r}
+                        for e, v, sw, r in self.changes],
+            "dropped_batches": list(self.dropped),
+            "critical_share": {k: list(v) for k, v in self.share.items()},
+            "final_pattern": self.final, "leader_log": list(self.leader_log)}
         for which in ("baseline", "react"):
             t = getattr(self, which)
             if t is not None:

@@ -1,5 +1,6 @@
-"""A real network on one machine: ranks in network namespaces, links shaped with tc, and
-external background flows (the congestion harness of the runtime; docs/testbed.md).
+"""A real network on one machine: ranks in network namespaces, links shaped with tc.
+
+With external background flows, the congestion harness of the runtime (docs/testbed.md).
 
 Layout (REACT §7.1's "external flows into a rank", on kernel TCP)::
 
@@ -87,9 +88,13 @@ def parse_rate(text: str | float, field: str = "rate") -> str:
 
 
 def _first_line(p: subprocess.Popen, timeout: float = 15.0) -> str:
-    """The first line a helper process prints, or '' if it prints none in time."""
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    return p.stdout.readline().strip() if ready else ""
+    """The first line a helper process prints, or '' if it prints none in time
+    (``p`` started with ``stdout=PIPE``)."""
+    out = p.stdout
+    if out is None:
+        raise ValueError("the helper process's stdout is not a pipe")
+    ready, _, _ = select.select([out], [], [], timeout)
+    return out.readline().strip() if ready else ""
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:

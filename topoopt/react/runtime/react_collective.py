@@ -1,5 +1,6 @@
-"""ReactCollective: a collective that holds its current pattern and lets REACT swap it between
-epochs (RCollective + RTuner, REACT §6).
+"""ReactCollective: a collective whose pattern REACT may swap between epochs.
+
+It holds the current pattern (RCollective + RTuner, REACT §6).
 
 One call is one epoch (the paper's benchmark runs the collective in a tight loop). With
 tuning on, epochs are grouped in cycles of ``B + slack``: the first B epochs of a cycle
@@ -144,7 +145,7 @@ class ReactCollective:
         self.version += 1
         self.changes.append((self.epoch, self.version, (), False))
 
-    def _decided_pattern(self, dec: dict) -> tuple[int, Pattern | None]:
+    def _decided_pattern(self, dec: dict | None) -> tuple[int, Pattern | None]:
         """The version a decision offers and its pattern (checked), or (-1, None)."""
         if dec is None:
             return -1, None
@@ -160,14 +161,15 @@ class ReactCollective:
 
     def _switch_point(self) -> None:
         """End of a cycle: agree on the next version and adopt it if unanimous."""
+        assert self.tuner is not None                # called only while tuning
         dec = self.tuner.decision(self._batch, self.decision_timeout)
         version, pattern = self._decided_pattern(dec)
         hi, lo = self._max_min(version)
         if hi == lo == version and version >= 0:
-            if version != self.version and pattern is None:
+            if version != self.version and (pattern is None or dec is None):
                 # a "keep" of a version nobody runs cannot happen; stay put if it does
                 self.dropped.append(self._batch)
-            elif version != self.version:
+            elif version != self.version and pattern is not None and dec is not None:
                 self._pattern = pattern
                 self.version = version
                 self.changes.append((self.epoch, version, tuple(dec.get("swaps", ())),

@@ -192,6 +192,16 @@ class RTuner:
         pattern, swaps, reverted)`` where ``batch`` is the assembled
         :class:`BatchResult` (tests use it to make a slow or failing leader).
 
+    Attributes
+    ----------
+    timeouts : int
+        Calls of :meth:`decision` that waited their whole timeout in vain (a slow or
+        stuck leader costs one, not one per batch).
+    error : BaseException or None
+        Why the tuner stopped, once the control group failed.
+    log : list of dict
+        The leader's decisions, one entry per batch.
+
     Notes
     -----
     Creating it is collective (it creates the control group and measures clock
@@ -224,6 +234,7 @@ class RTuner:
         self._decisions: dict[int, dict] = {}
         self._cond = threading.Condition()
         self._working = -1          # batch the thread is on (-1: idle)
+        self.timeouts = 0
         self.error: BaseException | None = None
         self.log: list[dict] = []   # leader: one entry per decision
         self._thread = threading.Thread(target=self._loop, name="rtuner", daemon=True)
@@ -291,6 +302,7 @@ class RTuner:
                     return None
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    self.timeouts += 1
                     return None
                 self._cond.wait(left)
             return self._decisions.pop(batch)
@@ -313,6 +325,7 @@ class RTuner:
             if self._decide is not None:
                 v, pattern, swaps, reverted = self._decide(version, result)
             else:
+                assert self.leader is not None      # only the leader decides
                 v, pattern, dec = self.leader.decide(version, result.fct, result.epoch_time)
                 swaps, reverted = tuple(str(s) for s in dec.swaps), dec.reverted
         except Exception as exc:  # noqa: BLE001 - a failing leader keeps the pattern
@@ -346,7 +359,7 @@ class RTuner:
                     if self.is_leader else None
                 dist.gather(t, gather, dst=self.leader_global, group=self.ctrl)
                 obj: list = [None]
-                if self.is_leader:
+                if gather is not None:            # the leader
                     g = np.stack([x.numpy() for x in gather])
                     versions = set(g[:, 1].astype(int).tolist())
                     recs = g[:, 2:].reshape(self.size, rec.shape[0], rec.shape[1])
