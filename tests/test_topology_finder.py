@@ -44,6 +44,7 @@ def test_totient_perms_count_and_primes(n):
     primes = totient_perms(n, primes_only=True)
     assert set(primes) <= set(perms) and 1 in primes
     assert all(p == 1 or sympy.isprime(p) for p in primes)
+    assert primes == (1,) + tuple(p for p in sympy.primerange(2, n) if n % p)
     for p in perms:  # each stride is one Hamiltonian cycle
         assert sorted(ring_order(tuple(range(n)), p)) == list(range(n))
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 from scipy.optimize import linear_sum_assignment
 
 from topoopt.routing.coin_change import circulant_distances
@@ -49,11 +49,22 @@ def totient_perms(n: int, primes_only: bool = False) -> tuple[int, ...]:
         raise ValueError(f"a ring needs a group of at least 2 members, got n={n}")
     n = int(n)
     if primes_only:
-        cands = np.array([1] + [p for p in sympy.primerange(2, n) if n % p], dtype=np.int64)
+        primes = _primes_below(n)
+        cands = np.r_[np.int64(1), primes[n % primes != 0]]
     else:
         cands = np.arange(1, n, dtype=np.int64)
         cands = cands[np.gcd(cands, n) == 1]
     return tuple(int(p) for p in cands)
+
+
+def _primes_below(n: int) -> np.ndarray:
+    """The primes ``p < n``, ascending (sieve of Eratosthenes)."""
+    sieve = np.ones(max(n, 2), dtype=bool)
+    sieve[:2] = False
+    for p in range(2, math.isqrt(n) + 1):
+        if sieve[p]:
+            sieve[p * p::p] = False
+    return np.flatnonzero(sieve[:n]).astype(np.int64)
 
 
 def ring_order(members: tuple[int, ...], stride: int) -> tuple[int, ...]:
