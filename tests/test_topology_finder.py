@@ -268,7 +268,7 @@ def test_backbone_stride_carries_the_mp_demand_in_the_fewest_hop_bytes():
     # brute force over every stride on the topology built without a backbone
     tf = importlib.import_module("topoopt.finder.topology_finder")
     base = tf._build(t, n, 4, 100e9, 1e-6, False, tf._decay_fn(0.5), 0, None, "rustworkx",
-                     3)["topology"]
+                     3).topology
     links = [(a, b) for a, _, b, _ in base.links]
 
     def hop_bytes(q):
