@@ -212,7 +212,7 @@ def _select_permutations(n: int, m: int, candidates: tuple[int, ...] | None,
         strides = tuple(int(cands[i % cands.size]) for i in range(m))
         diameter, mean = _evaluate(n, strides)
         return PermutationSelection(n, strides, diameter, mean)
-    best = None
+    fits = []  # (key, selection) per target
     c_maxes = np.geomspace(max(2.0, n ** 0.5), n, num=max(1, variants)) if m > 1 else [n]
     for c_max in c_maxes:
         base = geometric_targets(m, c_max)
@@ -226,10 +226,9 @@ def _select_permutations(n: int, m: int, candidates: tuple[int, ...] | None,
             l1 = float(cost[rows, cols].sum())
             diameter, mean = _evaluate(n, strides)
             key = (diameter, round(mean, 12), l1, strides)
-            if best is None or key < best[0]:
-                best = (key, PermutationSelection(n, strides, diameter, mean,
-                                                  tuple(float(t) for t in target), l1))
-    sel = best[1]
+            fits.append((key, PermutationSelection(n, strides, diameter, mean,
+                                                   tuple(float(t) for t in target), l1)))
+    sel = min(fits, key=lambda fit: fit[0])[1]  # the first of the best
     if refine > 0 and m > 1:  # single rings of any coprime stride are isomorphic
         strides, (diameter, mean) = _refine(n, sel.strides, cands, (sel.diameter,
                                             sel.mean_distance), refine, seed)

@@ -51,14 +51,16 @@ def neighbour_table(topology: Topology) -> np.ndarray:
     return table
 
 
-def k_shortest_paths(neighbours: np.ndarray, dist: np.ndarray, source: int, target: int,
+def k_shortest_paths(neighbours: np.ndarray | list[list[int]], dist: np.ndarray,
+                     source: int, target: int,
                      k: int, max_extra_hops: int | None = None) -> list[tuple[int, ...]]:
     """The ``k`` shortest simple paths from ``source`` to ``target``, shortest first.
 
     Parameters
     ----------
-    neighbours : ndarray
-        :func:`neighbour_table` of the topology.
+    neighbours : ndarray or list of list of int
+        :func:`neighbour_table` of the topology, or its rows without the padding
+        (faster when called for many pairs).
     dist : ndarray
         :func:`hop_distances` of the topology (the column of ``target`` is used as an
         exact lower bound on the hops left).
@@ -166,9 +168,9 @@ def equal_cost_paths(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarr
             if done.any():
                 rows = list(map(tuple, paths[done].tolist()))
                 ids = pair[done]  # ascending: a pair's paths are contiguous
-                starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]).tolist()
-                keys = zip(src[ids[starts]].tolist(), dst[ids[starts]].tolist())
-                for key, a, b in zip(keys, starts, starts[1:] + [len(rows)]):
+                first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]).tolist()
+                keys = zip(src[ids[first]].tolist(), dst[ids[first]].tolist())
+                for key, a, b in zip(keys, first, first[1:] + [len(rows)]):
                     out[key] = rows[a:b]
                 pair, cur, paths = pair[~done], cur[~done], paths[~done]
     return out

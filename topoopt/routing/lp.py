@@ -212,7 +212,9 @@ def _solve_glop(matrix: sp.csr_matrix, lower: np.ndarray, upper: np.ndarray,
     from ortools.linear_solver.python import model_builder_helper as mbh
 
     model = mb.Model()
-    model.helper.fill_model_from_sparse_data(lower, upper, objective, row_lo, row_hi, matrix)
+    # OR-Tools' stub puts float64 in the shape slot of ndarray[shape, dtype]: mypy is wrong
+    model.helper.fill_model_from_sparse_data(
+        lower, upper, objective, row_lo, row_hi, matrix)  # type: ignore[arg-type]
     solver = mbh.ModelSolverHelper(_SOLVER.lower())
     solver.solve(model.helper)
     if solver.status() != mbh.SolveStatus.OPTIMAL:
@@ -226,7 +228,8 @@ def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
                tiebreak: bool = True, stats: dict | None = None
                ) -> tuple[dict[tuple[int, int], tuple], float]:
     """The model built through ``pywraplp`` one variable at a time (kept as reference)."""
-    from ortools.linear_solver import pywraplp
+    # a SWIG module the package's stubs do not declare: mypy is wrong
+    from ortools.linear_solver import pywraplp  # type: ignore[attr-defined]
 
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
