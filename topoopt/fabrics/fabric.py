@@ -190,7 +190,7 @@ class Fabric:
         L = self.links
         if src.size <= _SMALL_COUPLED:
             # the same product by hand: scipy's sparse set-up costs more than a few
-            # hundred members' rows (a DLRM-16 Fat-tree chain: 0.5 ms per call)
+            # hundred members' rows
             pair, inv = np.unique(group * mat.shape[0] + rows, return_inverse=True)
             pair_w = np.bincount(inv.ravel(), weights=w, minlength=pair.size)
             g_of, r_of = np.divmod(pair, mat.shape[0])

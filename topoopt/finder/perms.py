@@ -194,7 +194,7 @@ def select_permutations(n: int, m: int, candidates: tuple[int, ...] | None = Non
     if candidates is not None:
         candidates = tuple(int(p) for p in candidates)
     # a pure function of its arguments, asked again for every group of the same size in
-    # every TopologyFinder run of a plan (9,000 diameter evaluations in a DLRM-128 plan)
+    # every TopologyFinder run of a plan
     return _select_permutations(int(n), int(m), candidates, bool(primes_only), int(variants),
                                 int(refine), int(seed))
 

@@ -14,7 +14,8 @@ from topoopt.topology.topology import RouteArrays, Topology
 
 __all__ = ["min_max_load_routes", "min_max_load_route_arrays"]
 
-_SOLVER = "GLOP"  # the issue asks for GLOP; CLP and HiGHS are no faster on these LPs
+#: The LP solver (OR-Tools GLOP; see docs/tuning.md for the others tried).
+_SOLVER = "GLOP"
 #: Stage 2 keeps the max load within this factor of stage 1's optimum.
 _SLACK = 1e-6
 #: Fractions below this are dropped (then a pair's fractions are renormalized).
@@ -44,8 +45,7 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
         "fast": :func:`min_max_load_route_arrays` (the model as sparse arrays through
         OR-Tools' ``model_builder``, the second LP solved afresh); "reference": the
         model built variable by variable through ``pywraplp``, the second LP warm
-        started from the first (several times slower on all-to-all MP). Both solve the
-        same LPs with GLOP: the same optimum, though not always the same split when
+        started from the first (slower on all-to-all MP). Both solve the same LPs with GLOP: the same optimum, though not always the same split when
         several splits are optimal.
     stats : dict, optional
         Filled with the LP's size and the seconds spent building it and in each
