@@ -190,6 +190,7 @@ def test_finder_invariants(case, decay, primes_only):
             assert sorted(order) == list(gp.members)
     for (src, dst), opts in plan.routes.paths.items():
         assert sum(f for _, f in opts) == pytest.approx(1.0)
+        assert all(p[0] == src and p[-1] == dst for p, _ in opts)
 
 
 def test_no_mp_traffic_gives_all_degree_to_allreduce():
