@@ -139,7 +139,7 @@ def test_stacked_iterations_run_back_to_back_after_the_phase():
     f = fat_tree(8, 100e9)
     cfg = _config(servers=8, mix=[{**NCF, "servers": 8, "count": 1}])
     plans = plan_jobs(cfg.with_(fabrics=("fattree",)))
-    specs, jobs, cap = build_jobs(cfg.with_(fabrics=("fattree",)), "fattree", plans)
+    _, jobs, cap = build_jobs(cfg.with_(fabrics=("fattree",)), "fattree", plans)
     g = jobs[0].graph
     [(start, end)], _ = run_iterations(cap, [PlacedJob(g, np.arange(8), 0, 0.25, 3)])
     [(_, one)], _ = run_iterations(cap, [PlacedJob(g, np.arange(8))])

@@ -241,6 +241,7 @@ def test_lp_fast_has_the_reference_optimum(n, d, seed, with_background):
     fast_max, fast_tax = loads(topo, demand, fast, background)
     ref_max, ref_tax = loads(topo, demand, ref, background)
     assert fast_max <= best * (1 + 2e-6) + 1e-9
+    assert ref_max <= ref_best * (1 + 2e-6) + 1e-9
     assert fast_tax == pytest.approx(ref_tax, rel=1e-6)  # the same tie-break optimum
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sympy.utilities.iterables import multiset_permutations
 
 from topoopt.finder.perms import totient_perms
 from topoopt.routing.coin_change import (
@@ -64,6 +65,16 @@ def test_coin_orders_are_distinct_simple_paths():
         sums = np.cumsum(order) % 12
         assert len(set(sums.tolist()) | {0}) == len(order) + 1  # no node visited twice
     assert coin_change_orders((1,) * 50, 4) == [(1,) * 50]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=7), st.integers(1, 40))
+def test_coin_orders_are_sympys_multiset_permutations(coins, limit):
+    # the largest-first order, then the other distinct orders in lexicographic order
+    first = tuple(sorted(coins, reverse=True))
+    rest = [tuple(o) for o in multiset_permutations(sorted(coins)) if tuple(o) != first]
+    expected = [first] if len(set(coins)) == 1 else ([first] + rest)[:limit]
+    assert coin_change_orders(coins, limit) == expected
 
 
 def random_topology(n, d, seed):

@@ -44,6 +44,7 @@ def test_totient_perms_count_and_primes(n):
     primes = totient_perms(n, primes_only=True)
     assert set(primes) <= set(perms) and 1 in primes
     assert all(p == 1 or sympy.isprime(p) for p in primes)
+    assert primes == (1,) + tuple(p for p in sympy.primerange(2, n) if n % p)
     for p in perms:  # each stride is one Hamiltonian cycle
         assert sorted(ring_order(tuple(range(n)), p)) == list(range(n))
 
@@ -189,6 +190,7 @@ def test_finder_invariants(case, decay, primes_only):
             assert sorted(order) == list(gp.members)
     for (src, dst), opts in plan.routes.paths.items():
         assert sum(f for _, f in opts) == pytest.approx(1.0)
+        assert all(p[0] == src and p[-1] == dst for p, _ in opts)
 
 
 def test_no_mp_traffic_gives_all_degree_to_allreduce():
@@ -267,7 +269,7 @@ def test_backbone_stride_carries_the_mp_demand_in_the_fewest_hop_bytes():
     # brute force over every stride on the topology built without a backbone
     tf = importlib.import_module("topoopt.finder.topology_finder")
     base = tf._build(t, n, 4, 100e9, 1e-6, False, tf._decay_fn(0.5), 0, None, "rustworkx",
-                     3)["topology"]
+                     3).topology
     links = [(a, b) for a, _, b, _ in base.links]
 
     def hop_bytes(q):

@@ -34,7 +34,7 @@ class FrozenDict(dict):
     def __repr__(self) -> str:
         return f"FrozenDict({dict.__repr__(self)})"
 
-    def copy(self) -> dict:  # type: ignore[override]
+    def copy(self) -> dict:
         """A mutable copy."""
         return dict(self)
 

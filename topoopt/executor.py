@@ -87,8 +87,8 @@ def pool_start_method() -> str:
     process runs a single thread, else ``"spawn"``.
 
     A forked worker starts with the package imported and the compiled kernels this
-    process has loaded; a spawned one imports and loads them again, ~2.4 s of CPU
-    each (of a 20 s DLRM-16 plan on 2 cores, where the parent waits meanwhile).
+    process has loaded; a spawned one imports and loads them again, seconds of CPU
+    each (docs/tuning.md) while the parent waits.
     Forking a process that runs other threads can leave a lock held in the child
     forever, so such a process spawns; so does macOS, whose system libraries are not
     safe to fork (Python spawns there by default). The tasks are pure and seeded: their

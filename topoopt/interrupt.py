@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["stop_requested", "request_stop", "graceful_interrupt", "stop_on_first_interrupt"]
 
@@ -49,7 +49,7 @@ class graceful_interrupt:
             signal.signal(signal.SIGINT, _handler)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
         _STOP.clear()  # a later search in this process starts afresh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class Traffic:
         """Total MP bytes."""
         return float(self.mp.sum())
 
-    def matrix(self, rings: dict[tuple[int, ...], list[tuple[int, ...]]] | None = None
+    def matrix(self, rings: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]] | None = None
                ) -> np.ndarray:
         """Server-to-server bytes: MP plus AllReduce as rings.
 

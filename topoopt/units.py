@@ -39,8 +39,9 @@ _BW_RE = re.compile(
 _TIME_RE = re.compile(_NUMBER + r"\s*(?P<unit>ns|us|µs|μs|ms|s|min|h)$")
 
 
-def _number(text: object, field: str, what: str, example: str) -> float | None:
-    """Return a plain number given as int/float (SI base unit), else None."""
+def _number(text: object, field: str, what: str, example: str) -> float | str:
+    """A plain number given as int/float (SI base unit) as a float, else the text
+    (a ``str``: anything else is refused)."""
     if isinstance(text, bool):
         raise ConfigError(field, text, f"expected a {what} such as {example!r}")
     if isinstance(text, (int, float)):
@@ -49,7 +50,7 @@ def _number(text: object, field: str, what: str, example: str) -> float | None:
         return value
     if not isinstance(text, str):
         raise ConfigError(field, text, f"expected a {what} such as {example!r}")
-    return None
+    return text
 
 
 def _check_value(value: float, text: object, field: str, what: str) -> None:
@@ -90,10 +91,10 @@ def parse_size(text: str | int | float, field: str = "size") -> float:
     >>> parse_size("1KiB")
     1024.0
     """
-    number = _number(text, field, "size", "2MB")
-    if number is not None:
-        return number
-    match = _SIZE_RE.match(text.strip())
+    given = _number(text, field, "size", "2MB")
+    if not isinstance(given, str):
+        return given
+    match = _SIZE_RE.match(given.strip())
     if not match:
         raise ConfigError(field, text, "expected a size such as '2MB', '512KiB' or '1.5GB'")
     value = float(match["num"]) * _prefix(match["prefix"])
@@ -129,9 +130,11 @@ def parse_bandwidth(text: str | int | float, field: str = "bandwidth") -> float:
     >>> parse_bandwidth("25GB/s")
     200000000000.0
     """
-    number = _number(text, field, "bandwidth", "100Gbps")
-    if number is None:
-        match = _BW_RE.match(text.strip())
+    given = _number(text, field, "bandwidth", "100Gbps")
+    if not isinstance(given, str):
+        number = given
+    else:
+        match = _BW_RE.match(given.strip())
         if not match:
             raise ConfigError(
                 field, text, "expected a bandwidth such as '100Gbps', '100Gbit/s' or '25GB/s'"
@@ -164,10 +167,10 @@ def parse_time(text: str | int | float, field: str = "time") -> float:
     >>> parse_time("4us")
     4e-06
     """
-    number = _number(text, field, "duration", "4us")
-    if number is not None:
-        return number
-    match = _TIME_RE.match(text.strip())
+    given = _number(text, field, "duration", "4us")
+    if not isinstance(given, str):
+        return given
+    match = _TIME_RE.match(given.strip())
     if not match:
         raise ConfigError(field, text, "expected a duration such as '4us', '10ms' or '1s'")
     value = float(match["num"]) * _TIME[match["unit"]]

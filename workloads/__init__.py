@@ -21,7 +21,7 @@ __all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model
            "model_of", "check_model"]
 
 #: model name -> builder. Builders take size keyword arguments.
-_REGISTRY: Mapping[str, Callable[..., Model]] = {
+_REGISTRY: dict[str, Callable[..., Model]] = {
     "dlrm": dlrm, "bert": bert, "candle": candle, "ncf": ncf, "resnet50": resnet50,
     "vgg16": vgg16, "gpt": gpt, "moe": moe,
 }

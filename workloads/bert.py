@@ -118,51 +118,73 @@ def bert(layers: int = 12, hidden: int = 1024, heads: int = 16, seq: int = 64,
     .. [3] W. Wang et al., "TopoOpt", NSDI 2023, §5.
     """
     ffn = 4 * hidden if ffn is None else ffn
-    _check_positive(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab,
-                    max_position=max_position, type_vocab=type_vocab, ffn=ffn)
+    _check_sizes(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab,
+                 max_position=max_position, type_vocab=type_vocab, ffn=ffn)
+    h, s = hidden, seq
+    ops = _embeddings(h, s, vocab, max_position, type_vocab)
+    prev = ops[-1].name
+    for i in range(layers):
+        ops += _encoder_layer(f"layer{i}.", h, heads, s, ffn, prev)
+        prev = ops[-1].name
+    ops += _pretraining_heads(h, s, vocab, prev)
+    size = dict(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab,
+                max_position=max_position, type_vocab=type_vocab, ffn=ffn)
+    return Model(name="bert", operators=tuple(ops), size=size)
+
+
+def _check_sizes(**size: int) -> None:
+    """ConfigError for a size BERT cannot have (see :func:`bert`)."""
+    _check_positive(**size)
+    hidden, heads = size["hidden"], size["heads"]
     if hidden % heads:
         divisors = [d for d in range(1, min(hidden, 64) + 1) if hidden % d == 0]
         raise ConfigError("job.size.heads", heads,
                           f"must divide hidden = {hidden}, e.g. one of {divisors[-4:]}")
-    if seq > max_position:
-        raise ConfigError("job.size.seq", seq,
-                          f"must be at most max_position = {max_position} "
+    if size["seq"] > size["max_position"]:
+        raise ConfigError("job.size.seq", size["seq"],
+                          f"must be at most max_position = {size['max_position']} "
                           f"(or raise job.size.max_position)")
 
-    h, s = hidden, seq
-    tok = s * h
+
+def _embeddings(h: int, s: int, vocab: int, max_position: int,
+                type_vocab: int) -> list[Operator]:
+    """``tokens``, the word, position and token-type tables, and ``embeddings.norm``."""
     ops: list[Operator] = [input_op("tokens", 2 * s)]
     emb = [token_embedding("embeddings.word", vocab, h, s, ("tokens",)),
            token_embedding("embeddings.position", max_position, h, s, ("tokens",)),
            token_embedding("embeddings.token_type", type_vocab, h, s, ("tokens",))]
     ops += emb
     # Two adds join the three embeddings before the LayerNorm.
-    ops.append(norm("embeddings.norm", h, tok, tuple(e.name for e in emb),
+    ops.append(norm("embeddings.norm", h, s * h, tuple(e.name for e in emb),
                     extra_flops_per_elem=2))
-    prev = "embeddings.norm"
-    for i in range(layers):
-        p = f"layer{i}."
-        attn = attention(p + "attention", h, heads, s, (prev,))
-        # Residual add (1 FLOP per element) fused into the following LayerNorm.
-        attn_norm = norm(p + "attention.norm", h, tok, (attn.name, prev),
-                         extra_flops_per_elem=1)
-        up = with_activation(dense(p + "ffn.up", h, ffn, (attn_norm.name,), tokens=s),
-                             ACTIVATION_FLOPS_PER_ELEM)
-        down = dense(p + "ffn.down", ffn, h, (up.name,), tokens=s)
-        ffn_norm = norm(p + "ffn.norm", h, tok, (down.name, attn_norm.name),
-                        extra_flops_per_elem=1)
-        ops += [attn, attn_norm, up, down, ffn_norm]
-        prev = ffn_norm.name
+    return ops
+
+
+def _encoder_layer(p: str, h: int, heads: int, s: int, ffn: int,
+                   prev: str) -> list[Operator]:
+    """One transformer encoder layer (operators named ``p + ...``) reading ``prev``."""
+    tok = s * h
+    attn = attention(p + "attention", h, heads, s, (prev,))
+    # Residual add (1 FLOP per element) fused into the following LayerNorm.
+    attn_norm = norm(p + "attention.norm", h, tok, (attn.name, prev),
+                     extra_flops_per_elem=1)
+    up = with_activation(dense(p + "ffn.up", h, ffn, (attn_norm.name,), tokens=s),
+                         ACTIVATION_FLOPS_PER_ELEM)
+    down = dense(p + "ffn.down", ffn, h, (up.name,), tokens=s)
+    ffn_norm = norm(p + "ffn.norm", h, tok, (down.name, attn_norm.name),
+                    extra_flops_per_elem=1)
+    return [attn, attn_norm, up, down, ffn_norm]
+
+
+def _pretraining_heads(h: int, s: int, vocab: int, prev: str) -> list[Operator]:
+    """The pooler and NSP classifier, the MLM head and the loss, reading ``prev``."""
     pooler = with_activation(dense("pooler", h, h, (prev,)), ACTIVATION_FLOPS_PER_ELEM)
     nsp = dense("nsp", h, 2, (pooler.name,))
     transform = with_activation(dense("mlm.transform", h, h, (prev,), tokens=s),
                                 ACTIVATION_FLOPS_PER_ELEM)
-    mlm_norm = norm("mlm.norm", h, tok, (transform.name,))
+    mlm_norm = norm("mlm.norm", h, s * h, (transform.name,))
     dec_fwd = 2.0 * s * h * vocab
     decoder = Operator(name="mlm.decoder", kind="dense", params=vocab, fwd_flops=dec_fwd,
                        bwd_flops=2.0 * dec_fwd, out_elems=s * vocab, inputs=(mlm_norm.name,))
-    ops += [pooler, nsp, transform, mlm_norm, decoder,
+    return [pooler, nsp, transform, mlm_norm, decoder,
             softmax_loss("loss", s * vocab + 2, (decoder.name, nsp.name))]
-    size = dict(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab,
-                max_position=max_position, type_vocab=type_vocab, ffn=ffn)
-    return Model(name="bert", operators=tuple(ops), size=size)

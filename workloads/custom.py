@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeGuard
 
 from topoopt.errors import ConfigError
 from topoopt.model import OP_KINDS, Model, Operator
@@ -18,7 +18,7 @@ _FLOAT_KEYS = ("fwd_flops", "bwd_flops")
 _FIELD = "job.operators"
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topoopt.model import Operator
 
-__all__ = ["input_op", "dense", "embedding", "mlp"]
+__all__ = ["input_op", "dense", "embedding", "mlp", "NORM_FLOPS_PER_ELEM",
+           "SOFTMAX_FLOPS_PER_ELEM", "ACTIVATION_FLOPS_PER_ELEM", "conv_out", "conv2d", "norm",
+           "pool", "elementwise", "softmax_loss", "token_embedding", "with_activation"]
 
 
 def input_op(name: str, elems: int) -> Operator:
@@ -47,8 +51,7 @@ def mlp(prefix: str, d_in: int, widths: list[int], inputs: tuple[str, ...]) -> l
 
 
 # ---------------------------------------------------------------------------
-# Helpers for the vision, transformer and custom workloads (appended; the
-# functions above are unchanged).
+# Helpers for the vision, transformer and custom workloads
 # ---------------------------------------------------------------------------
 
 #: FLOPs per element of a training-mode normalisation (batch or layer norm):
@@ -153,13 +156,6 @@ def with_activation(op: Operator, flops_per_elem: float) -> Operator:
     Backward stays twice forward for a parameterised operator and equal to forward
     otherwise.
     """
-    from dataclasses import replace  # local: keeps this helper block self-contained
-
     fwd = op.fwd_flops + flops_per_elem * op.out_elems
     bwd = 2.0 * fwd if op.params > 0 else fwd
     return replace(op, fwd_flops=fwd, bwd_flops=bwd)
-
-
-__all__ += ["NORM_FLOPS_PER_ELEM", "SOFTMAX_FLOPS_PER_ELEM", "ACTIVATION_FLOPS_PER_ELEM",
-            "conv_out", "conv2d", "norm", "pool", "elementwise", "softmax_loss",
-            "token_embedding", "with_activation"]

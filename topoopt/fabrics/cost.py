@@ -100,6 +100,8 @@ class PriceTable:
         """Unit price of ``component`` (at ``speed`` bits/s for the per-speed ones)."""
         if component in FIXED_COMPONENTS:
             return float(getattr(self, component))
+        if speed is None:
+            raise ValueError(f"{component} is priced per speed: give the speed")
         table = getattr(self, component)
         xs = np.fromiter(table.keys(), float)
         ys = np.fromiter(table.values(), float)
@@ -113,6 +115,8 @@ class PriceTable:
         """Where the price of ``component`` at ``speed`` comes from."""
         if component in FIXED_COMPONENTS:
             return self.sources.get(component, "")
+        if speed is None:
+            raise ValueError(f"{component} is priced per speed: give the speed")
         table = getattr(self, component)
         key = f"{component}@{format_bandwidth(speed).replace(' ', '')}"
         if speed in table:
@@ -125,7 +129,7 @@ def _speed_table(prices: dict[float, float]) -> dict[float, float]:
 
 
 #: Relative price of one SiP-ML wavelength by speed (28x the transceiver curve, see _CAL_SIP).
-SIP_WAVELENGTH = _speed_table({10: 560, 25: 1120, 40: 1400, 50: 2240, 100: 2800, 200: 8400,
+SIP_WAVELENGTH: dict[float, float] = _speed_table({10: 560, 25: 1120, 40: 1400, 50: 2240, 100: 2800, 200: 8400,
                                400: 16800, 800: 33600})
 
 #: The default prices (relative; see the module docstring).

@@ -179,8 +179,9 @@ class Fabric:
         if random:
             r = self.route(src, dst, random=True, seed=seed)
             owner = np.repeat(np.arange(len(r)), np.diff(r.ptr))
-            lat = np.bincount(owner, weights=self.latency[r.link] * r.weight, minlength=len(r))
-            return couple_routes(r, lat, group, share, groups, self.links)
+            path_lat = np.bincount(owner, weights=self.latency[r.link] * r.weight,
+                                   minlength=len(r))
+            return couple_routes(r, path_lat, group, share, groups, self.links)
         core = self._core()
         local = src != dst
         rows = core.pair_rows(self.attach[src], self.attach[dst])
@@ -189,7 +190,7 @@ class Fabric:
         L = self.links
         if src.size <= _SMALL_COUPLED:
             # the same product by hand: scipy's sparse set-up costs more than a few
-            # hundred members' rows (a DLRM-16 Fat-tree chain: 0.5 ms per call)
+            # hundred members' rows
             pair, inv = np.unique(group * mat.shape[0] + rows, return_inverse=True)
             pair_w = np.bincount(inv.ravel(), weights=w, minlength=pair.size)
             g_of, r_of = np.divmod(pair, mat.shape[0])
@@ -332,7 +333,7 @@ class _CoreRouter:
         self.v = self.local[fabric.dst[core_mask]]
         adj = csr_matrix((np.ones(self.u.size), (self.u, self.v)), shape=(c, c))
         adj.sum_duplicates()
-        self.D = shortest_path(adj, method="D", unweighted=True)
+        self.D: np.ndarray = shortest_path(adj, method="D", unweighted=True)
         self.sigma = self._path_counts()
         self.row_of = np.full((c, c), -1, np.int64)
         self.explicit_row = np.zeros(0, bool)
@@ -502,7 +503,7 @@ class _CoreRouter:
             ok &= D[head, tl] == (D[cur[live], t[live]] - 1)[:, None]
             wgt = np.where(ok, sig[head, tl], 0.0)
             cum = np.cumsum(wgt, axis=1)
-            pick = (cum < rng.random(cum.shape[0])[:, None] * cum[:, -1:]).sum(axis=1)
+            pick = (cum < rng.random(int(cum.shape[0]))[:, None] * cum[:, -1:]).sum(axis=1)
             e = cand[np.arange(cand.shape[0]), pick]
             chosen[live, k] = e
             cur[live] = self.v[e]

@@ -20,7 +20,8 @@ from topoopt.fabrics.fabric import Fabric
 __all__ = ["placed_fabric"]
 
 
-def placed_fabric(fabric: Fabric, servers: Sequence[int], name: str | None = None) -> Fabric:
+def placed_fabric(fabric: Fabric, servers: Sequence[int] | np.ndarray,
+                  name: str | None = None) -> Fabric:
     """``fabric`` with ``servers[i]`` renumbered as server ``i`` (and nothing else changed).
 
     The other servers become plain nodes after the job's servers, followed by the

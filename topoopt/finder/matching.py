@@ -36,12 +36,12 @@ def max_weight_matching(weights: np.ndarray, method: str = "rustworkx",
         Symmetric non-negative integer weights; ``weights[u, v] > 0`` is an edge.
         Integers keep both backends exact (rustworkx requires them).
     method : {"rustworkx", "networkx"}
-        rustworkx's Blossom is ~100x faster than networkx's at 256 nodes; networkx is
-        the reference the tests compare against.
+        rustworkx's Blossom is the fast one; networkx's is the reference the tests
+        compare against.
     top_k : int or None
         When the graph has more than ``DENSE_EDGE_LIMIT`` edges, match only over each
-        node's ``top_k`` heaviest edges (rustworkx takes ~22 s on a complete graph of
-        1,024 nodes, 0.4 s on this sparsified one). None = always exact.
+        node's ``top_k`` heaviest edges (an exact matching of a complete graph of
+        1,024 nodes takes long). None = always exact.
 
     Returns
     -------

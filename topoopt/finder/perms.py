@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
-import sympy
 from scipy.optimize import linear_sum_assignment
 
 from topoopt.routing.coin_change import circulant_distances
@@ -49,11 +49,22 @@ def totient_perms(n: int, primes_only: bool = False) -> tuple[int, ...]:
         raise ValueError(f"a ring needs a group of at least 2 members, got n={n}")
     n = int(n)
     if primes_only:
-        cands = np.array([1] + [p for p in sympy.primerange(2, n) if n % p], dtype=np.int64)
+        primes = _primes_below(n)
+        cands = np.r_[np.int64(1), primes[n % primes != 0]]
     else:
         cands = np.arange(1, n, dtype=np.int64)
         cands = cands[np.gcd(cands, n) == 1]
     return tuple(int(p) for p in cands)
+
+
+def _primes_below(n: int) -> np.ndarray:
+    """The primes ``p < n``, ascending (sieve of Eratosthenes)."""
+    sieve = np.ones(max(n, 2), dtype=bool)
+    sieve[:2] = False
+    for p in range(2, math.isqrt(n) + 1):
+        if sieve[p]:
+            sieve[p * p::p] = False
+    return np.flatnonzero(sieve[:n]).astype(np.int64)
 
 
 def ring_order(members: tuple[int, ...], stride: int) -> tuple[int, ...]:
@@ -183,7 +194,7 @@ def select_permutations(n: int, m: int, candidates: tuple[int, ...] | None = Non
     if candidates is not None:
         candidates = tuple(int(p) for p in candidates)
     # a pure function of its arguments, asked again for every group of the same size in
-    # every TopologyFinder run of a plan (9,000 diameter evaluations in a DLRM-128 plan)
+    # every TopologyFinder run of a plan
     return _select_permutations(int(n), int(m), candidates, bool(primes_only), int(variants),
                                 int(refine), int(seed))
 
@@ -201,7 +212,7 @@ def _select_permutations(n: int, m: int, candidates: tuple[int, ...] | None,
         strides = tuple(int(cands[i % cands.size]) for i in range(m))
         diameter, mean = _evaluate(n, strides)
         return PermutationSelection(n, strides, diameter, mean)
-    best = None
+    fits = []  # (key, selection) per target
     c_maxes = np.geomspace(max(2.0, n ** 0.5), n, num=max(1, variants)) if m > 1 else [n]
     for c_max in c_maxes:
         base = geometric_targets(m, c_max)
@@ -215,10 +226,9 @@ def _select_permutations(n: int, m: int, candidates: tuple[int, ...] | None,
             l1 = float(cost[rows, cols].sum())
             diameter, mean = _evaluate(n, strides)
             key = (diameter, round(mean, 12), l1, strides)
-            if best is None or key < best[0]:
-                best = (key, PermutationSelection(n, strides, diameter, mean,
-                                                  tuple(float(t) for t in target), l1))
-    sel = best[1]
+            fits.append((key, PermutationSelection(n, strides, diameter, mean,
+                                                   tuple(float(t) for t in target), l1)))
+    sel = min(fits, key=lambda fit: fit[0])[1]  # the first of the best
     if refine > 0 and m > 1:  # single rings of any coprime stride are isomorphic
         strides, (diameter, mean) = _refine(n, sel.strides, cands, (sel.diameter,
                                             sel.mean_distance), refine, seed)

@@ -1,4 +1,9 @@
-"""TopologyFinder (TopoOpt §4, Algorithm 1): AllReduce rings + MP matchings + routes for one job."""
+"""TopologyFinder (TopoOpt §4, Algorithm 1): AllReduce rings + MP matchings + routes for one job.
+
+Unlike the authors' public code, the MP share of the degree is really given to MP (the
+Blossom step runs), groups get rings in proportion to their traffic (not all to the
+largest), and MP bytes are split over k paths (not one BFS path).
+"""
 
 from __future__ import annotations
 
@@ -46,6 +51,11 @@ __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan"
            "is_strongly_connected", "extend_plan"]
 
 Ring = tuple[int, ...]
+Path = tuple[int, ...]
+#: coin_change_table's (count, last)
+CoinTable = tuple[np.ndarray, np.ndarray]
+#: (src, dst) -> [(path, bytes)]
+Contribs = dict[tuple[int, int], list[tuple[Path, float]]]
 
 
 @dataclass(frozen=True)
@@ -161,8 +171,8 @@ class _Builder:
         return Topology(self.n, self.d, tuple(self.links), bandwidth, latency,
                         tuple(self.labels))
 
-
-def _decay_fn(mp_decay) -> Callable[[float, int], float]:
+def _decay_fn(mp_decay: float | Callable[[float, int], float]
+              ) -> Callable[[float, int], float]:
     if callable(mp_decay):
         return mp_decay
     r = float(mp_decay)
@@ -171,8 +181,14 @@ def _decay_fn(mp_decay) -> Callable[[float, int], float]:
     return lambda demand, links: demand * r ** links
 
 
-def _matching_weights(demand: np.ndarray, dist: np.ndarray, rng) -> np.ndarray:
-    """Integer weights: demand first, then far-apart pairs, then a seeded tie-break."""
+def _matching_weights(demand: np.ndarray, dist: np.ndarray,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Integer weights: demand first, then far-apart pairs, then a seeded tie-break.
+
+    The decayed demand is quantized to ~2^-33 of the largest; the round-trip hop
+    distance in the topology built so far comes next, so equal demands link the
+    farthest pairs (all-to-all MP gets expander-like links, not arbitrary ones).
+    """
     n = demand.shape[0]
     pos = demand > 0
     if not pos.any():
@@ -196,9 +212,8 @@ def _backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed
     topology, carries the MP demand ``mp`` in the fewest hop-bytes (sum of bytes x hop
     count); ties go to SelectPermutations' single stride, then the smallest. The
     stride-1 ring crosses between two halves of the shard twice: a pipeline whose
-    stages are the halves (server ``i`` sends to ``i + n/2``) then funnels every
-    activation through two links (DLRM-128, the Ideal Switch's best strategy on the
-    3 + 1 shard: 438 ms; with the stride this picks, 63: 82 ms).
+    stages are the halves (server ``i`` sends to ``i + n/2``) would then funnel every
+    activation through two links.
     """
     n = topology.servers
     default = select_permutations(n, 1, primes_only=primes_only, seed=seed).strides[0]
@@ -219,8 +234,29 @@ def _backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed
     return int(best)
 
 
-def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float, primes_only: bool,
-           decay, seed: int, backbone: int | None, matching: str, d_ar: int | None = None):
+@dataclass(frozen=True)
+class _Layout:
+    """Steps 1-3 of one pass: the topology and what was decided on the way.
+
+    ``rings`` and ``selections`` cover the groups with rings of their own;
+    ``ring_groups`` maps every set of servers with rings (the backbone included) to
+    its strides; ``degrees`` is d_k per ``Traffic.allreduce`` group.
+    """
+
+    topology: Topology
+    degree_allreduce: int
+    rings: Mapping[tuple[int, ...], tuple[Ring, ...]]
+    ring_groups: Mapping[tuple[int, ...], tuple[int, ...]]
+    degrees: tuple[int, ...]
+    selections: Mapping[tuple[int, ...], PermutationSelection]
+    backbone: PermutationSelection | None
+    rounds: tuple[tuple[tuple[int, int], ...], ...]
+    spare: tuple[Ring, ...]
+
+
+def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float,
+           primes_only: bool, decay: Callable[[float, int], float], seed: int,
+           backbone: int | None, matching: str, d_ar: int | None = None) -> _Layout:
     """One pass of Steps 1-3; ``backbone``: the stride of a ring over all servers laid
     first (for connectivity), or None."""
     rng = np.random.default_rng(seed)
@@ -253,8 +289,19 @@ def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float, p
             orders.append(order)
         rings[g.members] = tuple(orders)
         ring_groups[g.members] = sel.strides
-    # Step 3: repeated Blossom matchings on the MP demand, ports left at each server
-    want = traffic.mp + traffic.mp.T
+    rounds = _match_mp(b, traffic.mp, bandwidth, latency, decay, rng, matching)
+    spare = _spare_rings(b, seed)
+    return _Layout(b.topology(bandwidth, latency), d_ar, rings, ring_groups, tuple(degrees),
+                   selections, backbone_sel, rounds, spare)
+
+
+def _match_mp(b: _Builder, mp: np.ndarray, bandwidth: float, latency: float,
+              decay: Callable[[float, int], float], rng: np.random.Generator, matching: str
+              ) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Step 3: repeated Blossom matchings on the MP demand over the ports left at each
+    server, a pair's demand decayed by the links it already has. Returns the rounds."""
+    n, d = b.n, b.d
+    want = mp + mp.T
     left = want.copy()
     linked = np.zeros((n, n), dtype=np.int64)
     rounds = []
@@ -275,7 +322,13 @@ def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float, p
             linked[v, u] += 1
             left[u, v] = left[v, u] = decay(want[u, v], int(linked[u, v]))
         rounds.append(tuple(pairs))
-    # leftover ports (servers outside the groups, odd ports): rings over those servers
+    return tuple(rounds)
+
+
+def _spare_rings(b: _Builder, seed: int) -> tuple[Ring, ...]:
+    """Rings over the servers that still have ports (servers outside the groups, odd
+    ports left by the matchings), until fewer than two have one."""
+    d = b.d
     spare = []
     while True:
         free_servers = tuple(int(s) for s in np.flatnonzero(b.used < d))
@@ -287,29 +340,25 @@ def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float, p
             order = ring_order(free_servers, p)
             b.ring(order, f"spare:p={p}")
             spare.append(order)
-    topo = b.topology(bandwidth, latency)
-    return dict(topology=topo, d_ar=d_ar, rings=rings, ring_groups=ring_groups,
-                degrees=degrees, selections=selections, backbone=backbone_sel,
-                rounds=tuple(rounds), spare=tuple(spare))
+    return tuple(spare)
 
-
-def _order_along_host(members, host, strides, table) -> tuple[Ring, int]:
+def _order_along_host(members: tuple[int, ...], host: tuple[int, ...],
+                      strides: tuple[int, ...], table: CoinTable) -> tuple[Ring, int]:
     """Members ordered along one of the host's rings, fewest total coins."""
     g = len(host)
     idx = {s: i for i, s in enumerate(host)}
     count = table[0]
-    best = None
+    tried = []
     for p in sorted(set(strides) | {1}):
         inv = pow(p, -1, g) if g > 1 else 0
         order = tuple(sorted(members, key=lambda s: (idx[s] * inv) % g))
         cost = sum(int(count[(idx[v] - idx[u]) % g])
                    for u, v in zip(order, order[1:] + order[:1]))
-        if best is None or cost < best[1]:
-            best = (order, cost)
-    return best
+        tried.append((order, cost))
+    return min(tried, key=lambda oc: oc[1])  # the first of the cheapest
 
 
-def _nearest_neighbour_ring(members, dist) -> Ring:
+def _nearest_neighbour_ring(members: tuple[int, ...], dist: np.ndarray) -> Ring:
     order = [members[0]]
     rest = set(members[1:])
     while rest:
@@ -320,8 +369,8 @@ def _nearest_neighbour_ring(members, dist) -> Ring:
     return tuple(order)
 
 
-def _merge(contribs: list[tuple[tuple[int, ...], float]]):
-    agg: dict[tuple[int, ...], float] = {}
+def _merge(contribs: list[tuple[Path, float]]) -> tuple[tuple[Path, float], ...]:
+    agg: dict[Path, float] = {}
     for path, nbytes in contribs:
         agg[path] = agg.get(path, 0.0) + nbytes
     total = sum(agg.values())
@@ -330,8 +379,10 @@ def _merge(contribs: list[tuple[tuple[int, ...], float]]):
     return tuple((p, v / total) for p, v in sorted(agg.items()) if v > 0)
 
 
-def _mp_routes_reference(traffic: Traffic, topo, dist, direct, contribs, routing, k_paths,
-                         max_extra_hops) -> tuple[Routes, float | None]:
+def _mp_routes_reference(traffic: Traffic, topo: Topology, dist: np.ndarray,
+                         direct: set[tuple[int, int]], contribs: Contribs, routing: str,
+                         k_paths: int, max_extra_hops: int | None
+                         ) -> tuple[Routes, float | None]:
     """Step 4b with a tuple per path (kept as the reference for :func:`_mp_routes`)."""
     src, dst = np.nonzero(traffic.mp)
     mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
@@ -355,8 +406,9 @@ def _mp_routes_reference(traffic: Traffic, topo, dist, direct, contribs, routing
     return Routes(merged), mp_max_load
 
 
-def _mp_routes(traffic: Traffic, topo, dist, direct, contribs, routing, k_paths,
-               max_extra_hops) -> tuple[Routes, float | None]:
+def _mp_routes(traffic: Traffic, topo: Topology, dist: np.ndarray,
+               direct: set[tuple[int, int]], contribs: Contribs, routing: str, k_paths: int,
+               max_extra_hops: int | None) -> tuple[Routes, float | None]:
     """Step 4b on arrays: MP routes stay :class:`RouteArrays`; only the few pairs that
     also carry ring bytes are merged as tuples. Equal to :func:`_mp_routes_reference`
     (for the LP: the same optimum)."""
@@ -381,8 +433,33 @@ def _mp_routes(traffic: Traffic, topo, dist, direct, contribs, routing, k_paths,
         elif pair in direct:
             continue
         merged[pair] = _merge(parts)
-    return Routes(mp_arr).merge(Routes(merged)), mp_max_load
+    return Routes.from_arrays(mp_arr).merge(Routes(merged)), mp_max_load
 
+
+def _check_arguments(traffic: Traffic, servers: int, ports: int, link_bandwidth: float,
+                     routing: str, k_paths: int, allreduce_degree: int | None,
+                     implementation: str) -> tuple[int, int]:
+    """``(n, d)``; ValueError for an argument :func:`topology_finder` cannot take."""
+    n, d = int(servers), int(ports)
+    if n != servers or n < 2:
+        raise ValueError(f"servers must be an integer >= 2, got {servers}")
+    if d != ports or d < 1:
+        raise ValueError(f"ports must be an integer >= 1, got {ports}")
+    if traffic.servers != n:
+        raise ValueError(f"traffic is for {traffic.servers} servers, not {n}")
+    if link_bandwidth <= 0:
+        raise ValueError(f"link_bandwidth must be > 0, got {link_bandwidth}")
+    if routing not in ("kshortest", "lp"):
+        raise ValueError(f"routing must be 'kshortest' or 'lp', got {routing!r}")
+    if implementation not in ("fast", "reference"):
+        raise ValueError(f"implementation must be 'fast' or 'reference', got "
+                         f"{implementation!r}")
+    if int(k_paths) != k_paths or k_paths < 1:
+        raise ValueError(f"k_paths must be a positive integer, got {k_paths}")
+    if allreduce_degree is not None and not (
+            int(allreduce_degree) == allreduce_degree and 1 <= allreduce_degree <= d):
+        raise ValueError(f"allreduce_degree must be an integer in 1..{d}, got {allreduce_degree}")
+    return n, d
 
 def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: float,
                     link_latency: float = 1e-6, *, primes_only: bool = False,
@@ -399,10 +476,8 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
         AllReduce groups and the MP matrix of the strategy (§2).
     servers, ports : int
         n and d (NIC ports per server).
-    link_bandwidth : float
-        Bits/s per link.
-    link_latency : float
-        Seconds.
+    link_bandwidth, link_latency : float
+        Bits/s per link, and seconds.
     primes_only : bool
         TotientPerms restricted to primes (and 1).
     mp_decay : float or callable
@@ -426,13 +501,10 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
         planner uses it to try neighbouring splits and keep the one the simulator
         prefers; by default :func:`~topoopt.finder.degree.split_degree` decides.
     implementation : {"fast", "reference"}
-        How routes are built. "fast": MP routes as
-        :class:`~topoopt.topology.topology.RouteArrays` (``plan.routes`` builds a
-        pair's tuples only when asked) and the LP assembled as sparse arrays;
-        "reference": a Python tuple per path and the LP built variable by variable, as
-        before. The plans are equal (with ``routing="lp"``: the same optimal maximum
-        load, the split may differ where several are optimal); the benchmark and tests
-        compare the two.
+        "fast": MP routes as :class:`~topoopt.topology.topology.RouteArrays` and the
+        LP assembled as sparse arrays; "reference": a tuple per path and the LP built
+        variable by variable. The plans are equal (with ``routing="lp"``: the same
+        optimal maximum load; the split may differ where several are optimal).
 
     Returns
     -------
@@ -443,26 +515,17 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     Step 1 :func:`~topoopt.finder.degree.split_degree`; Step 2 per group
     :func:`~topoopt.finder.degree.allocate_group_degrees`, TotientPerms and
     SelectPermutations in the group's index space (member ``i`` sends to member
-    ``(i + p) mod g``), one port per ring at each member; Step 3 repeated
-    maximum-weight matchings over the servers with ports left, pairs already matched
-    decayed; then rings over servers that still have ports (``"spare"``). If the
-    result is not strongly connected (groups that do not span the shard, no
-    AllReduce at all), it is rebuilt with one "backbone" ring over all servers taken
-    from the AllReduce degree (the paper's reason for "at least one degree to
+    ``(i + p) mod g``), one port per ring at each member; Step 3 repeated maximum-weight
+    matchings over the servers with ports left, pairs already matched decayed, equal
+    demands linking the farthest pairs; then rings over servers that still have ports
+    (``"spare"``). If the result is not strongly connected (groups that do not span the
+    shard, no AllReduce at all), it is rebuilt with one "backbone" ring over all servers
+    taken from the AllReduce degree (the paper's reason for "at least one degree to
     AllReduce"), of the stride that carries the MP demand in the fewest hop-bytes
-    (:func:`_backbone_stride`). Step 4 routes: hops of groups without rings follow the rings of a
-    group containing them by minimal coin change in Z_g (App. E.1), spread over up
-    to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs take
-    k-shortest paths or the LP.
-
-    Unlike the authors' public code, the MP share of the degree is really given to
-    MP (the Blossom step runs), groups get rings in proportion to their traffic (not
-    all to the largest), and MP bytes are split over k paths (not one BFS path).
-
-    Matching weights are integers: the decayed demand first (quantized to ~2^-33 of
-    the largest), then the round-trip hop distance in the topology built so far
-    (so equal demands link the farthest pairs: all-to-all MP gets expander-like
-    links, not arbitrary ones), then a seeded tie-break.
+    (:func:`_backbone_stride`). Step 4 routes: hops of groups without rings follow the
+    rings of a group containing them by minimal coin change in Z_g (App. E.1), spread
+    over up to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs
+    take k-shortest paths or the LP.
 
     Examples
     --------
@@ -476,54 +539,32 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     >>> plan.degree_allreduce + plan.degree_mp
     4
     """
-    n, d = int(servers), int(ports)
-    if n != servers or n < 2:
-        raise ValueError(f"servers must be an integer >= 2, got {servers}")
-    if d != ports or d < 1:
-        raise ValueError(f"ports must be an integer >= 1, got {ports}")
-    if traffic.servers != n:
-        raise ValueError(f"traffic is for {traffic.servers} servers, not {n}")
-    if link_bandwidth <= 0:
-        raise ValueError(f"link_bandwidth must be > 0, got {link_bandwidth}")
-    if routing not in ("kshortest", "lp"):
-        raise ValueError(f"routing must be 'kshortest' or 'lp', got {routing!r}")
-    if implementation not in ("fast", "reference"):
-        raise ValueError(f"implementation must be 'fast' or 'reference', got "
-                         f"{implementation!r}")
-    if int(k_paths) != k_paths or k_paths < 1:
-        raise ValueError(f"k_paths must be a positive integer, got {k_paths}")
-    if allreduce_degree is not None and not (
-            int(allreduce_degree) == allreduce_degree and 1 <= allreduce_degree <= d):
-        raise ValueError(f"allreduce_degree must be an integer in 1..{d}, got {allreduce_degree}")
+    n, d = _check_arguments(traffic, servers, ports, link_bandwidth, routing, k_paths,
+                            allreduce_degree, implementation)
     decay = _decay_fn(mp_decay)
-    built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
-                   None, matching, allreduce_degree)
-    if not is_strongly_connected(built["topology"]):
-        stride = _backbone_stride(traffic.mp, built["topology"], primes_only, seed)
-        built = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
-                       seed, stride, matching, allreduce_degree)
-    topo: Topology = built["topology"]
+    layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
+                    None, matching, allreduce_degree)
+    if not is_strongly_connected(layout.topology):
+        stride = _backbone_stride(traffic.mp, layout.topology, primes_only, seed)
+        layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
+                        seed, stride, matching, allreduce_degree)
+    topo = layout.topology
     dist = hop_distances(topo)
     direct = {(a, b) for a, _, b, _ in topo.links}
-    rings, group_plans, contribs = _allreduce_routes(traffic, built, topo, dist, direct,
+    rings, group_plans, contribs = _allreduce_routes(traffic, layout, dist, direct,
                                                      k_paths, max_extra_hops)
-    # Step 4b: MP routes
-    if implementation == "reference":
-        routes, mp_max_load = _mp_routes_reference(traffic, topo, dist, direct, contribs,
-                                                   routing, k_paths, max_extra_hops)
-    else:
-        routes, mp_max_load = _mp_routes(traffic, topo, dist, direct, contribs, routing,
-                                         k_paths, max_extra_hops)
-    return TopologyPlan(topology=topo, rings=rings, routes=routes,
-                        degree_allreduce=built["d_ar"], degree_mp=d - built["d_ar"],
-                        groups=tuple(group_plans), backbone=built["backbone"],
-                        matching_rounds=built["rounds"], spare_rings=built["spare"],
+    mp_routes = _mp_routes_reference if implementation == "reference" else _mp_routes
+    routes, mp_max_load = mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
+                                    max_extra_hops)
+    d_ar = layout.degree_allreduce
+    return TopologyPlan(topology=topo, rings=rings, routes=routes, degree_allreduce=d_ar,
+                        degree_mp=d - d_ar, groups=tuple(group_plans), backbone=layout.backbone,
+                        matching_rounds=layout.rounds, spare_rings=layout.spare,
                         routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
 
 
-
-def _host_ring_paths(u: int, v: int, host: tuple, strides: tuple, table,
-                     k_paths: int) -> list[tuple[int, ...]]:
+def _host_ring_paths(u: int, v: int, host: tuple[int, ...], strides: tuple[int, ...],
+                     table: CoinTable, k_paths: int) -> list[Path]:
     """Up to ``k_paths`` paths from ``u`` to ``v`` along the host group's rings: each an
     order of the coin-change coins (strides) that add up to the hop (§4, Appendix)."""
     hidx = {s: i for i, s in enumerate(host)}
@@ -538,8 +579,33 @@ def _host_ring_paths(u: int, v: int, host: tuple, strides: tuple, table,
     return paths
 
 
-def _allreduce_routes(traffic: Traffic, built: dict, topo: Topology, dist, direct: set,
-                      k_paths: int, max_extra_hops: int):
+def _ring_for_group(members: tuple[int, ...], layout: _Layout, dist: np.ndarray,
+                    tables: dict[tuple[tuple[int, ...], tuple[int, ...]], CoinTable]
+                    ) -> tuple[Ring, tuple[int, ...] | None]:
+    """The ring order of a group without rings of its own and its host: along the
+    rings of the group containing it with the fewest coins (then the smallest), else
+    a nearest-neighbour ring without a host. Fills ``tables`` (host, strides) ->
+    :func:`~topoopt.routing.coin_change.coin_change_table`."""
+    ring_groups = layout.ring_groups
+    best: tuple[Ring, int, tuple[int, ...]] | None = None
+    for h in ring_groups:
+        if not set(members) <= set(h):
+            continue
+        key = (h, ring_groups[h])
+        if key not in tables:
+            tables[key] = coin_change_table(ring_groups[h], len(h))
+        order, cost = _order_along_host(members, h, ring_groups[h], tables[key])
+        if best is None or (cost, len(h)) < (best[1], len(best[2])):
+            best = (order, cost, h)
+    if best is None:
+        return _nearest_neighbour_ring(members, dist), None
+    return best[0], best[2]
+
+
+def _allreduce_routes(traffic: Traffic, layout: _Layout, dist: np.ndarray,
+                      direct: set[tuple[int, int]], k_paths: int, max_extra_hops: int | None
+                      ) -> tuple[dict[tuple[int, ...], tuple[Ring, ...]], list[GroupPlan],
+                                 Contribs]:
     """Step 4a: ring orders for the groups that got no rings of their own (along a host
     group's rings, else a nearest-neighbour ring), and the routes of every ring hop
     that is not a link (coin change on the host's strides, else k shortest paths).
@@ -547,31 +613,19 @@ def _allreduce_routes(traffic: Traffic, built: dict, topo: Topology, dist, direc
     Returns ``(rings, group plans, contributions)``: group members -> ring orders, one
     :class:`GroupPlan` per AllReduce group, and ``(src, dst) -> [(path, bytes)]``.
     """
-    rings = dict(built["rings"])
-    ring_groups = built["ring_groups"]
-    tables = {}
-    contribs: dict[tuple[int, int], list] = {}
+    rings = dict(layout.rings)
+    ring_groups = layout.ring_groups
+    tables: dict[tuple[tuple[int, ...], tuple[int, ...]], CoinTable] = {}
+    contribs: Contribs = {}
     group_plans = []
     needs_paths: dict[tuple[int, int], float] = {}
-    for g, dk in zip(traffic.allreduce, built["degrees"]):
+    for g, dk in zip(traffic.allreduce, layout.degrees):
         host = None
         if dk == 0:
-            hosts = [h for h in ring_groups if set(g.members) <= set(h)]
-            best = None
-            for h in hosts:
-                key = (h, ring_groups[h])
-                if key not in tables:
-                    tables[key] = coin_change_table(ring_groups[h], len(h))
-                order, cost = _order_along_host(g.members, h, ring_groups[h], tables[key])
-                if best is None or (cost, len(h)) < (best[1], len(best[2])):
-                    best = (order, cost, h)
-            if best is not None:
-                rings[g.members] = (best[0],)
-                host = best[2]
-            else:
-                rings[g.members] = (_nearest_neighbour_ring(g.members, dist),)
+            order, host = _ring_for_group(g.members, layout, dist, tables)
+            rings[g.members] = (order,)
         group_plans.append(GroupPlan(g.members, g.network_bytes, dk,
-                                     built["selections"].get(g.members), host))
+                                     layout.selections.get(g.members), host))
         orders = rings[g.members]
         hop_bytes = g.ring_bytes_per_pair / len(orders)
         for order in orders:
@@ -586,11 +640,12 @@ def _allreduce_routes(traffic: Traffic, built: dict, topo: Topology, dist, direc
                 else:
                     needs_paths[u, v] = needs_paths.get((u, v), 0.0) + hop_bytes
     if needs_paths:
-        for pair, opts in k_shortest_routes(topo, needs_paths, k_paths, max_extra_hops,
-                                            dist=dist).items():
+        for pair, opts in k_shortest_routes(layout.topology, needs_paths, k_paths,
+                                            max_extra_hops, dist=dist).items():
             for p, f in opts:
                 contribs.setdefault(pair, []).append((p, needs_paths[pair] * f))
     return rings, group_plans, contribs
+
 
 def check_topology_plan(plan: TopologyPlan, traffic: Traffic) -> None:
     """Raise :class:`PlanCheckError` unless the plan is consistent with ``traffic``.

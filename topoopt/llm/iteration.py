@@ -37,14 +37,11 @@ __all__ = ["LLM_COMPUTE_EFFICIENCY", "CommTimes", "LLMIteration", "llm_iteration
            "hardware_flops_per_token"]
 
 #: The fraction of peak FLOP/s a transformer's kernels reach (``cluster.compute_efficiency``
-#: of the LLM configs). Calibrated, with this model, on Megatron-LM's GPT-3 175B run (1,024
-#: A100, tp 8, pp 8, dp 16, batch 1536, full recomputation: 138 TFLOP/s per GPU counted
-#: with recomputation = 44% of peak; Narayanan et al. SC'21 and the Megatron-LM README):
-#: 0.52 predicts 43.7% there on an Ideal Switch. Checked, not fitted, on Llama 3 405B
-#: (8,192 H100, tp 8, pp 16, dp 64, 16M-token batches: 43% BF16 MFU; Grattafiori et al.
-#: 2024, Table 4): 40% predicted (tests/test_llm_calibration.py). The cluster's default
-#: 0.44 is Megatron's end-to-end figure, for models whose bubbles and communication the
-#: compute model does not see; the LLM model sees them, so its kernels are faster.
+#: of the LLM configs), calibrated with this model on Megatron-LM's GPT-3 175B run and
+#: checked on Llama 3 405B (tests/test_llm_calibration.py; the numbers: docs/tuning.md).
+#: The cluster's default 0.44 is Megatron's end-to-end figure, for models whose bubbles
+#: and communication the compute model does not see; the LLM model sees them, so its
+#: kernels are faster.
 LLM_COMPUTE_EFFICIENCY = 0.52
 
 

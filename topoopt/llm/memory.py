@@ -150,7 +150,7 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     edp = par.dp // par.ep
     mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq
     act_token = activation_bytes_per_token(shape, par.recompute, par.flash_attention) * dtype_bytes / 2 / par.tp
-    best = None
+    stages = []
     for s in range(par.pp):
         params = dense[s] + expert[s]
         opt = opt_per_param * (dense[s] / par.dp + expert[s] / edp if par.zero1 else params)
@@ -160,8 +160,6 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
         act = layers[s] * flight * mb_tokens * act_token
         if s == par.pp - 1:   # fp32 logits of one micro-batch for the loss
             act += mb_tokens * shape.vocab * 4.0 / par.tp
-        m = MemoryBreakdown(s, params, params * dtype_bytes, params * dtype_bytes, opt, act,
-                            HBM_USABLE * gpu_memory)
-        if best is None or m.total > best.total:
-            best = m
-    return best
+        stages.append(MemoryBreakdown(s, params, params * dtype_bytes, params * dtype_bytes,
+                                      opt, act, HBM_USABLE * gpu_memory))
+    return max(stages, key=lambda m: m.total)  # the first of the fullest stages

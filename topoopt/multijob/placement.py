@@ -68,7 +68,8 @@ def place_jobs(sizes: Sequence[int], servers: int, policy: str = "contiguous",
     elif policy == "random":
         order = np.random.default_rng([seed, 16]).permutation(servers)[:need]
     else:
-        owner, left = [], list(sizes)
+        owner: list[int] = []
+        left = list(sizes)
         while len(owner) < need:       # one round: a server to every job still short
             owner += [j for j in range(len(sizes)) if left[j] > 0]
             left = [x - 1 if x > 0 else 0 for x in left]
@@ -82,12 +83,12 @@ def place_jobs(sizes: Sequence[int], servers: int, policy: str = "contiguous",
     return out
 
 
-def check_placement(placements: Sequence[Sequence[int]], servers: int) -> None:
+def check_placement(placements: Sequence[Sequence[int] | np.ndarray], servers: int) -> None:
     """Raise :class:`ConfigError` unless every job has distinct servers of the cluster
     and no server is given to two jobs."""
     seen = np.full(servers, -1, np.int64)
-    for j, p in enumerate(placements):
-        p = np.asarray(p, np.int64)
+    for j, given in enumerate(placements):
+        p = np.asarray(given, np.int64)
         if p.size == 0 or p.min() < 0 or p.max() >= servers or np.unique(p).size != p.size:
             raise ConfigError(f"placement[{j}]", p.tolist(),
                               f"distinct servers in 0..{servers - 1}")

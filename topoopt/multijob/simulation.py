@@ -407,11 +407,13 @@ def build_jobs(config: ClusterConfig, fabric: str, plans: dict,
             caches[key] = (model, EstimateCache(model, jp.cluster, spec.job))
         model, cache = caches[key]
         if shared is None:
+            shard = jp.shard
+            assert shard is not None, "a TopoOpt job plan carries its shard"
             if key not in graphs:       # identical jobs: identical shards and graphs
-                graphs[key] = _graph(model, jp.cluster, spec.job, jp, jp.shard, cache)
+                graphs[key] = _graph(model, jp.cluster, spec.job, jp, shard, cache)
             out.append(PlacedJob(graphs[key], np.asarray(servers), offset))
-            capacity.append(jp.shard.capacity)
-            offset += jp.shard.links
+            capacity.append(shard.capacity)
+            offset += shard.links
         else:
             # a graph per job: its routes are those of its own servers
             view = placed_fabric(shared, servers)
@@ -513,9 +515,9 @@ def simulate_cluster(config: ClusterConfig, fabric: str, plans: dict,
         else:  # pragma: no cover - would need iterations 100x slower or faster than alone
             raise TopoOptError("the simulation did not cover the measurement window")
         events += ev
-        for j, b in zip(members, res):
-            bounds[j] = b
-            ends[j] = end_g
+        for m, b in zip(members, res):
+            bounds[m] = b
+            ends[m] = end_g
         if progress:
             progress(f"{fabric}: simulating", gi + 1, len(groups))
     runs = []
@@ -527,6 +529,15 @@ def simulate_cluster(config: ClusterConfig, fabric: str, plans: dict,
                            measured))
     return ClusterRun(fabric, config.placement, tuple(runs), (o_max, float(ends.max())),
                       events, len(groups))
+
+
+def _staged(progress: Callable[[str, int, int], None] | None, stage: str
+            ) -> Callable[[str, int, int], None] | None:
+    """``progress`` with its stage name replaced by ``stage`` (None stays None)."""
+    if progress is None:
+        return None
+    report = progress
+    return lambda s, d, t: report(f"{stage}: {s.split(': ', 1)[-1]}", d, t)
 
 
 def _simulate_task(task) -> ClusterRun:
@@ -546,11 +557,9 @@ def simulate_fabrics(configs: Sequence[ClusterConfig], fabrics: Sequence[str], p
     executor = executor or SerialExecutor()
     if executor.name == "serial":
         out = []
-        for i, (c, f, p) in enumerate(tasks):
-            stage = f"{f}, {len(c.job_list())} jobs"
-            out.append(simulate_cluster(c, f, p, progress=(
-                lambda s, d, t, st=stage: progress(f"{st}: {s.split(': ', 1)[-1]}", d, t))
-                if progress else None))
+        for c, f, p in tasks:
+            out.append(simulate_cluster(c, f, p, progress=_staged(
+                progress, f"{f}, {len(c.job_list())} jobs")))
         return out
     out = executor.map(_simulate_task, tasks)
     if progress:

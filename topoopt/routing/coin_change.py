@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
-from sympy.utilities.iterables import multiset_permutations
 
 __all__ = ["coin_change_table", "coin_change", "coin_change_orders", "circulant_distances"]
 
@@ -115,6 +114,28 @@ def coin_change(offset: int, coins: Sequence[int], modulus: int,
     return tuple(sorted(out, reverse=True))
 
 
+def _multiset_permutations(items: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """The distinct orders of ``items`` in ascending lexicographic order.
+
+    Narayana Pandita's next-permutation step, which skips repeated orders of equal
+    items; the same sequence as sympy's ``multiset_permutations`` (without importing
+    sympy).
+    """
+    a = sorted(int(c) for c in items)
+    while True:
+        yield tuple(a)
+        i = len(a) - 2
+        while i >= 0 and a[i] >= a[i + 1]:
+            i -= 1
+        if i < 0:
+            return
+        j = len(a) - 1
+        while a[j] <= a[i]:
+            j -= 1
+        a[i], a[j] = a[j], a[i]
+        a[i + 1:] = a[:i:-1]
+
+
 def coin_change_orders(coins_used: Sequence[int], limit: int) -> list[tuple[int, ...]]:
     """Up to ``limit`` distinct orders of a coin multiset (largest-first order first).
 
@@ -126,8 +147,7 @@ def coin_change_orders(coins_used: Sequence[int], limit: int) -> list[tuple[int,
     out = [first]
     if limit <= 1 or len(set(first)) <= 1:
         return out
-    for order in islice(multiset_permutations(list(first)), 2 * limit):
-        order = tuple(int(c) for c in order)
+    for order in islice(_multiset_permutations(first), 2 * limit):
         if order != first:
             out.append(order)
             if len(out) >= limit:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itertools import islice
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import networkx as nx
 import numpy as np
@@ -51,14 +51,16 @@ def neighbour_table(topology: Topology) -> np.ndarray:
     return table
 
 
-def k_shortest_paths(neighbours: np.ndarray, dist: np.ndarray, source: int, target: int,
+def k_shortest_paths(neighbours: np.ndarray | list[list[int]], dist: np.ndarray,
+                     source: int, target: int,
                      k: int, max_extra_hops: int | None = None) -> list[tuple[int, ...]]:
     """The ``k`` shortest simple paths from ``source`` to ``target``, shortest first.
 
     Parameters
     ----------
-    neighbours : ndarray
-        :func:`neighbour_table` of the topology.
+    neighbours : ndarray or list of list of int
+        :func:`neighbour_table` of the topology, or its rows without the padding
+        (faster when called for many pairs).
     dist : ndarray
         :func:`hop_distances` of the topology (the column of ``target`` is used as an
         exact lower bound on the hops left).
@@ -166,9 +168,9 @@ def equal_cost_paths(neighbours: np.ndarray, dist: np.ndarray, sources: np.ndarr
             if done.any():
                 rows = list(map(tuple, paths[done].tolist()))
                 ids = pair[done]  # ascending: a pair's paths are contiguous
-                starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]).tolist()
-                keys = zip(src[ids[starts]].tolist(), dst[ids[starts]].tolist())
-                for key, a, b in zip(keys, starts, starts[1:] + [len(rows)]):
+                first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]).tolist()
+                keys = zip(src[ids[first]].tolist(), dst[ids[first]].tolist())
+                for key, a, b in zip(keys, first, first[1:] + [len(rows)]):
                     out[key] = rows[a:b]
                 pair, cur, paths = pair[~done], cur[~done], paths[~done]
     return out
@@ -210,22 +212,10 @@ def equal_cost_path_arrays(neighbours: np.ndarray, dist: np.ndarray, sources: np
     sources = np.asarray(sources, dtype=np.int64)
     targets = np.asarray(targets, dtype=np.int64)
     n, m = dist.shape[0], sources.size
-    # on[u * n + t], bit j: neighbour slot j of u is one hop closer to t (a DAG step)
-    w = neighbours.shape[1]
+    if neighbours.shape[1] > 64:
+        raise ValueError(f"at most 64 neighbours per server, got {neighbours.shape[1]}")
     dist32 = np.asarray(dist, np.int32)
-    bits = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
-                if np.iinfo(t).bits >= w) if w <= 64 else None
-    if bits is None:
-        raise ValueError(f"at most 64 neighbours per server, got {w}")
-    on = np.zeros((n, n), bits)
-    for j in range(w):
-        nb = neighbours[:, j]
-        has = nb >= 0
-        step = np.zeros((n, n), bool)
-        step[has] = dist32[nb[has]] == dist32[has] - 1
-        on |= step.astype(bits) << bits(j)
-    on = on.ravel()
-    shifts = np.arange(w, dtype=bits)
+    on = _dag_steps(neighbours, dist32)
     itype = np.int32 if n * n < 2**31 else np.int64
     succ = np.where(neighbours >= 0, neighbours, 0).astype(itype)
     ids, blocks = [], []  # per finished block: pair ids (ascending), paths (rows)
@@ -234,41 +224,82 @@ def equal_cost_path_arrays(neighbours: np.ndarray, dist: np.ndarray, sources: np
         left = dist32[src, dst]
         if np.any(left >= UNREACHABLE) or np.any(src == dst):
             raise ValueError("every pair must be distinct and reachable")
-        pair = np.arange(src.size)
-        cur, tt = src.astype(itype), dst.astype(itype)
-        # rows of each level: their node and their parent row in the level before
-        level_node, level_parent = [cur], [None]
-        while pair.size:
-            ok = ((on[cur * itype(n) + tt][:, None] >> shifts) & bits(1)).astype(bool)
-            at = np.flatnonzero(ok.ravel())  # one output array: faster than 2-d nonzero
-            r, c = at // w, at % w
-            newpair = pair[r]
-            starts = np.flatnonzero(np.r_[True, newpair[1:] != newpair[:-1]])
-            rank = np.arange(newpair.size) - np.repeat(starts, np.diff(np.r_[starts,
-                                                                             newpair.size]))
-            keep = np.flatnonzero(rank < k)
-            r, pair = r[keep], newpair[keep]
-            cur = succ[cur[r], c[keep]]
-            left, tt = left[r] - 1, tt[r]
-            level_node.append(cur)
-            level_parent.append(r)
-            done = left == 0
-            if done.any():
-                rows = np.flatnonzero(done)
-                depth = len(level_node) - 1
-                path = np.empty((rows.size, depth + 1), np.int64)
-                for lev in range(depth, 0, -1):  # walk back up the parents
-                    path[:, lev] = level_node[lev][rows]
-                    rows = level_parent[lev][rows]
-                path[:, 0] = level_node[0][rows]
-                ids.append(pair[done] + lo)
-                blocks.append(path)
-                more = np.flatnonzero(~done)
-                pair, cur, left, tt = pair[more], cur[more], left[more], tt[more]
-                level_node[-1], level_parent[-1] = cur, level_parent[-1][more]
+        for pair, path in _walk_dag(on, succ, src, dst, left, k):
+            ids.append(pair + lo)
+            blocks.append(path)
+    return _gather_paths(ids, blocks, m)
+
+
+def _dag_steps(neighbours: np.ndarray, dist32: np.ndarray) -> np.ndarray:
+    """The shortest-path DAG as bits: bit ``j`` of ``on[u * n + t]`` is set when
+    neighbour slot ``j`` of ``u`` is one hop closer to ``t`` (a DAG step toward ``t``).
+
+    The narrowest unsigned type with a bit per neighbour slot (at most 64)."""
+    n, w = dist32.shape[0], neighbours.shape[1]
+    bits = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                if np.iinfo(t).bits >= w)
+    on = np.zeros((n, n), bits)
+    for j in range(w):
+        nb = neighbours[:, j]
+        has = nb >= 0
+        step = np.zeros((n, n), bool)
+        step[has] = dist32[nb[has]] == dist32[has] - 1
+        on |= np.left_shift(step.astype(bits), bits(j))
+    return on.ravel()
+
+
+def _walk_dag(on: np.ndarray, succ: np.ndarray, src: np.ndarray, dst: np.ndarray,
+              left: np.ndarray, k: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Walk the shortest-path DAG (:func:`_dag_steps`) from every ``src[i]`` toward
+    ``dst[i]``, ``left[i]`` hops away, keeping each pair's first ``k`` partial paths.
+
+    Yields ``(pairs, paths)`` for each walk length at which some pairs finish: their
+    indices into ``src`` (ascending, a pair's paths contiguous) and their paths, one
+    row of nodes each.
+    """
+    n, w = succ.shape
+    shifts = np.arange(w, dtype=on.dtype)
+    one = on.dtype.type(1)
+    pair = np.arange(src.size)
+    cur, tt = src.astype(succ.dtype), dst.astype(succ.dtype)
+    # rows of each level: their node and their parent row in the level before
+    level_node = [cur]
+    level_parent = [np.empty(0, np.int64)]  # level 0 has no parents
+    while pair.size:
+        ok = ((on[cur * n + tt][:, None] >> shifts) & one).astype(bool)
+        at = np.flatnonzero(ok.ravel())  # one output array: faster than 2-d nonzero
+        r, c = at // w, at % w
+        newpair = pair[r]
+        starts = np.flatnonzero(np.r_[True, newpair[1:] != newpair[:-1]])
+        rank = np.arange(newpair.size) - np.repeat(starts, np.diff(np.r_[starts,
+                                                                         newpair.size]))
+        keep = np.flatnonzero(rank < k)
+        r, pair = r[keep], newpair[keep]
+        cur = succ[cur[r], c[keep]]
+        left, tt = left[r] - 1, tt[r]
+        level_node.append(cur)
+        level_parent.append(r)
+        done = left == 0
+        if done.any():
+            rows = np.flatnonzero(done)
+            depth = len(level_node) - 1
+            path = np.empty((rows.size, depth + 1), np.int64)
+            for lev in range(depth, 0, -1):  # walk back up the parents
+                path[:, lev] = level_node[lev][rows]
+                rows = level_parent[lev][rows]
+            path[:, 0] = level_node[0][rows]
+            yield pair[done], path
+            more = np.flatnonzero(~done)
+            pair, cur, left, tt = pair[more], cur[more], left[more], tt[more]
+            level_node[-1], level_parent[-1] = cur, level_parent[-1][more]
+
+
+def _gather_paths(ids: list[np.ndarray], blocks: list[np.ndarray], m: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(path_ptr, node_ptr, nodes)`` of ``m`` pairs from the walk's blocks: the pairs
+    laid out in input order, then each block's rows copied into place."""
     if not blocks:
         return np.zeros(m + 1, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
-    # lay the pairs out in input order, then copy each block's rows into place
     pid = np.concatenate(ids)
     counts = np.bincount(pid, minlength=m)
     length = np.zeros(m, np.int64)

@@ -7,16 +7,15 @@ from typing import Mapping
 
 import numpy as np
 import scipy.sparse as sp
-from ortools.linear_solver import pywraplp
-from ortools.linear_solver.python import model_builder as mb
-from ortools.linear_solver.python import model_builder_helper as mbh
+from numpy.typing import ArrayLike
 
 from topoopt.routing.kshortest import paths_to_arrays
 from topoopt.topology.topology import RouteArrays, Topology
 
 __all__ = ["min_max_load_routes", "min_max_load_route_arrays"]
 
-_SOLVER = "GLOP"  # the issue asks for GLOP; CLP and HiGHS are no faster on these LPs
+#: The LP solver (OR-Tools GLOP; see docs/tuning.md for the others tried).
+_SOLVER = "GLOP"
 #: Stage 2 keeps the max load within this factor of stage 1's optimum.
 _SLACK = 1e-6
 #: Fractions below this are dropped (then a pair's fractions are renormalized).
@@ -46,8 +45,7 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
         "fast": :func:`min_max_load_route_arrays` (the model as sparse arrays through
         OR-Tools' ``model_builder``, the second LP solved afresh); "reference": the
         model built variable by variable through ``pywraplp``, the second LP warm
-        started from the first (several times slower on all-to-all MP). Both solve the
-        same LPs with GLOP: the same optimum, though not always the same split when
+        started from the first (slower on all-to-all MP). Both solve the same LPs with GLOP: the same optimum, though not always the same split when
         several splits are optimal.
     stats : dict, optional
         Filled with the LP's size and the seconds spent building it and in each
@@ -86,7 +84,8 @@ def min_max_load_routes(topology: Topology, demand: Mapping[tuple[int, int], flo
     return routes.to_dict(), best
 
 
-def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, demand,
+def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays,
+                              demand: ArrayLike,
                               background: Mapping[tuple[int, int], float] | None = None,
                               tiebreak: bool = True, stats: dict | None = None
                               ) -> tuple[RouteArrays, float]:
@@ -113,8 +112,8 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
     The constraint matrix is assembled with scipy.sparse from the path arrays and
     handed to GLOP in one call (``model_builder``'s ``fill_model_from_sparse_data``),
     instead of one Python call per variable and coefficient. The tie-break LP is
-    solved from scratch: warm starting it from the first LP's degenerate optimal
-    basis took GLOP 2-5x as many iterations on all-to-all MP.
+    solved from scratch rather than warm started from the first LP's (degenerate)
+    optimal basis, which costs GLOP more iterations.
     """
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
@@ -130,16 +129,54 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
     if np.any(counts == 0):
         i = int(np.argmax(counts == 0))
         raise ValueError(f"no candidate path for pair {(int(cand.src[i]), int(cand.dst[i]))}")
+    row, path_of_hop, used_keys, cap = _path_hops(topology, cand)
+    nrows, npaths, npairs = used_keys.size, int(counts.sum()), live.size
+    scale = float(dem.max())
+    path_pair = np.repeat(np.arange(npairs), counts)
+    w = dem[path_pair] / scale
+    bg = _background_rows(background, used_keys, topology.servers, scale)
+    links = sp.csr_matrix((w[path_of_hop], (row, path_of_hop)), shape=(nrows, npaths))
+    pairs = sp.csr_matrix((np.ones(npaths), (path_pair, np.arange(npaths))),
+                          shape=(npairs, npaths))
+    matrix = sp.vstack([sp.hstack([links, sp.csr_matrix(-cap[:, None])]),
+                        sp.hstack([pairs, sp.csr_matrix((npairs, 1))])], format="csr")
+    lower = np.zeros(npaths + 1)
+    upper = np.r_[np.ones(npaths), np.inf]
+    rows = (np.r_[np.full(nrows, -np.inf), np.ones(npairs)], np.r_[-bg, np.ones(npairs)])
+    stats.update(paths=npaths, rows=nrows + npairs, build_s=time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    values = _solve_glop(matrix, lower, upper, np.r_[np.zeros(npaths), 1.0], *rows)
+    best = float(values[-1])
+    stats["solve1_s"], t0 = time.perf_counter() - t0, time.perf_counter()
+    if tiebreak:
+        upper = upper.copy()
+        upper[-1] = best * (1 + _SLACK) + 1e-12
+        hops = np.diff(cand.node_ptr) - 1
+        values = _solve_glop(matrix, lower, upper, np.r_[w * hops, 0.0], *rows)
+    stats["solve2_s"] = time.perf_counter() - t0
+    x = np.maximum(values[:npaths], 0.0)
+    x[x < _DROP] = 0.0
+    x /= np.bincount(path_pair, weights=x, minlength=npairs)[path_pair]
+    return cand.reweighted(x), best * scale
+
+
+def _path_hops(topology: Topology, cand: RouteArrays
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The hops of every candidate path as LP rows: one row per link pair some path uses.
+
+    Returns ``(row, path_of_hop, used_keys, cap)``: per hop its row and its path; per
+    row the key ``u * n + v`` of its link pair and the pair's parallel links.
+    Raises ValueError for a hop that is not a link.
+    """
     n = topology.servers
     ends = np.array([(a, b) for a, _, b, _ in topology.links], np.int64).reshape(-1, 2)
     link_keys, mult = np.unique(ends[:, 0] * n + ends[:, 1], return_counts=True)
-    # the hops of every path, as (row of the link pair, path)
     nodes, node_ptr = cand.nodes, cand.node_ptr
     starts_hop = np.ones(nodes.size, bool)
     starts_hop[node_ptr[1:] - 1] = False
     at = np.flatnonzero(starts_hop)
     u, v = nodes[at], nodes[at + 1]
-    path_of_hop = np.repeat(np.arange(counts.sum()), np.diff(node_ptr))[at]
+    path_of_hop = np.repeat(np.arange(node_ptr.size - 1), np.diff(node_ptr))[at]
     key = u * n + v
     pos = np.minimum(np.searchsorted(link_keys, key), max(link_keys.size - 1, 0))
     ok = (u >= 0) & (u < n) & (v >= 0) & (v < n)
@@ -150,53 +187,39 @@ def min_max_load_route_arrays(topology: Topology, candidates: RouteArrays, deman
         path = tuple(nodes[node_ptr[j]:node_ptr[j + 1]].tolist())
         raise ValueError(f"candidate path {path} uses {(int(u[h]), int(v[h]))}, not a link")
     used, row = np.unique(pos, return_inverse=True)  # rows only for links some path uses
-    nrows, npaths, npairs = used.size, int(counts.sum()), live.size
-    scale = float(dem.max())
-    path_pair = np.repeat(np.arange(npairs), counts)
-    w = dem[path_pair] / scale
-    bg = np.zeros(nrows)
+    return row, path_of_hop, link_keys[used], mult[used].astype(np.float64)
+
+
+def _background_rows(background: Mapping[tuple[int, int], float] | None,
+                     used_keys: np.ndarray, n: int, scale: float) -> np.ndarray:
+    """Background bytes / ``scale`` per LP row (links no path uses are left out)."""
+    bg = np.zeros(used_keys.size)
     if background:
-        hop_row = dict(zip(link_keys[used].tolist(), range(nrows)))
+        hop_row = dict(zip(used_keys.tolist(), range(used_keys.size)))
         for (a, b), nbytes in background.items():
             r = hop_row.get(int(a) * n + int(b))
             if r is not None:
                 bg[r] += nbytes / scale
-    cap = mult[used].astype(np.float64)
-    links = sp.csr_matrix((w[path_of_hop], (row, path_of_hop)), shape=(nrows, npaths))
-    pairs = sp.csr_matrix((np.ones(npaths), (path_pair, np.arange(npaths))),
-                          shape=(npairs, npaths))
-    matrix = sp.vstack([sp.hstack([links, sp.csr_matrix(-cap[:, None])]),
-                        sp.hstack([pairs, sp.csr_matrix((npairs, 1))])], format="csr")
-    lower = np.zeros(npaths + 1)
-    upper = np.r_[np.ones(npaths), np.inf]
-    row_lo = np.r_[np.full(nrows, -np.inf), np.ones(npairs)]
-    row_hi = np.r_[-bg, np.ones(npairs)]
+    return bg
 
-    def solve(objective: np.ndarray, upper: np.ndarray) -> np.ndarray:
-        model = mb.Model()
-        model.helper.fill_model_from_sparse_data(lower, upper, objective, row_lo, row_hi,
-                                                 matrix)
-        solver = mbh.ModelSolverHelper(_SOLVER.lower())
-        solver.solve(model.helper)
-        if solver.status() != mbh.SolveStatus.OPTIMAL:
-            raise RuntimeError(f"GLOP did not find the optimal split ({solver.status()})")
-        return np.asarray(solver.variable_values())
 
-    stats.update(paths=npaths, rows=nrows + npairs, build_s=time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    values = solve(np.r_[np.zeros(npaths), 1.0], upper)
-    best = float(values[-1])
-    stats["solve1_s"], t0 = time.perf_counter() - t0, time.perf_counter()
-    if tiebreak:
-        upper = upper.copy()
-        upper[-1] = best * (1 + _SLACK) + 1e-12
-        hops = np.diff(node_ptr) - 1
-        values = solve(np.r_[w * hops, 0.0], upper)
-    stats["solve2_s"] = time.perf_counter() - t0
-    x = np.maximum(values[:npaths], 0.0)
-    x[x < _DROP] = 0.0
-    x /= np.bincount(path_pair, weights=x, minlength=npairs)[path_pair]
-    return cand.reweighted(x), best * scale
+def _solve_glop(matrix: sp.csr_matrix, lower: np.ndarray, upper: np.ndarray,
+                objective: np.ndarray, row_lo: np.ndarray, row_hi: np.ndarray
+                ) -> np.ndarray:
+    """The optimal variable values of ``min objective . x`` subject to
+    ``row_lo <= matrix x <= row_hi`` and ``lower <= x <= upper``, by GLOP."""
+    from ortools.linear_solver.python import model_builder as mb
+    from ortools.linear_solver.python import model_builder_helper as mbh
+
+    model = mb.Model()
+    # OR-Tools' stub puts float64 in the shape slot of ndarray[shape, dtype]: mypy is wrong
+    model.helper.fill_model_from_sparse_data(
+        lower, upper, objective, row_lo, row_hi, matrix)  # type: ignore[arg-type]
+    solver = mbh.ModelSolverHelper(_SOLVER.lower())
+    solver.solve(model.helper)
+    if solver.status() != mbh.SolveStatus.OPTIMAL:
+        raise RuntimeError(f"GLOP did not find the optimal split ({solver.status()})")
+    return np.asarray(solver.variable_values())
 
 
 def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
@@ -205,6 +228,9 @@ def _reference(topology: Topology, demand: Mapping[tuple[int, int], float],
                tiebreak: bool = True, stats: dict | None = None
                ) -> tuple[dict[tuple[int, int], tuple], float]:
     """The model built through ``pywraplp`` one variable at a time (kept as reference)."""
+    # a SWIG module the package's stubs do not declare: mypy is wrong
+    from ortools.linear_solver import pywraplp  # type: ignore[attr-defined]
+
     t0 = time.perf_counter()
     stats = {} if stats is None else stats
     pairs = [p for p in sorted(demand) if demand[p] > 0]

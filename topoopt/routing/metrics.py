@@ -118,13 +118,13 @@ def link_loads(topology: Topology, matrix: np.ndarray, routes: Routes) -> np.nda
     src, dst = np.nonzero(matrix)
     nbytes = np.asarray(matrix, np.float64)[src, dst]
     arr = routes.arrays()
-    pair_load = np.zeros(n * n)
+    flat_load = np.zeros(n * n)
     step = max(1, _HOP_CHUNK // max(1, arr.nodes.size // max(arr.pairs, 1)))
     for lo in range(0, src.size, step):
         u, v, w, _ = _demand_hops(arr, src[lo:lo + step], dst[lo:lo + step],
                                   nbytes[lo:lo + step])
-        np.add.at(pair_load, u * n + v, w)  # in order: the same sums as one by one
-    pair_load = pair_load.reshape(n, n)
+        np.add.at(flat_load, u * n + v, w)  # in order: the same sums as one by one
+    pair_load = flat_load.reshape(n, n)
     links = np.array([(a, b) for a, _, b, _ in topology.links], dtype=np.int64).reshape(-1, 2)
     mult = np.zeros((n, n))
     np.add.at(mult, (links[:, 0], links[:, 1]), 1.0)
@@ -186,7 +186,7 @@ def route_traffic(topology: Topology, traffic: Traffic, rings: Mapping | None = 
         agg[pair] = agg.get(pair, 0.0) + ring_bytes
         total = sum(agg.values())
         extra[pair] = tuple((p, b / total) for p, b in sorted(agg.items()))
-    return Routes(found).merge(Routes(extra))
+    return Routes.from_arrays(found).merge(Routes(extra))
 
 
 def topology_metrics(topology: Topology, traffic: Traffic, rings: Mapping | None = None,

@@ -120,6 +120,7 @@ def expander_topology(servers: int, ports: int, link_bandwidth: float,
         forbidden = np.eye(n, dtype=bool)
         perms = []
         for _k in range(d):
+            p: np.ndarray | None
             if d == 1:  # one permutation is strongly connected only as one n-cycle
                 order = rng.permutation(n)
                 p = np.empty(n, np.int64)

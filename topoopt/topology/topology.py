@@ -379,7 +379,7 @@ class Routes:
     @classmethod
     def from_arrays(cls, arrays: RouteArrays) -> Routes:
         """Routes backed by ``arrays`` (no tuples built until asked for)."""
-        return cls(arrays)
+        return cls(_PathTable(arrays))
 
     def arrays(self) -> RouteArrays:
         """The routes as :class:`RouteArrays` (computed once for mapping-built routes)."""
@@ -397,7 +397,7 @@ class Routes:
             return self
         if not len(self):
             return other
-        return Routes(self.arrays().merge(other.arrays()))
+        return Routes.from_arrays(self.arrays().merge(other.arrays()))
 
     def __getitem__(self, pair: tuple[int, int]):
         return self.paths[pair]
