@@ -115,8 +115,8 @@ class MoveSet:
         configs = list(strategy.configs)
         moved = None                      # one copy of ``memory``, then moved in place
         canonical = self.space.canonical
-        for i, cfg in changes.items():
-            cfg = canonical[i].get(cfg)
+        for i, wanted in changes.items():
+            cfg = canonical[i].get(wanted)
             # configs are the space's shared instances: most unchanged ones are the same
             if cfg is not None and configs[i] is not cfg and configs[i] != cfg:
                 moved = self.space.moved_memory(memory if moved is None else moved, i,
@@ -329,7 +329,7 @@ class MoveSet:
         for run in self.runs:
             # one member's config of each shape (the tables' 64 blocks of two are one
             # shape: the blocks below try the others)
-            shapes = {}
+            shapes: dict[tuple[int, int, int], OpConfig] = {}
             for i in run:
                 c = configs[i]
                 shapes.setdefault((len(c.servers), c.dp, c.mp), c)

@@ -83,7 +83,7 @@ class StrategySpace:
         Candidate configs per operator.
     """
 
-    model: object
+    model: Model
     servers: int
     global_batch: int
     dtype_bytes: int

@@ -110,8 +110,8 @@ def body_stages(model: Model, body: list[int], parts: int, cut: str = "work"
         total = float(len(body))
     # cut after the operator where the running share passes g / parts
     ends = np.cumsum(work) / total
-    cut = np.searchsorted(ends, np.arange(1, parts) / parts, side="left") + 1
-    bounds = [0, *np.clip(cut, 1, len(body) - 1).tolist(), len(body)]
+    cuts = np.searchsorted(ends, np.arange(1, parts) / parts, side="left") + 1
+    bounds = [0, *np.clip(cuts, 1, len(body) - 1).tolist(), len(body)]
     return [body[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
