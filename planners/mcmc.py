@@ -183,11 +183,10 @@ class Chain:
         first, and keep the fastest bottom if it beats the best. Returns whether the
         best improved.
 
-        A steepest descent from a faster point may end in a slower basin: DLRM-128's
-        Expander, seed 0, descends from its 100-move best (168.18 ms) to 155.44 ms, but
-        from its 1000-move best (166.66 ms) only to 166.37. A longer chain passes
-        through the shorter one's bests (the same draws, the same moves), so descending
-        from those still close to its own best keeps more effort from ending worse.
+        A steepest descent from a faster point may end in a slower basin. A longer
+        chain passes through the shorter one's bests (the same draws, the same moves),
+        so descending from those still close to its own best keeps more effort from
+        ending worse (``docs/tuning.md``, ## Search).
         A point a descent started or ended at is not revisited, nor one as fast as
         another revisited (a mirror image of it: the same layout on other servers)."""
         if limit <= 0:

@@ -115,8 +115,8 @@ class MoveSet:
         configs = list(strategy.configs)
         moved = None                      # one copy of ``memory``, then moved in place
         canonical = self.space.canonical
-        for i, cfg in changes.items():
-            cfg = canonical[i].get(cfg)
+        for i, wanted in changes.items():
+            cfg = canonical[i].get(wanted)
             # configs are the space's shared instances: most unchanged ones are the same
             if cfg is not None and configs[i] is not cfg and configs[i] != cfg:
                 moved = self.space.moved_memory(memory if moved is None else moved, i,
@@ -329,7 +329,7 @@ class MoveSet:
         for run in self.runs:
             # one member's config of each shape (the tables' 64 blocks of two are one
             # shape: the blocks below try the others)
-            shapes = {}
+            shapes: dict[tuple[int, int, int], OpConfig] = {}
             for i in run:
                 c = configs[i]
                 shapes.setdefault((len(c.servers), c.dp, c.mp), c)
@@ -377,34 +377,25 @@ class MoveSet:
                     yield out
 
     def end_splits(self, strategy: Strategy, memory: np.ndarray):
-        """The changes a search tries once its descent has ended (a polish): the first
-        and the last operator of each stage split ``dp x mp`` every other way on their
-        own; the first and last 1, 2, 4, ... operators of the body (up to its whole
-        first or last stage) data parallel on every server; each table in no run
-        given alone the config each table layout gives it; and each member of a run
-        whose members differ in shape given alone each shape (servers, dp, mp) of the
-        run, on the aligned block that holds its first server.
+        """The changes a search tries once its descent has ended (a polish), each alone.
 
-        - The layer at a pipeline cut, tensor-split, evens out the two stages (DLRM-16
-          on the 2:1 Fat-tree: the top MLP's last layer before the cut dp4 x mp2,
-          29.38 -> 28.18 ms).
-        - The loss and the layers before it are cheap to replicate everywhere, and no
-          boundary move reaches that config from a body on one block (BERT-128 on the
-          Expander: its MLM head on 16 servers, 164.2 ms; on every server, 159.4).
-        - Table layouts move every table at once; BERT's word, position and token-type
-          embeddings differ in size (no run), and the word embedding split over every
-          server while the others stay with the body is the Expander's 159.4 ms (a
-          seed that could not reach it ended at 168.9).
-        - A run's members tuned one by one: DLRM-16 on the cost-equal Fat-tree puts the
-          body on one server and its 16 tables on one, two, eight or all servers each;
-          seeds 0-4 ended at 55.71-55.96 ms, and with these at 55.67-55.71 (ten times
-          the budget: 55.67).
+        - The first and the last operator of each stage split ``dp x mp`` every other
+          way on its servers: the layer at a pipeline cut, tensor-split, evens out the
+          two stages.
+        - The first and last 1, 2, 4, ... operators of the body (up to its whole first
+          or last stage) data parallel on every server: the loss and the layers before
+          it are cheap to replicate everywhere, and no boundary move reaches that config
+          from a body on one block.
+        - Each table in no run given the config each table layout gives it: table
+          layouts move every table at once, and tables of different sizes (BERT's word,
+          position and token-type embeddings) form no run.
+        - Each member of a run whose members differ in shape given each shape (servers,
+          dp, mp) of the run, on the aligned block that holds its first server: the
+          run's members tuned one by one.
 
         None of these is in :meth:`neighbourhood`: the descent's greedy path changes
-        with every candidate it may take (with the end splits in it, the DLRM-128 Ideal
-        Switch's search ends at 32.26 ms instead of 31.14 at seeds 1-4; with the body's
-        ends, at 31.14-32.27 ms and the 2:1 Fat-tree's at 32.94-36.04 instead of 32.94),
-        so a search tries them once its descent has ended. Yields ``(candidate,
+        with every candidate it may take, and with these in it the seeds ended further
+        apart, so a search tries them once its descent has ended. Yields ``(candidate,
         memory)``."""
         emit = self._unseen(strategy, memory)
         n = self.space.servers

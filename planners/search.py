@@ -2,41 +2,27 @@
 the chains agree.
 
 1. Every structured strategy (:func:`~topoopt.planners.structure.structured_strategies`)
-   and the given extra starts are timed; they are seed-independent, so every run sees
-   the same ones.
-2. ``chains`` MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) start from different
-   families (a family: one body layout, whatever its table layout or stage cut -- the
-   basins differ between families far more than within one). The best start of each of
-   the ``chains + screened_families`` best families (those within :data:`SCREEN_RATIO`
-   of the best start) descends to the bottom of its basin (step 4: the same bottom
-   whatever the seed); the chains take the best distinct bottoms -- a family's start
-   says little of its bottom (DLRM-128 on the Ideal Switch: the fifth family by start,
-   43.8 ms against 35.5, descends to 32.6 ms, the first to 35.4) -- and run in blocks
-   of ``block`` moves from there.
-3. After each block the chains' bests are compared: once every chain is within
-   ``tolerance`` of the best of all (after at least half the budget), the search has
-   converged and stops; else it stops when each chain has made ``budget`` moves.
-4. Each chain's best then descends to the bottom of its basin
-   (:func:`~topoopt.planners.mcmc.descend` over
-   :meth:`~topoopt.planners.moves.MoveSet.neighbourhood`: stage boundaries moved,
-   runs given one config or shifted, stages split another way or moved whole onto
-   another aligned block, table layouts and blocks, single operators given a
-   neighbour's config; the fastest taken, until none improves or it has tried
-   ``descent`` candidates; the chain ahead then goes on to ``best_descent``), and is
-   polished (:meth:`~topoopt.planners.mcmc.Chain.polish`: each stage's end operators
-   split on their own, the body's first and last operators data parallel on every
-   server, each table in no run given each table layout's config alone, each member
-   of a run given each shape its run uses alone, then the descent again if that
-   helped). Last, each chain also descends from its earlier bests within
-   :data:`~topoopt.planners.mcmc.REVISIT_WITHIN` of the best any chain's moves reached
-   (:meth:`~topoopt.planners.mcmc.Chain.revisit`): a descent from a faster point may end
-   in a slower basin, and a longer search passes through a shorter one's bests, so more
-   effort seldom ends worse (DLRM-128's Expander, seed 0: 155.44 ms at the config's
-   budget; at ten times it, 166.37 before, 155.63 with the revisits).
+   and the given extra starts are timed; they do not depend on the seed.
+2. The starts are grouped in families (one body layout, whatever its table layout or
+   stage cut): basins differ between families far more than within one. The best start
+   of each of the best families descends to the bottom of its basin, and ``chains``
+   MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) go on from the best distinct
+   bottoms -- a family's start says little about its bottom.
+3. The chains run in blocks of ``block`` moves. Once every chain's best is within
+   ``tolerance`` of the best of all (after at least half the budget) the search has
+   converged; else it stops after ``budget`` moves per chain.
+4. Each chain's best descends to the bottom of its basin
+   (:func:`~topoopt.planners.mcmc.descend`), is polished
+   (:meth:`~topoopt.planners.mcmc.Chain.polish`), and each chain descends again from its
+   earlier bests close to the best any chain's moves reached
+   (:meth:`~topoopt.planners.mcmc.Chain.revisit`): a descent from a faster point may
+   end in a slower basin, and this keeps a longer search from ending worse than a
+   shorter one.
 
-Chains that start apart and end within 1% of each other are the evidence of
+Chains that start apart and end within ``tolerance`` of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
 spirit); the stop reason and each chain's best-so-far curve are kept for the plan.
+The measurements behind the constants are in ``docs/tuning.md`` (## Search).
 """
 
 from __future__ import annotations
@@ -50,7 +36,7 @@ from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchRes
 from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
-from topoopt.strategy import Strategy
+from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
            "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO"]
@@ -59,19 +45,13 @@ __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCEN
 DEFAULT_TOLERANCE = 0.01
 #: Moves per chain between two comparisons of the chains.
 BLOCK = 40
-#: Candidates each chain's final descent may try (at most four times its budget of
-#: moves): a sweep of a 128-server neighbourhood is 100-400 candidates, and a descent
-#: limited to the budget (100) stopped inside its first one (BERT-128's Expander, seeds
-#: 0-4 at the config's effort, final and start limits: 180-214 ms with 100 and 50,
-#: 159-169 ms with 400 and 200, 159-164 ms with 600 and 300 at 1.1x the plan's time;
-#: 400 and 300 gave 159-164 too, but DLRM-16's TopoOpt seeds spread to 1.035 and its
-#: plan took up to 19.9 s).
+#: Candidates each chain's final descent may try (at most four times its budget): a
+#: sweep of a 128-server neighbourhood is 100-400 candidates, and a descent that stops
+#: inside its first sweep leaves the seeds apart.
 DESCENT = 400
 #: Candidates the final descent of the chain ahead may try in all (at most sixteen
-#: times its budget): a 128-server Expander's neighbourhood is ~330 candidates, so 400
-#: is about one steepest step, and its seeds ended where that step left them (DLRM-128,
-#: seeds 0-4: 156.2-165.1 ms, 1.057). Only the chain ahead after every chain's
-#: :data:`DESCENT` goes on: it is the plan's answer.
+#: times its budget): :data:`DESCENT` is about one steepest step of a 128-server
+#: neighbourhood, and the chain ahead is the plan's answer.
 BEST_DESCENT = 1600
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
@@ -79,6 +59,10 @@ START_DESCENT = 200
 SCREENED_FAMILIES = 3
 #: ... if their best start is within this factor of the best start.
 SCREEN_RATIO = 1.3
+
+#: A timed start: its name, the strategy (the space's config instances) and its time
+#: (or, cut short by a bound, a lower bound of it).
+_Start = tuple[str, Strategy, float]
 
 
 @dataclass(frozen=True)
@@ -189,20 +173,58 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     """
     if chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
-    starts: list[tuple[str, Strategy, float]] = []
-    seen: set = set()
-    bounded = bool(getattr(cost, "supports_bound", False))
     moveset = MoveSet(space, tuple(layouts))
-    # an extra start whose body is a layout's (the current strategy of a round, another
-    # fabric's best) belongs to that layout's family: two chains from one basin agree
-    # without proving anything
-    def body_of(s: Strategy) -> tuple:
+    starts, family_of = _timed_starts(space, cost, layouts, extra, moveset, stop)
+    picked, families_found = _families_first(starts, family_of)
+    # the descents try up to two (into the start's basin) and four (the last, which
+    # finishes the plan) times as many candidates as the chain makes moves: most are
+    # cut short by the bound
+    first = min(start_descent, 2 * budget)
+    descent = min(descent, 4 * budget)
+    best_descent = max(descent, min(best_descent, 16 * budget)) if descent > 0 else 0
+    candidates = picked[:chains]
+    if first > 0:
+        candidates += _screened(starts, picked[chains:min(families_found,
+                                                          chains + screened_families)],
+                                starts[picked[0]][2])
+    runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
+                  trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
+            for c, i in enumerate(candidates)]     # cost(): exact, cut short or not
+    if first > 0:                     # each chain explores from the bottom of its start's basin
+        runs = _best_bottoms(runs, chains, first, stop)
+    stop_reason = _run_blocks(runs, budget, block, tolerance, progress, stop)
+    if descent > 0 and stop_reason != "interrupted":
+        _final_descents(runs, descent, best_descent, stop)
+    results = tuple(ch.result() for ch in runs)
+    best = min(results, key=lambda r: (r.best_time, r.seed))
+    times = [r.best_time for r in results]
+    spread = max(times) / min(times) if min(times) > 0 else math.inf
+    return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,
+                        stop_reason, spread, sum(r.moves for r in results),
+                        getattr(cost, "evaluations", 0))
+
+
+def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout],
+                  extra: Sequence[tuple[str, Strategy]], moveset: MoveSet,
+                  stop: Callable[[], bool]) -> tuple[list[_Start], dict[tuple, str]]:
+    """Every distinct valid start, the extra ones first, timed; and each start's family
+    (by its configs).
+
+    An extra start whose body is a layout's (the current strategy of a round, another
+    fabric's best) belongs to that layout's family: two chains from one basin agree
+    without proving anything. A layout can only matter as its family's best, and only
+    if that is within 2x of the best start, so a cost that supports a bound may stop
+    simulating it past that (its time is then a lower bound)."""
+    def body_of(s: Strategy) -> tuple[OpConfig, ...]:
         return tuple(s.configs[i] for i in moveset.body)
 
-    families = {}
+    bounded = bool(getattr(cost, "supports_bound", False))
+    families: dict[tuple[OpConfig, ...], str] = {}
     for lay in layouts:
         families.setdefault(body_of(lay.strategy), _family(lay.name))
-    family_of = {}
+    starts: list[_Start] = []
+    seen: set = set()
+    family_of: dict[tuple, str] = {}
     family_best: dict[str, float] = {}
     for k, (name, s) in enumerate([*extra, *((lay.name, lay.strategy) for lay in layouts)]):
         if s.configs in seen or not space.contains(s):
@@ -213,8 +235,6 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if k < len(extra) or not bounded or not starts:
             t = cost(s)
         else:
-            # a layout can only matter as its family's best, and only if that is within
-            # 2x of the best start: the simulation may stop past that (a lower bound)
             best = min(t for _, _, t in starts)
             t = cost(s, min(family_best.get(fam, math.inf), 2.0 * best))
         starts.append((name, s, t))
@@ -223,46 +243,55 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
             break
     if not starts:
         raise ValueError("no valid start strategy")
+    return starts, family_of
+
+
+def _families_first(starts: list[_Start], family_of: dict[tuple, str]) -> tuple[list[int], int]:
+    """The starts' indices, fastest first (ties: the earlier start), with each family's
+    best before every other; and the number of families."""
     ranked = sorted(range(len(starts)), key=lambda i: (starts[i][2], i))
     picked = []
     taken: set = set()
-    for i in ranked:                  # the best of each family first
+    for i in ranked:
         fam = family_of[starts[i][1].configs]
         if fam not in taken:
             taken.add(fam)
             picked.append(i)
     families_found = len(picked)
-    picked += [i for i in ranked if i not in picked]
-    # the descents try up to two (into the start's basin) and four (the last, which
-    # finishes the plan) times as many candidates as the chain makes moves: most are
-    # cut short by the bound, and a sweep of a 128-server neighbourhood is 100-400
-    first = min(start_descent, 2 * budget)
-    descent = min(descent, 4 * budget)
-    best_descent = max(descent, min(best_descent, 16 * budget)) if descent > 0 else 0
-    # families are judged by the bottom of their basin, not by their start: up to
-    # ``screened_families`` more families than chains, those whose best start is within
-    # SCREEN_RATIO of the best, descend too, and the chains go on from the best bottoms
-    best_start = starts[ranked[0]][2]
-    candidates = picked[:chains]
-    if first > 0:
-        more = picked[chains:min(families_found, chains + screened_families)]
-        candidates += [i for i in more if starts[i][2] <= SCREEN_RATIO * best_start]
-    runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
-                  trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
-            for c, i in enumerate(candidates)]     # cost(): exact, cut short or not
-    if first > 0:                     # each chain explores from the bottom of its start's basin
-        for ch in runs:
-            ch.settle(first, stop)
-        if len(runs) > chains:
-            # the best distinct bottoms first (two families may share one)
-            order = sorted(range(len(runs)), key=lambda k: (runs[k].best_t, k))
-            first_of: dict = {}
-            for k in order:
-                first_of.setdefault(runs[k].best.configs, k)
-            distinct = set(first_of.values())
-            keep = [k for k in order if k in distinct] + [k for k in order if k not in distinct]
-            runs = [runs[k] for k in keep[:chains]]
-    stop_reason = "budget"
+    return picked + [i for i in ranked if i not in picked], families_found
+
+
+def _screened(starts: list[_Start], more: list[int], best_start: float) -> list[int]:
+    """Of the further families' best starts ``more``, those within :data:`SCREEN_RATIO`
+    of the best start: families are judged by the bottom of their basin, not by their
+    start, so these descend too before the chains pick theirs."""
+    return [i for i in more if starts[i][2] <= SCREEN_RATIO * best_start]
+
+
+def _best_bottoms(runs: list[Chain], chains: int, first: int,
+                  stop: Callable[[], bool]) -> list[Chain]:
+    """Each chain descended (``first`` candidates at most) to the bottom of its start's
+    basin; the ``chains`` with the best distinct bottoms kept (two families may share
+    one), then the others, best first."""
+    for ch in runs:
+        ch.settle(first, stop)
+    if len(runs) <= chains:
+        return runs
+    order = sorted(range(len(runs)), key=lambda k: (runs[k].best_t, k))
+    first_of: dict = {}
+    for k in order:
+        first_of.setdefault(runs[k].best.configs, k)
+    distinct = set(first_of.values())
+    keep = [k for k in order if k in distinct] + [k for k in order if k not in distinct]
+    return [runs[k] for k in keep[:chains]]
+
+
+def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
+                progress: Callable[[int, float], None] | None,
+                stop: Callable[[], bool]) -> str:
+    """Advance the chains ``block`` moves at a time until they agree within
+    ``tolerance`` (after at least half the budget and two blocks), a stop, or
+    ``budget`` moves each; the stop reason."""
     done = 0
     while done < budget:
         k = min(block, budget - done)
@@ -273,31 +302,27 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         if progress is not None:
             progress(done * len(runs), min(bests))
         if any(ch.interrupted for ch in runs):
-            stop_reason = "interrupted"
-            break
+            return "interrupted"
         if done >= max(2 * block, budget // 2) and max(bests) <= min(bests) * (1.0 + tolerance):
-            stop_reason = "converged"
-            break
-    if descent > 0 and stop_reason != "interrupted":
-        for ch in runs:
-            ch.settle(descent, stop)
-            ch.polish(descent, stop)
-        # the chain ahead goes on descending where its limit stopped it
-        lead = min(runs, key=lambda ch: (ch.best_t, ch.seed))
-        if best_descent > descent and lead.settle(best_descent - descent, stop):
-            lead.polish(descent, stop)
-        # and each chain descends from its earlier bests close to the best the moves
-        # reached: a longer search then still tries where a shorter one's descent started
-        reached = min(ch.reached for ch in runs)
-        for ch in runs:
-            ch.revisit(descent, stop, reached=reached)
-    results = tuple(ch.result() for ch in runs)
-    best = min(results, key=lambda r: (r.best_time, r.seed))
-    bests = [r.best_time for r in results]
-    spread = max(bests) / min(bests) if min(bests) > 0 else math.inf
-    return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,
-                        stop_reason, spread, sum(r.moves for r in results),
-                        getattr(cost, "evaluations", 0))
+            return "converged"
+    return "budget"
+
+
+def _final_descents(runs: list[Chain], descent: int, best_descent: int,
+                    stop: Callable[[], bool]) -> None:
+    """Each chain's best descended (``descent`` candidates) and polished; the chain ahead
+    descends on (to ``best_descent`` in all); then each chain descends from its earlier
+    bests close to the best the moves reached, so a longer search still tries where a
+    shorter one's descent started."""
+    for ch in runs:
+        ch.settle(descent, stop)
+        ch.polish(descent, stop)
+    lead = min(runs, key=lambda ch: (ch.best_t, ch.seed))
+    if best_descent > descent and lead.settle(best_descent - descent, stop):
+        lead.polish(descent, stop)
+    reached = min(ch.reached for ch in runs)
+    for ch in runs:
+        ch.revisit(descent, stop, reached=reached)
 
 
 def _family(name: str) -> str:

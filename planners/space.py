@@ -83,7 +83,7 @@ class StrategySpace:
         Candidate configs per operator.
     """
 
-    model: object
+    model: Model
     servers: int
     global_batch: int
     dtype_bytes: int
@@ -91,7 +91,8 @@ class StrategySpace:
     configs: tuple[tuple[OpConfig, ...], ...]
 
     @classmethod
-    def build(cls, model: Model, cluster: Cluster, job: Job, max_mp: int | None = None) -> "StrategySpace":
+    def build(cls, model: Model, cluster: Cluster, job: Job,
+              max_mp: int | None = None) -> StrategySpace:
         """The space of ``model`` on ``cluster`` for ``job`` (batch, precision)."""
         batch = job.global_batch(cluster)
         # one instance per distinct config across operators: the estimator's memos key

@@ -27,12 +27,10 @@ __all__ = ["Layout", "operator_runs", "body_stages", "side_branch", "structured_
 
 #: Table layouts: ``dp`` (replicated like the body), ``spread`` (table i alone on server
 #: floor(i n / T), DLRM's hybrid), ``mpK`` (table i split over an aligned block of K),
-#: ``mpall`` (every table split over every server; up to :data:`MPALL_SHARDS` shards in
-#: all: beyond, the all-to-all it makes is dear to simulate and gained nothing in our
-#: measurements -- DLRM-128, 64 x 128 shards: within 0.1% of ``mp2`` on the Ideal Switch
-#: and Fat-trees; BERT-128's word embedding over all 128 servers saves its AllReduce:
-#: 33.0 against 37.4 ms data parallel on the Ideal Switch).
+#: ``mpall`` (every table split over every server, up to :data:`MPALL_SHARDS` shards).
 TABLE_LAYOUTS = ("dp", "spread", "mp2", "mp4", "mpall")
+#: Most shards of ``mpall`` in all: beyond, the all-to-all it makes is dear to simulate
+#: and gained nothing; below, a few large tables split everywhere save their AllReduce.
 MPALL_SHARDS = 512
 #: Body layouts: ``dp``, ``mpM`` (dp n/M x mp M on every server), ``stagesG`` and
 #: ``stagesG-mp2`` (G contiguous parts of about equal work on G blocks of n/G servers;
@@ -45,11 +43,9 @@ BODY_LAYOUTS = ("dp", "mp2", "mp4", "mp8", "stages2", "stages4", "stages8", "sta
                 "block8", "block16", "block32", "block64")
 #: Side-branch body layouts: ``stagesG-side``, the side branch (:func:`side_branch`) on
 #: the last block and the rest cut into G stages. Only the TopoOpt shard's first round
-#: starts from them (:func:`~topoopt.planners.alternating.alternating_optimization`):
-#: there DLRM-16's seeds 0-4 all reach 36.41 ms (37.43 on seeds 0-1 without them). As
-#: more families of every fabric's search, they made DLRM-128's seeds disagree on the
-#: Ideal Switch (31.22-32.27 ms instead of 31.14 on seeds 0-4) and the 2:1 Fat-tree
-#: (33.31-36.04 instead of 32.94).
+#: starts from them (:func:`~topoopt.planners.alternating.alternating_optimization`),
+#: where they help its seeds agree; as more families of every fabric's search they
+#: made the seeds disagree.
 SIDE_LAYOUTS = ("stages2-side", "stages4-side")
 #: What a stage cut balances.
 CUTS = ("work", "params", "ops")
@@ -114,8 +110,8 @@ def body_stages(model: Model, body: list[int], parts: int, cut: str = "work"
         total = float(len(body))
     # cut after the operator where the running share passes g / parts
     ends = np.cumsum(work) / total
-    cut = np.searchsorted(ends, np.arange(1, parts) / parts, side="left") + 1
-    bounds = [0, *np.clip(cut, 1, len(body) - 1).tolist(), len(body)]
+    cuts = np.searchsorted(ends, np.arange(1, parts) / parts, side="left") + 1
+    bounds = [0, *np.clip(cuts, 1, len(body) - 1).tolist(), len(body)]
     return [body[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
@@ -125,9 +121,7 @@ def side_branch(model: Model) -> tuple[int, ...]:
 
     Placing independent operators on disjoint devices is FlexFlow's operator
     dimension; a pipeline of stages keeps its last block idle until the first stage's
-    forward pass is done, so the ``stagesG-side`` layouts put the branch there (DLRM-16
-    on the TopoOpt shard: 37.20 ms against 40.77 for ``stages2`` with the tables split
-    over the first block).
+    forward pass is done, so the ``stagesG-side`` layouts put the branch there.
 
     Returns
     -------
