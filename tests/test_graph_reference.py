@@ -29,6 +29,12 @@ The comparison is made in a form that legitimate implementation choices do not c
 Not compared: ``random_paths`` graphs (each build draws its own paths from the
 fabric's generator; nothing independent to compare with) and the event count (a
 barrier may or may not add event times).
+
+250 generated cases (5 fabrics x 50), derandomized: a run is reproducible for a given
+source. Two deviations the comparison found are kept as strict xfails and let through
+in the generated cases only where they are pinned down:
+:func:`test_alias_barriers_keep_the_order_a_server_runs_its_tasks` and
+:func:`test_the_critical_path_bound_with_an_empty_activation`.
 """
 
 from __future__ import annotations
