@@ -200,6 +200,9 @@ def _sorted_route(route: dict[int, float]) -> tuple[tuple[int, float], ...]:
 
 # -- the builder ------------------------------------------------------------------------
 
+Tasks = dict[tuple[int, int], int]   # (segment, server) -> task node
+
+
 def reference_graph(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
                     fabric: Fabric, rings=None, overlap: bool = True,
                     mp_flows: str = "auto") -> RefGraph:
@@ -209,45 +212,58 @@ def reference_graph(model: Model, strategy: Strategy, cluster: Cluster, job: Job
         mp_flows = "pair" if one_switch else "coflow"
     if rings is None:
         rings = fabric.info.get("rings") or {}
-    batch = job.global_batch(cluster)
-    ops = model.operators
-    index = {op.name: i for i, op in enumerate(ops)}
-    segs = segments_of(model, strategy)
-    graph = RefGraph(segs)
-    seg_of = {v: g for g, (members, _) in enumerate(segs) for v in members}
-    nseg = len(segs)
+    graph = RefGraph(segments_of(model, strategy))
+    fwd, bwd, upd = _add_tasks(graph, model, cluster, job)
+    fwd_msgs, bwd_msgs = _add_mp_dependencies(graph, model, cluster, job, fwd, bwd)
+    _add_mp_flows(graph, fabric, fwd_msgs, fwd, mp_flows)
+    _add_mp_flows(graph, fabric, bwd_msgs, bwd, mp_flows)
+    _add_allreduce(graph, model, job, fabric, rings, overlap, bwd, upd)
+    return graph
 
-    # tasks
-    fwd: dict[tuple[int, int], int] = {}
-    bwd: dict[tuple[int, int], int] = {}
-    upd: dict[tuple[int, int], int] = {}
-    times = []
-    for members, cfg in segs:
+
+def _add_tasks(graph: RefGraph, model: Model, cluster: Cluster, job: Job
+               ) -> tuple[Tasks, Tasks, Tasks]:
+    """Forward, backward and update tasks per segment and server; forward before
+    backward."""
+    ops, segs = model.operators, graph.segments
+    batch = job.global_batch(cluster)
+    fwd: Tasks = {}
+    bwd: Tasks = {}
+    upd: Tasks = {}
+    nseg = len(segs)
+    for g, (members, cfg) in enumerate(segs):
         f = b = u = 0.0
         for v in members:
             tf, tb = op_time(ops[v], cfg, cluster, job.precision, job.dtype_bytes, batch)
             f += tf
             b += tb
             u += update_seconds(ops[v], cfg, cluster, job)
-        times.append((f, b, u))
-
-    def task(kind: str, g: int, server: int, duration: float, order: int) -> int:
-        graph.tasks.append(RefTask(kind, segs[g][0], server, duration, order))
-        return len(graph.tasks) - 1
-
-    for g, (_, cfg) in enumerate(segs):
         for s in cfg.servers:
-            fwd[g, s] = task("fwd", g, s, times[g][0], g)
-            bwd[g, s] = task("bwd", g, s, times[g][1], 2 * nseg - 1 - g)
-            if times[g][2] > 0:
-                upd[g, s] = task("upd", g, s, times[g][2], 2 * nseg + g)
-    deps = graph.deps
+            for tasks, kind, duration, order in ((fwd, "fwd", f, g),
+                                                 (bwd, "bwd", b, 2 * nseg - 1 - g),
+                                                 (upd, "upd", u, 2 * nseg + g)):
+                if kind != "upd" or u > 0:
+                    graph.tasks.append(RefTask(kind, members, s, duration, order))
+                    tasks[g, s] = len(graph.tasks) - 1
     for key, node in fwd.items():
-        deps.append((node, bwd[key]))
+        graph.deps.append((node, bwd[key]))
+    return fwd, bwd, upd
 
-    # MP: same-server dependencies and messages per (stage, src, dst)
-    fwd_msgs: dict[tuple[int, int, int], list] = {}   # (gv, src, dst) -> [bytes, preds]
-    bwd_msgs: dict[tuple[int, int, int], list] = {}   # (gu, src, dst) -> [bytes, preds]
+
+Messages = dict[tuple[int, int, int], list]   # (stage segment, src, dst) -> [bytes, preds]
+
+
+def _add_mp_dependencies(graph: RefGraph, model: Model, cluster: Cluster, job: Job,
+                         fwd: Tasks, bwd: Tasks) -> tuple[Messages, Messages]:
+    """Same-server dependencies per edge across segments; the messages of each pass
+    per (receiving segment, source, destination) with their bytes and the tasks
+    they wait for."""
+    ops, segs = model.operators, graph.segments
+    index = {op.name: i for i, op in enumerate(ops)}
+    seg_of = {v: g for g, (members, _) in enumerate(segs) for v in members}
+    batch = job.global_batch(cluster)
+    fwd_msgs: Messages = {}
+    bwd_msgs: Messages = {}
     for v, op in enumerate(ops):
         for name in op.inputs:
             u = index[name]
@@ -257,8 +273,8 @@ def reference_graph(model: Model, strategy: Strategy, cluster: Cluster, job: Job
             cu, cv = segs[gu][1], segs[gv][1]
             for s in cu.servers:
                 if s in cv.servers:
-                    deps.append((fwd[gu, s], fwd[gv, s]))
-                    deps.append((bwd[gv, s], bwd[gu, s]))
+                    graph.deps.append((fwd[gu, s], fwd[gv, s]))
+                    graph.deps.append((bwd[gv, s], bwd[gu, s]))
             activation = float(ops[u].out_elems) * (batch * job.dtype_bytes)
             if activation <= 0:
                 continue
@@ -269,37 +285,50 @@ def reference_graph(model: Model, strategy: Strategy, cluster: Cluster, job: Job
                 m = bwd_msgs.setdefault((gu, d, s), [0.0, set()])
                 m[0] += nbytes
                 m[1].add(bwd[gv, d])
-    for msgs, receiver in ((fwd_msgs, fwd), (bwd_msgs, bwd)):
-        # (src, dst, bytes, preds, receiving task) per message
-        items = [(s, d, m[0], frozenset(m[1]), receiver[g, d])
-                 for (g, s, d), m in sorted(msgs.items())]
-        if mp_flows == "pair":
-            for s, d, nbytes, preds, to in items:
-                route, latency = pair_route(fabric, s, d)
-                _add_flow(graph, RefFlow("mp", nbytes, 1, _sorted_route(route), latency,
-                                         ((s, d, nbytes),)), preds, [to])
-        else:
-            groups: dict[frozenset, list] = {}
-            for item in items:
-                groups.setdefault(item[3], []).append(item)
-            for preds, members in groups.items():
-                total = sum(x[2] for x in members)
-                route: dict[int, float] = {}
-                latency = 0.0
-                for s, d, nbytes, _, _ in members:
-                    r, lat = pair_route(fabric, s, d)
-                    for link, w in r.items():
-                        route[link] = route.get(link, 0.0) + nbytes / total * w
-                    latency = max(latency, lat)
-                _add_flow(graph, RefFlow("mp", total, 1, _sorted_route(route), latency,
-                                         tuple((x[0], x[1], x[2]) for x in members)),
-                          preds, sorted({x[4] for x in members}))
+    return fwd_msgs, bwd_msgs
 
-    # AllReduce rings
+
+def _add_mp_flows(graph: RefGraph, fabric: Fabric, msgs: Messages, receiver: Tasks,
+                  mp_flows: str) -> None:
+    """One pass's messages as flows: one each (``"pair"``), or one coflow per set of
+    tasks they wait for."""
+    # (src, dst, bytes, tasks waited for, receiving task) per message
+    items = [(s, d, m[0], frozenset(m[1]), receiver[g, d])
+             for (g, s, d), m in sorted(msgs.items())]
+    if mp_flows == "pair":
+        for s, d, nbytes, preds, to in items:
+            route, latency = pair_route(fabric, s, d)
+            _add_flow(graph, RefFlow("mp", nbytes, 1, _sorted_route(route), latency,
+                                     ((s, d, nbytes),)), preds, [to])
+        return
+    groups: dict[frozenset, list] = {}
+    for item in items:
+        groups.setdefault(item[3], []).append(item)
+    for preds, members in groups.items():
+        total = sum(x[2] for x in members)
+        coupled: dict[int, float] = {}
+        slowest = 0.0
+        for s, d, nbytes, _, _ in members:
+            route, latency = pair_route(fabric, s, d)
+            for link, w in route.items():
+                coupled[link] = coupled.get(link, 0.0) + nbytes / total * w
+            slowest = max(slowest, latency)
+        _add_flow(graph, RefFlow("mp", total, 1, _sorted_route(coupled), slowest,
+                                 tuple((x[0], x[1], x[2]) for x in members)),
+                  preds, sorted({x[4] for x in members}))
+
+
+def _add_allreduce(graph: RefGraph, model: Model, job: Job, fabric: Fabric, rings,
+                   overlap: bool, bwd: Tasks, upd: Tasks) -> None:
+    """Ring flows per parameter shard of each replicated segment with parameters;
+    the updates of the other segments after their own backward."""
     every_bwd = sorted(bwd.values())
-    for g, (members_ops, cfg) in enumerate(segs):
-        params = sum(ops[v].params for v in members_ops)
+    for g, (ops, cfg) in enumerate(graph.segments):
+        params = sum(model.operators[v].params for v in ops)
         if params == 0 or cfg.dp < 2:
+            for s in cfg.servers:
+                if (g, s) in upd:
+                    graph.deps.append((bwd[g, s], upd[g, s]))
             continue
         shard = params / cfg.mp * job.dtype_bytes
         for b in range(cfg.mp):
@@ -307,27 +336,20 @@ def reference_graph(model: Model, strategy: Strategy, cluster: Cluster, job: Job
             orders = rings.get(members, (members,))
             k = len(members)
             for order in orders:
-                route: dict[int, float] = {}
+                coupled: dict[int, float] = {}
                 slowest = 0.0
                 for i, s in enumerate(order):
-                    r, lat = pair_route(fabric, int(s), int(order[(i + 1) % len(order)]))
-                    for link, w in r.items():
-                        route[link] = route.get(link, 0.0) + w
-                    slowest = max(slowest, lat)
-                preds = [bwd[g, m] for m in members] if overlap else every_bwd
+                    route, latency = pair_route(fabric, int(s),
+                                                int(order[(i + 1) % len(order)]))
+                    for link, w in route.items():
+                        coupled[link] = coupled.get(link, 0.0) + w
+                    slowest = max(slowest, latency)
                 flow = RefFlow("allreduce", 2.0 * (k - 1) / k * shard / len(orders), len(order),
-                               _sorted_route(route), 2 * (len(order) - 1) * slowest,
+                               _sorted_route(coupled), 2 * (len(order) - 1) * slowest,
                                tuple(int(x) for x in order))
-                _add_flow(graph, flow, preds, [upd[g, m] for m in members if (g, m) in upd])
-        # (updates of this segment wait for the rings, so not for the backward directly)
-    for g, (members_ops, cfg) in enumerate(segs):
-        params = sum(ops[v].params for v in members_ops)
-        if params > 0 and cfg.dp >= 2:
-            continue
-        for s in cfg.servers:
-            if (g, s) in upd:
-                deps.append((bwd[g, s], upd[g, s]))
-    return graph
+                # the updates wait for the rings (so for the backward through them)
+                _add_flow(graph, flow, [bwd[g, m] for m in members] if overlap else every_bwd,
+                          [upd[g, m] for m in members if (g, m) in upd])
 
 
 def _add_flow(graph: RefGraph, flow: RefFlow, preds, succs) -> None:
