@@ -48,9 +48,15 @@ class RoutedNetwork(LinkNetwork, Protocol):
     servers: what the packet-level backend and the wire model read of a
     :class:`topoopt.fabrics.Fabric` (the simulators never import the fabrics)."""
 
-    name: str
-    servers: int
-    nodes: int
+    # read-only members: a frozen dataclass's fields and a class's properties both fit
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def servers(self) -> int: ...
+
+    @property
+    def nodes(self) -> int: ...
 
     @property
     def src(self) -> np.ndarray: ...

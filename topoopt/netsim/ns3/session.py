@@ -204,7 +204,7 @@ class Ns3Network:
         return w
 
     # ------------------------------------------------------------------ connections
-    def ack_path(self, src: int, dst: int, path: Sequence[int]) -> np.ndarray:
+    def ack_path(self, src: int, dst: int, path: Sequence[int] | np.ndarray) -> np.ndarray:
         """The path ACKs of a ``src -> dst`` connection on ``path`` take: the reverse
         links when they all exist, else one of the fabric's ``dst -> src`` paths
         (chosen by a hash of the data path, so it is stable)."""
@@ -216,8 +216,9 @@ class Ns3Network:
         h = zlib.crc32(links.tobytes())
         return np.asarray(options[h % len(options)][0], np.int64)
 
-    def connection(self, src: int, dst: int, path: Sequence[int],
-                   key: Hashable | None = None, ack_path: Sequence[int] | None = None) -> int:
+    def connection(self, src: int, dst: int, path: Sequence[int] | np.ndarray,
+                   key: Hashable | None = None,
+                   ack_path: Sequence[int] | np.ndarray | None = None) -> int:
         """The id of a TCP connection from server ``src`` to ``dst`` pinned to ``path``
         (fabric link ids). ``key`` names the connection (default: the path): the same
         key gives the same connection, a new key a new one on the same path."""
