@@ -369,7 +369,7 @@ class IterationGraphBuilder:
         return IterationGraph(layout.tasks, layout.server, layout.duration, f.route_class,
                               f.nbytes, f.latency, f.kind, f.hops, barriers.count, dep_b,
                               dep_a, self.routes.store.view(), fused.segments,
-                              tuple(ring_orders), f.count if flows.merged else None)
+                              tuple(ring_orders), f.flow_count if flows.merged else None)
 
     def _lay_out_tasks(self, fused: Fused) -> _TaskLayout:
         """Node ids of the compute tasks: forward tasks by segment, backward tasks in

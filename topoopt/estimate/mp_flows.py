@@ -16,8 +16,9 @@ import numpy as np
 from topoopt.estimate.iteration_graph import FLOW_MP
 from topoopt.estimate.routes import RouteCache
 
-__all__ = ["FlowTable", "FlowArrays", "Barriers", "placeholder", "DependencyList", "add_mp_pass", "identical_blocks",
-           "coflow_groups", "row_ranks", "group_keys"]
+__all__ = ["FlowTable", "FlowArrays", "Barriers", "placeholder", "DependencyList",
+           "MergedTransfers", "merge_pass", "add_mp_pass", "identical_blocks", "coflow_groups",
+           "row_ranks", "group_keys"]
 
 #: :func:`add_mp_pass` merges a pass's transfers through a dense table of (consumer
 #: segment, source, destination) while the table has at most this many entries per
@@ -71,7 +72,7 @@ class FlowArrays(NamedTuple):
     latency: np.ndarray
     kind: np.ndarray
     hops: np.ndarray
-    count: np.ndarray
+    flow_count: np.ndarray
 
 
 class Barriers:
@@ -291,20 +292,20 @@ def identical_blocks(seg: np.ndarray, pair: np.ndarray, sizes: np.ndarray, k_of:
     pend = np.searchsorted(k_of, ends)
     # only blocks whose length and predecessor count another block shares can match
     shape = list(zip((ends - starts).tolist(), (pend - pstart).tolist()))
-    common: dict = {}
+    common: dict[tuple[int, int], list[int]] = {}
     for b, key in enumerate(shape):
         common.setdefault(key, []).append(b)
-    flow_of = None
-    count = weight
+    flow_of: np.ndarray | None = None
+    count = np.empty(0, np.int64)      # set with flow_of
     for blocks in common.values():
         if len(blocks) < 2:
             continue
-        first: dict = {}
+        first: dict[tuple[bytes, ...], int] = {}
         for b in blocks:
             a, e, pa, pe = int(starts[b]), int(ends[b]), int(pstart[b]), int(pend[b])
-            key = (pair[a:e].tobytes(), sizes[a:e].tobytes(), (k_of[pa:pe] - a).tobytes(),
-                   p_of[pa:pe].tobytes())
-            r = first.setdefault(key, b)
+            block = (pair[a:e].tobytes(), sizes[a:e].tobytes(), (k_of[pa:pe] - a).tobytes(),
+                     p_of[pa:pe].tobytes())
+            r = first.setdefault(block, b)
             if r == b:
                 continue
             if flow_of is None:
