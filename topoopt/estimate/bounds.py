@@ -40,20 +40,15 @@ class _PatternLoads:
         self.link: np.ndarray | None = None
 
 
-class _EdgeScale(NamedTuple):
-    """The edges between two configs: the configs and the scale of their pattern
-    (the edges' activations over the producer's ``mp``, summed)."""
-
-    cu: OpConfig
-    cv: OpConfig
-    scale: float
-
-
 class _StrategyLoads(NamedTuple):
-    """The MP loads of the last strategy asked for (its bounds share them)."""
+    """The MP loads of the last strategy asked for (its bounds share them): per pair
+    of config tokens, the scale of its pattern (the edges' activations over the
+    producer's ``mp``, summed) and the two configs; the bytes each server sends and
+    each link carries (once asked for)."""
 
     configs: tuple[OpConfig, ...]
-    scales: dict[tuple[int, int], _EdgeScale]
+    scales: dict[tuple[int, int], float]
+    pairs: dict[tuple[int, int], tuple[OpConfig, OpConfig]]
     server: np.ndarray
     link: np.ndarray | None
 
@@ -131,36 +126,41 @@ class GraphBounds:
         if last is None or last.configs != strategy.configs:
             segs, seg_of, info = b.fused(strategy)
             token = [x.token for x in info]
-            scales: dict[tuple[int, int], _EdgeScale] = {}
+            scales: dict[tuple[int, int], float] = {}
+            pairs: dict[tuple[int, int], tuple[OpConfig, OpConfig]] = {}
             for u, v in b.model.edges:
                 gu, gv = int(seg_of[u]), int(seg_of[v])
                 tensor = b.cache.activation[u]
                 if gu < 0 or gu == gv or tensor <= 0:
                     continue
-                cu, cv = segs[gu].config, segs[gv].config
                 k = (token[gu], token[gv])
-                hit = scales.get(k)
                 # the edge's bytes: the pattern's overlaps x (tensor / mp)
-                scales[k] = _EdgeScale(cu, cv, tensor / cu.mp
-                                       + (hit.scale if hit is not None else 0.0))
+                x = tensor / segs[gu].config.mp
+                hit = scales.get(k)
+                if hit is None:
+                    scales[k] = x
+                    pairs[k] = (segs[gu].config, segs[gv].config)
+                else:
+                    scales[k] = x + hit
             server = np.zeros(b.n)
-            for cu, cv, x in scales.values():
-                server += x * self._pattern_loads(cu, cv, False).server
-            last = _StrategyLoads(strategy.configs, scales, server, None)
+            for k, x in scales.items():
+                server += x * self._pattern_loads(k, *pairs[k], False).server
+            last = _StrategyLoads(strategy.configs, scales, pairs, server, None)
         if links and last.link is None:
             link = np.zeros(b.fabric.capacity.size)
-            for cu, cv, x in last.scales.values():
-                loads = self._pattern_loads(cu, cv, True)
+            for k, x in last.scales.items():
+                loads = self._pattern_loads(k, *last.pairs[k], True)
                 assert loads.link is not None
                 link += x * loads.link
             last = last._replace(link=link)
         self._last_loads = last
         return last
 
-    def _pattern_loads(self, cu: OpConfig, cv: OpConfig, links: bool) -> _PatternLoads:
-        """Per unit of scale, the loads of the transfer pattern of (cu, cv)."""
+    def _pattern_loads(self, key: tuple[int, int], cu: OpConfig, cv: OpConfig,
+                       links: bool) -> _PatternLoads:
+        """Per unit of scale, the loads of the transfer pattern of (cu, cv), whose
+        tokens are ``key``."""
         b = self.builder
-        key = (b.configs.info(cu).token, b.configs.info(cv).token)
         hit = self._patterns.get(key)
         if hit is None:
             if len(self._patterns) >= b.config_limit:
