@@ -58,8 +58,9 @@ class IterationGraph:
         The ring of every AllReduce flow, in flow order.
     flow_count : ndarray of int, optional
         Identical flows each flow stands for (``merge_flows`` of
-        :class:`IterationGraphBuilder`: same route class, bytes and predecessors, so
-        the same times; the flow precedes all their successors); ``None``: one each.
+        :class:`~topoopt.estimate.builder.IterationGraphBuilder`: same route class,
+        bytes and predecessors, so the same times; the flow precedes all their
+        successors); ``None``: one each.
     """
 
     tasks: int
