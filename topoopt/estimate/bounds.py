@@ -12,21 +12,27 @@ configs' tokens (:class:`~topoopt.estimate.templates.ConfigTable`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Protocol
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from topoopt.estimate.routes import alone_rate, row_latency
-from topoopt.estimate.templates import ConfigInfo
+from topoopt.estimate.routes import RouteCache, alone_rate, row_latency
+from topoopt.estimate.segments import EstimateCache
+from topoopt.estimate.templates import (
+    AllReduceTemplate,
+    ConfigInfo,
+    ConfigTable,
+    Fused,
+    PairTemplate,
+)
+from topoopt.fabrics.fabric import Fabric
+from topoopt.model import Model
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import FlowRoutes
 from topoopt.strategy import OpConfig, Strategy
 
-if TYPE_CHECKING:
-    from topoopt.estimate.builder import IterationGraphBuilder
-
-__all__ = ["GraphBounds"]
+__all__ = ["GraphBounds", "BuilderCaches"]
 
 
 class _PatternLoads:
@@ -53,11 +59,33 @@ class _StrategyLoads(NamedTuple):
     link: np.ndarray | None
 
 
+class BuilderCaches(Protocol):
+    """What the bounds read of their builder
+    (:class:`~topoopt.estimate.builder.IterationGraphBuilder`)."""
+
+    model: Model
+    fabric: Fabric
+    cache: EstimateCache
+    configs: ConfigTable
+    routes: RouteCache
+    n: int
+    dtype_bytes: int
+    overlap: bool
+    random_paths: bool
+    config_limit: int
+
+    def fused(self, strategy: Strategy) -> Fused: ...
+
+    def pair(self, iu: ConfigInfo, iv: ConfigInfo) -> PairTemplate: ...
+
+    def allreduce(self, cfg: OpConfig) -> AllReduceTemplate: ...
+
+
 class GraphBounds:
     """The lower bounds of one :class:`~topoopt.estimate.builder.IterationGraphBuilder`
     (its methods ``lower_bound``, ``link_bound`` and ``critical_path_bound``)."""
 
-    def __init__(self, builder: IterationGraphBuilder) -> None:
+    def __init__(self, builder: BuilderCaches) -> None:
         self.builder = builder
         fabric, n = builder.fabric, builder.n
         src, dst, cap = fabric.src, fabric.dst, fabric.capacity

@@ -42,6 +42,7 @@ from topoopt.estimate.templates import (
     AllReduceTemplate,
     ConfigInfo,
     ConfigTable,
+    Fused,
     PairTemplate,
     allreduce_template,
 )
@@ -54,15 +55,6 @@ __all__ = ["MP_FLOWS", "IterationGraphBuilder", "build_iteration"]
 #: Granularities of MP flows (see :class:`IterationGraphBuilder`).
 MP_FLOWS = ("auto", "pair", "coflow")
 Rings = Mapping[tuple[int, ...], Sequence[Sequence[int]]]
-
-
-class Fused(NamedTuple):
-    """A strategy's fused segments (:func:`~topoopt.estimate.segments.fuse_operators`)
-    with their configs' :class:`~topoopt.estimate.templates.ConfigInfo`."""
-
-    segments: tuple[Segment, ...]
-    segment_of: np.ndarray
-    info: list[ConfigInfo]
 
 
 class _TaskLayout(NamedTuple):

@@ -18,10 +18,11 @@ import numpy as np
 
 from topoopt.errors import ConfigError
 from topoopt.estimate.routes import RingRoute
+from topoopt.estimate.segments import Segment
 from topoopt.strategy import OpConfig
 from topoopt.topology.topology import check_ring
 
-__all__ = ["ConfigInfo", "ConfigTable", "PairTemplate", "AllReduceTemplate",
+__all__ = ["ConfigInfo", "ConfigTable", "Fused", "PairTemplate", "AllReduceTemplate",
            "PackedAllReduce", "allreduce_template", "BWD", "UPD", "RING", "BAR", "GLOBAL",
            "FWD_KEY", "BWD_KEY", "SRC_POS", "DST_POS"]
 
@@ -52,6 +53,15 @@ class ConfigInfo(NamedTuple):
     servers: np.ndarray
     position: np.ndarray
     token: int
+
+
+class Fused(NamedTuple):
+    """A strategy's fused segments (:func:`~topoopt.estimate.segments.fuse_operators`)
+    with their configs' :class:`ConfigInfo`."""
+
+    segments: tuple[Segment, ...]
+    segment_of: np.ndarray
+    info: list[ConfigInfo]
 
 
 class ConfigTable:
