@@ -4,7 +4,7 @@ import pytest
 
 from topoopt.cluster import Cluster, Job
 from topoopt.compute import compute_times
-from topoopt.errors import PlanCheckError
+from topoopt.errors import ConfigError, PlanCheckError
 from topoopt.estimate import (
     EstimateCache,
     build_iteration,
@@ -16,7 +16,7 @@ from topoopt.fabrics import direct_connect, fat_tree, ideal_switch
 from topoopt.fabrics.catalog import build_fabric
 from topoopt.model import Model, Operator
 from topoopt.netsim import Workload, simulate
-from topoopt.strategy import data_parallel, hybrid
+from topoopt.strategy import OpConfig, Strategy, data_parallel, hybrid
 from topoopt.topology import Topology
 from topoopt.traffic import derive_traffic
 from topoopt.workloads import model_of
@@ -81,6 +81,30 @@ def test_several_rings_split_the_bytes():
     assert two.total == pytest.approx(one.total, rel=1e-9)
     with pytest.raises(PlanCheckError):
         estimate_iteration(model, strat, cluster, job, f, rings={members: ((0, 1, 2),)})
+
+
+def test_estimate_iteration_refuses_wrong_inputs_up_front():
+    n = 4
+    model = one_layer()
+    cluster = Cluster(servers=n, nics=2, link_bandwidth=100 * G)
+    job = Job("custom", batch_per_gpu=8)
+    f = ideal_switch(n, 200 * G)
+    wide = data_parallel(model, 2 * n)        # more servers than the cluster has
+    with pytest.raises(ConfigError, match=r"strategy\[x\]\.servers.*0\.\.3"):
+        estimate_iteration(model, wide, cluster, job, f)
+    with pytest.raises(ConfigError, match=r"strategy\[fc\]\.servers.*distinct"):
+        estimate_iteration(model, Strategy((OpConfig((0,), 1), OpConfig((1, 1), 2))),
+                           cluster, job, f)
+    with pytest.raises(ConfigError, match="one config per operator"):
+        build_iteration(model, Strategy((OpConfig((0,), 1),)), cluster, job, f)
+    with pytest.raises(ConfigError, match="fabric"):
+        estimate_iteration(model, data_parallel(model, n), cluster, job, ideal_switch(2, G))
+    with pytest.raises(TypeError, match="strategy must be a Strategy"):
+        estimate_iteration(model, [OpConfig((0,), 1)] * 2, cluster, job, f)
+    with pytest.raises(TypeError, match="fabric must be a Fabric"):
+        estimate_iteration(model, data_parallel(model, n), cluster, job, "ideal")
+    with pytest.raises(ConfigError, match="seed"):
+        estimate_iteration(model, data_parallel(model, n), cluster, job, f, seed=1.5)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,9 @@
-"""The fast estimator path against the reference (build_iteration + simulate), random strategies."""
+"""The planner's estimator (one builder with warm caches and merged flows, on the DAG
+engine) against the general simulator on graphs built afresh, random strategies.
+
+Both engines run graphs of the one builder, so these tests check the engines, the
+caches and the flow merging against each other; the builder's graph itself is checked
+against an independent construction in tests/test_graph_reference.py."""
 
 import functools
 from dataclasses import asdict
@@ -191,15 +196,20 @@ def test_coflows_stay_acyclic_when_a_consumer_reads_two_producer_segments():
     assert IterationCost(model, cluster, job, fabric)(s) == pytest.approx(ref.total, rel=1e-9)
 
 
-def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
+@pytest.mark.parametrize("fabric_name", ["fattree", "expander", "topoopt"])
+def test_warm_builder_caches_build_the_graph_a_fresh_builder_builds(fabric_name):
+    # the planner's builder keeps its caches across strategies (route classes numbered
+    # in the order they were met, templates of configs seen before); a fresh builder
+    # per strategy must build the same graph: tasks, flows, bytes, routes, dependencies
+    # (coflows here: merge_flows changes nothing, so the graphs compare node by node)
     n = 16
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
     model = model_of(job)
     cluster = cluster_of(n)
-    fabric = fat_tree(n, cluster.server_bandwidth)
-    fast = FastEstimator(model, cluster, job, fabric)
+    fabric, rings = fabrics_of(n, model, cluster, job)[fabric_name]
+    fast = FastEstimator(model, cluster, job, fabric, rings)
     for s in random_strategies(model, cluster, job, 6, seed=9):
-        ref = build_iteration(model, s, cluster, job, fabric)
+        ref = build_iteration(model, s, cluster, job, fabric, rings)
         g = fast.graph(s)
         assert g.tasks == ref.task_nodes.size
         np.testing.assert_array_equal(g.task_server, ref.task_server)
@@ -207,7 +217,11 @@ def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
         np.testing.assert_array_equal(g.flow_kind, ref.flow_kind)
         np.testing.assert_array_equal(g.flow_bytes, ref.flow_bytes)
         np.testing.assert_array_equal(g.hop_count, ref.hop_count)
-        # every flow's route (its class row) is the reference flow's route
+        np.testing.assert_array_equal(g.flow_latency, ref.flow_latency)
+        np.testing.assert_array_equal(g.dep_before, ref.dep_before)
+        np.testing.assert_array_equal(g.dep_after, ref.dep_after)
+        assert g.barriers == ref.barriers and g.ring_orders == ref.ring_orders
+        # every flow's route (its class row) is the fresh graph's flow's route
         w = ref.workload.compile()
         routes = g.dag.class_routes
         for f in range(w.flow_size.size):
@@ -216,6 +230,33 @@ def test_fast_graph_has_the_reference_tasks_flows_and_bytes():
             order = np.argsort(rl)
             np.testing.assert_array_equal(np.sort(links), rl[order])
             np.testing.assert_allclose(weights[np.argsort(links)], rw[order], rtol=1e-12)
+
+
+def test_equal_configs_built_apart_share_the_builders_caches():
+    # the caches are keyed by the configs' values: a strategy rebuilt from new but
+    # equal configs (not the space's instances) builds the same graph from them,
+    # adding no route and no per-pair template
+    n = 8
+    job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
+    model = model_of(job)
+    cluster = cluster_of(n)
+    fabric = fat_tree(n, cluster.server_bandwidth)
+    fast = FastEstimator(model, cluster, job, fabric)
+    builder = fast.builder
+    for s in random_strategies(model, cluster, job, 4, seed=2):
+        g = fast.graph(s)
+        bounds = (builder.lower_bound(s), builder.link_bound(s),
+                  builder.critical_path_bound(s))
+        rows, pairs = builder.routes.store.rows, len(builder._pairs)
+        again = Strategy(tuple(OpConfig(tuple(c.servers), c.dp, c.mp) for c in s.configs))
+        assert all(a is not b for a, b in zip(again.configs, s.configs))
+        h = fast.graph(again)
+        assert (builder.routes.store.rows, len(builder._pairs)) == (rows, pairs)
+        for f in ("task_server", "task_duration", "flow_class", "flow_bytes", "flow_latency",
+                  "dep_before", "dep_after"):
+            np.testing.assert_array_equal(getattr(h, f), getattr(g, f))
+        assert (builder.lower_bound(again), builder.link_bound(again),
+                builder.critical_path_bound(again)) == bounds
 
 
 # --- the DAG engine on its own ------------------------------------------------------
@@ -419,19 +460,46 @@ def test_bounded_costs_leave_the_chain_unchanged(model_name, size):
             assert exact.memo[key] >= low
 
 
-def test_cache_resets_keep_the_estimates():
-    # memory bounds: dropping every route-derived and per-config cache between
-    # strategies changes nothing
+@pytest.mark.parametrize("kind", ["routes", "configs"])
+@pytest.mark.parametrize("fabric_name", ["ideal", "fattree", "topoopt"])
+def test_cache_resets_keep_the_estimates_and_bounds(fabric_name, kind):
+    # memory bounds: a builder past its limits drops its route-derived caches (route
+    # classes numbered afresh) or its per-config caches (configs numbered afresh)
+    # before each graph; its graphs' times and its bounds, asked for between builds as
+    # the search does, must be those of a builder that never resets
     n = 8
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
     model = model_of(job)
     cluster = cluster_of(n)
-    fabric = fat_tree(n, cluster.server_bandwidth)
-    tiny = FastEstimator(model, cluster, job, fabric)
-    tiny.route_limit, tiny.coflow_limit, tiny.config_limit = 1, 1, 1
-    fast = FastEstimator(model, cluster, job, fabric)
-    for s in random_strategies(model, cluster, job, 6, seed=11):
-        assert_same(fast.estimate(s), tiny.estimate(s))
+    fabric, rings = fabrics_of(n, model, cluster, job)[fabric_name]
+    tiny = FastEstimator(model, cluster, job, fabric, rings)
+    if kind == "routes":
+        tiny.builder.route_limit = tiny.builder.coflow_limit = 0
+    else:
+        tiny.builder.config_limit = 0
+    resets = {"routes": 0, "configs": 0}
+    for name in resets:
+        reset = getattr(tiny.builder, f"reset_{name}")
+
+        def counted(reset=reset, name=name):
+            resets[name] += 1
+            reset()
+
+        setattr(tiny.builder, f"reset_{name}", counted)
+    fast = FastEstimator(model, cluster, job, fabric, rings)
+    strategies = random_strategies(model, cluster, job, 8, seed=11)
+    for s in strategies:
+        for _ in range(2):      # bounds before a build, and after one (which reset)
+            assert tiny.builder.lower_bound(s) == fast.builder.lower_bound(s)
+            assert tiny.builder.link_bound(s) == fast.builder.link_bound(s)
+            assert tiny.builder.critical_path_bound(s) == fast.builder.critical_path_bound(s)
+            assert_same(fast.estimate(s), tiny.estimate(s))
+    # not vacuous: every build reset that kind of cache (but perhaps the first one's
+    # routes, if its bounds routed nothing yet), and only that kind
+    assert resets[kind] >= 2 * len(strategies) - 1
+    assert resets["configs" if kind == "routes" else "routes"] == 0
+    if kind == "routes":
+        assert tiny.builder.routes.store.rows < fast.builder.routes.store.rows
 
 
 @pytest.mark.parametrize("n", [8, 16])
@@ -573,7 +641,7 @@ def test_mp_barriers_keep_every_time_and_cut_dependencies(fabric_name, overlap):
 
 
 def test_row_ranks_equal_unique_rows():
-    from topoopt.estimate.graph import _row_ranks
+    from topoopt.estimate.mp_flows import row_ranks as _row_ranks
     rng = np.random.default_rng(1)
     rows = rng.integers(-1, 3, (7, 4))
     mat = rows[rng.integers(0, 7, 200)]
@@ -583,7 +651,7 @@ def test_row_ranks_equal_unique_rows():
 
 @pytest.mark.parametrize("mp_flows", ["pair", "coflow"])
 def test_dense_and_sorted_mp_merges_build_the_same_graph(monkeypatch, mp_flows):
-    import topoopt.estimate.graph as graph
+    import topoopt.estimate.mp_flows as graph
     n = 8
     job = Job("dlrm", batch_per_gpu=16, size=SMALL_DLRM)
     model = model_of(job)
@@ -618,7 +686,7 @@ def _sharded_tables(model, n, spread):
 
 @pytest.mark.parametrize("spread", [4, 16])
 def test_merged_flows_give_the_reference_times_and_events(monkeypatch, spread):
-    import topoopt.estimate.graph as graph_mod
+    import topoopt.estimate.mp_flows as graph_mod
 
     monkeypatch.setattr(graph_mod, "_MERGE_MIN", 0)
     n = 16
@@ -646,7 +714,7 @@ def test_merged_flows_give_the_reference_times_and_events(monkeypatch, spread):
 
 
 def test_blocks_merge_only_when_pairs_bytes_and_predecessors_match():
-    from topoopt.estimate.graph import _identical_blocks
+    from topoopt.estimate.mp_flows import identical_blocks as _identical_blocks
 
     seg = np.array([0, 0, 1, 1, 2, 2, 3, 3])
     pair = np.array([1, 2, 1, 2, 1, 2, 1, 3])

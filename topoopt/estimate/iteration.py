@@ -5,8 +5,9 @@ that chooses the engine.
 Two engines run the same graph: the DAG engine (:func:`topoopt.netsim.dag.run_dag`,
 route classes, memoized max-min rates, early stop past a bound), which the planner
 uses, and the general simulator (:func:`topoopt.netsim.simulate`, ``reference=True``),
-an independent implementation of the same flow model that the tests compare against
-(times equal to ~1e-12 relative, same event counts).
+a second implementation of the same flow model that the tests compare it with (times
+equal to ~1e-12 relative, same event counts). Both run the graph the one builder made,
+so they check the engine, not the graph.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from topoopt.cluster import Cluster, Job
-from topoopt.estimate.graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, IterationGraphBuilder
+from topoopt.estimate.builder import IterationGraphBuilder
+from topoopt.estimate.checks import check_estimate_inputs, require_type
+from topoopt.estimate.iteration_graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
@@ -30,12 +33,10 @@ __all__ = ["IterationEstimate", "FastEstimator", "estimate_iteration", "summariz
 
 #: The critical-path bound is tried while at least this share of its recent tries
 #: (a moving average) rejected the candidate, else once every ``_PATH_PROBE``
-#: candidates. It costs about a twentieth of a build and a simulation (DLRM-16:
-#: 0.15 ms against 2-3 ms; DLRM-128's Fat-tree: 0.6 ms against 10 or more), so it
-#: pays from about one rejection in twenty: in a plan's descents it rejects about
-#: four in ten of the candidates the link bound lets through, in an MCMC chain on
-#: the Ideal Switch about one in a hundred. The gate changes no decision: a candidate it
-#: lets through is simulated up to the bound.
+#: candidates: it costs about a twentieth of a build and a simulation, so it pays from
+#: about one rejection in twenty (measurements: docs/tuning.md, "Task-graph builder").
+#: The gate changes no decision: a candidate it lets through is simulated up to the
+#: bound.
 _PATH_MIN_RATE = 0.05
 _PATH_PROBE = 16
 
@@ -111,6 +112,9 @@ class FastEstimator:
     def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric,
                  rings: Rings | None = None, overlap: bool = True, mp_flows: str = "auto",
                  cache: EstimateCache | None = None) -> None:
+        for name, value, kind in (("model", model, Model), ("cluster", cluster, Cluster),
+                                  ("job", job, Job), ("fabric", fabric, Fabric)):
+            require_type(name, value, kind)
         self.builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
                                              mp_flows, cache, merge_flows=True)
         self.fabric = fabric
@@ -234,12 +238,18 @@ def estimate_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: 
         MP flow granularity, see :class:`~topoopt.estimate.graph.IterationGraphBuilder`.
     reference : bool
         Run the graph on the general simulator (:func:`topoopt.netsim.simulate`)
-        instead of the DAG engine. Both give the same times to ~1e-12 relative and
-        the same event count; the reference is the independent check.
+        instead of the DAG engine: a second engine on the same graph. Both give the
+        same times to ~1e-12 relative and the same event count.
 
     Returns
     -------
     IterationEstimate
+
+    Raises
+    ------
+    TypeError, ConfigError
+        An argument of the wrong type, or a strategy that does not fit the model or
+        the cluster (a server id past the cluster's, a config per operator missing).
 
     Examples
     --------
@@ -260,6 +270,7 @@ def estimate_iteration(model: Model, strategy: Strategy, cluster: Cluster, job: 
     .. [1] TopoOpt §5, "FlexNet simulator" (the task graph of FlexFlow's simulator,
        made network-aware).
     """
+    check_estimate_inputs(model, strategy, cluster, job, fabric, seed)
     builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap, mp_flows,
                                     cache, random_paths, seed)
     graph = builder.build(strategy)

@@ -4,6 +4,7 @@ per-operator pieces the estimator memoizes across strategies."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,16 +43,31 @@ class Segment:
     params: int
 
 
+#: (source servers, destination servers, bytes per unit of scale) per transfer.
+_Pattern = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class _OpCost(NamedTuple):
+    """An operator's seconds per server under one config: (forward, backward), update."""
+
+    times: tuple[float, float]
+    update: float
+
+
 class EstimateCache:
     """Memo of the per-operator pieces that do not change when a strategy changes
-    elsewhere: compute times keyed by (op, config) and MP transfer patterns keyed by
-    (producer config, consumer config). One cache per (model, cluster, job)."""
+    elsewhere: compute times keyed by (op, config), fused segments keyed by (operators,
+    config) and MP transfer patterns keyed by (producer config, consumer config). One
+    cache per (model, cluster, job)."""
+
+    #: Entries kept per memo before it is cleared (bounds memory on long searches).
+    limit = 200_000
 
     def __init__(self, model: Model, cluster: Cluster, job: Job) -> None:
         self.key = (id(model), cluster, job)
-        self.times: dict = {}
-        self.patterns: dict = {}
-        self.segments: dict = {}
+        self.times: dict[tuple[int, OpConfig], _OpCost] = {}
+        self.patterns: dict[tuple[OpConfig, OpConfig], _Pattern] = {}
+        self.segments: dict[tuple[tuple[int, ...], int], Segment] = {}
         self.consumers = _consumers(model)
         #: Bytes of each operator's output for the global batch (what its edges carry).
         self.activation = np.array([op.out_elems for op in model.operators], float) * (
@@ -65,29 +81,37 @@ class EstimateCache:
                       else -1 for v, op in enumerate(ops)]
         self.is_input = [op.kind == "input" for op in ops]
 
-    # Keys use the configs' identities (hashing a config hashes its server tuple);
-    # the cached entry keeps the config alive, so its id cannot be reused.
-    #: Entries kept per memo before it is cleared (bounds memory on long searches).
-    limit = 200_000
-
-    def op_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster, job: Job) -> tuple[float, float]:
-        hit = self.times.get((i, id(cfg)))
-        if hit is None or hit[0] is not cfg:
+    def _cost(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster,
+              job: Job) -> _OpCost:
+        key = (i, cfg)
+        hit = self.times.get(key)
+        if hit is None:
             if len(self.times) >= self.limit:
                 self.times.clear()
-            t = op_time(model.operators[i], cfg, cluster, job.precision, job.dtype_bytes,
-                        job.global_batch(cluster))
-            hit = (cfg, t, update_time(model.operators[i], cfg, cluster, job))
-            self.times[(i, id(cfg))] = hit
-        return hit[1]
+            op = model.operators[i]
+            hit = self.times[key] = _OpCost(
+                op_time(op, cfg, cluster, job.precision, job.dtype_bytes,
+                        job.global_batch(cluster)),
+                update_time(op, cfg, cluster, job))
+        return hit
 
-    def update_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster, job: Job) -> float:
-        self.op_time(model, i, cfg, cluster, job)
-        return self.times[(i, id(cfg))][2]
+    def op_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster,
+                job: Job) -> tuple[float, float]:
+        """(forward, backward) seconds per server of operator ``i`` under ``cfg``."""
+        return self._cost(model, i, cfg, cluster, job).times
+
+    def update_time(self, model: Model, i: int, cfg: OpConfig, cluster: Cluster,
+                    job: Job) -> float:
+        """Seconds per server of operator ``i``'s weight update under ``cfg``."""
+        return self._cost(model, i, cfg, cluster, job).update
 
     def segment(self, model: Model, ops: tuple[int, ...], cfg: OpConfig, cluster: Cluster,
                 job: Job) -> "Segment":
         """The :class:`Segment` of operators ``ops`` under ``cfg`` (memoized)."""
+        # Keyed by the config's identity: every candidate's fusion asks for each of its
+        # segments, and hashing a config hashes its server tuple (2 us at 128 servers
+        # against 0.3 for an id). The entry keeps its config alive, so the id is not
+        # reused; a config built anew only misses (its segment is rebuilt, equal).
         key = (ops, id(cfg))
         hit = self.segments.get(key)
         if hit is None or hit.config is not cfg:
@@ -96,27 +120,27 @@ class EstimateCache:
             fwd = bwd = upd = 0.0
             params = 0
             for i in ops:
-                f, b = self.op_time(model, i, cfg, cluster, job)
+                cost = self._cost(model, i, cfg, cluster, job)
+                f, b = cost.times
                 fwd += f
                 bwd += b
-                upd += self.times[(i, id(cfg))][2]
+                upd += cost.update
                 params += model.operators[i].params
             hit = self.segments[key] = Segment(ops, cfg, float(fwd), float(bwd), float(upd),
                                                int(params))
         return hit
 
-    def pattern(self, cu: OpConfig, cv: OpConfig):
+    def pattern(self, cu: OpConfig, cv: OpConfig) -> _Pattern:
         """:func:`~topoopt.traffic.edge_transfers` of one (producer, consumer) config
         pair with the batch overlaps as sizes: every edge between the two configs
-        scales it (BERT-128's search meets 4,000 (edge, config pair) keys but 250
-        config pairs)."""
-        key = (id(cu), id(cv))
+        scales it (many edges share few config pairs)."""
+        key = (cu, cv)
         hit = self.patterns.get(key)
-        if hit is None or hit[0] is not cu or hit[1] is not cv:
+        if hit is None:
             if len(self.patterns) >= self.limit:
                 self.patterns.clear()
-            hit = self.patterns[key] = (cu, cv, edge_transfers(cu, cv, float(cu.mp)))
-        return hit[2]
+            hit = self.patterns[key] = edge_transfers(cu, cv, float(cu.mp))
+        return hit
 
 
 def _consumers(model: Model) -> list[list[int]]:
