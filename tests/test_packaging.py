@@ -65,3 +65,14 @@ def test_the_mapped_folders_docstring_examples(package):
         assert result.failed == 0, name
         tried += result.attempted
     assert tried > 0
+
+
+def test_import_topoopt_loads_no_heavy_dependency():
+    """numba, OR-Tools (and pandas through it), sympy and matplotlib load where they are
+    used, not with the package: a fresh interpreter imports it and lists what came."""
+    heavy = ("numba", "ortools", "pandas", "sympy", "matplotlib")
+    code = ("import sys, topoopt, topoopt.cli; "
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == []
