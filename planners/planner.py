@@ -28,14 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from topoopt._require import (
-    require_callable,
-    require_instance,
-    require_names,
-    require_seed,
-)
+from topoopt._require import require_callable, require_instance, require_names, require_seed
 from topoopt.cluster import Cluster, Job
 from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.executor import Executor, SerialExecutor

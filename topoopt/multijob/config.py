@@ -52,13 +52,7 @@ from topoopt._require import (
     require_table,
 )
 from topoopt.cluster import Cluster, Job
-from topoopt.config import (
-    JOB_KEYS,
-    PlanSettings,
-    cluster_from_table,
-    job_from_table,
-    read_toml,
-)
+from topoopt.config import JOB_KEYS, PlanSettings, cluster_from_table, job_from_table, read_toml
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import FABRICS
 from topoopt.multijob.placement import PLACEMENTS
