@@ -116,7 +116,7 @@ class PlanSettings:
         object.__setattr__(self, "finder_kwargs", require_finder_kwargs(self.finder_kwargs))
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any], section: str = "plan",
+    def from_table(cls, table: Mapping[str, Any],
                    keys: tuple[str, ...] = PLAN_KEYS) -> "PlanSettings":
         """The settings of a ``[plan]`` table: its keys (of ``keys``), the rest default.
 
@@ -124,9 +124,15 @@ class PlanSettings:
         ------
         ConfigError
             ``plan.KEY`` for an unknown key or a bad value.
+
+        Examples
+        --------
+        >>> s = PlanSettings.from_table({"budget": 100, "routing": "lp"})
+        >>> s.budget, s.rounds, dict(s.finder_kwargs)
+        (100, 2, {'routing': 'lp'})
         """
-        require_table(section, table, "[plan] budget = 100")
-        require_keys(section, table, keys)
+        require_table("plan", table, "[plan] budget = 100")
+        require_keys("plan", table, keys)
         fields = {k: table[k] for k in ("budget", "rounds", "chains", "seed", "tolerance",
                                         "baselines", "parallel") if k in table}
         return cls(**fields, finder_kwargs={k: table[k] for k in FINDER_KEYS if k in table})

@@ -135,8 +135,8 @@ class ClusterConfig:
         One of :data:`ECMP`.
     seed : int
     plan : Mapping
-        ``strategy`` and the search's settings of :data:`PLAN_KEYS`, defaults filled in
-        (``plan_settings`` holds the search's part, validated).
+        ``strategy`` and the search's settings of :data:`PLAN_KEYS`, validated by
+        :class:`~topoopt.config.PlanSettings`, defaults filled in.
     source : str
     """
 
