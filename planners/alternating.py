@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from topoopt._require import (
+    require_callable,
+    require_instance,
+    require_int,
+    require_seed,
+    require_table,
+)
 from topoopt.cluster import Cluster, Job
+from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.errors import TopoOptError
 from topoopt.fabrics import direct_connect, ideal_switch
 from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_finder
@@ -29,13 +37,7 @@ from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import descend
 from topoopt.planners.moves import MoveSet
-from topoopt.planners.search import (
-    DEFAULT_TOLERANCE,
-    DESCENT,
-    SCREENED_FAMILIES,
-    FabricSearch,
-    search_space,
-)
+from topoopt.planners.search import DESCENT, SCREENED_FAMILIES, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy, data_parallel, hybrid
@@ -49,13 +51,13 @@ __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "star
 #: before the first round.
 SCREEN = 4
 #: After a round, its best descends on each other degree split's topology on which it
-#: is at most this factor slower than its time on the round's choice (DLRM-16's
-#: two-stage, tensor-split layout: 73.28 ms on Step 1's 3 + 1 split descends to 68.19,
-#: from 89.06 on the 2 + 2 split to 56.60).
+#: is at most this factor slower than its time on the round's choice: a strategy slower
+#: on another split may still descend further there (docs/tuning.md, "Planner").
 SPLIT_RATIO = 1.3
 
 
-def start_strategy(model: Model, cluster: Cluster, job: Job, space: StrategySpace | None = None) -> Strategy:
+def start_strategy(model: Model, cluster: Cluster, job: Job,
+                   space: StrategySpace | None = None) -> Strategy:
     """Data parallel if it fits in memory, else DLRM-style hybrid (tables model-parallel).
 
     Raises
@@ -198,9 +200,9 @@ def _descend_splits(space: StrategySpace, moveset: MoveSet, model: Model, cluste
     of the degree splits TopologyFinder offers for it, with its time on each) within
     :data:`SPLIT_RATIO` of ``time``; the fastest (strategy, topology) pair of all.
 
-    The MCMC judges candidates on one topology: the DLRM-128 shard's round on its 4 + 0
-    split ends at 55.59 ms, while the same strategy on the 3 + 1 split (56.05 ms there)
-    descends to 54.28 ms -- a finer grain of TopoOpt §4's alternation."""
+    The MCMC judges candidates on one topology, and a round's best may descend further
+    on another split's (docs/tuning.md, "Planner"): a finer grain of TopoOpt §4's
+    alternation."""
     best = (time, strategy, plan)
     for plan_d, t_d in splits:
         if t_d > SPLIT_RATIO * time or stop_requested():
@@ -213,8 +215,10 @@ def _descend_splits(space: StrategySpace, moveset: MoveSet, model: Model, cluste
 
 
 def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: Strategy, *,
-                             rounds: int = 3, budget: int = 200, chains: int = 1, seed: int = 0,
-                             tolerance: float = DEFAULT_TOLERANCE,
+                             rounds: int = PLAN_DEFAULTS.rounds,
+                             budget: int = PLAN_DEFAULTS.budget,
+                             chains: int = PLAN_DEFAULTS.chains, seed: int = PLAN_DEFAULTS.seed,
+                             tolerance: float = PLAN_DEFAULTS.tolerance,
                              finder_kwargs: Mapping | None = None,
                              seeds: Mapping[str, Strategy] | None = None,
                              layouts: Sequence[Layout] = (),
@@ -262,9 +266,19 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     progress : callable, optional
         ``progress(stage, moves_done, best_time)``.
 
+    The defaults and bounds of ``rounds`` .. ``tolerance`` are those of
+    :class:`topoopt.config.PlanSettings`.
+
     Returns
     -------
     AlternatingResult
+
+    Raises
+    ------
+    ConfigError
+        A setting out of its bounds (named as in a config: ``plan.rounds``).
+    TypeError
+        An argument of the wrong type.
 
     Notes
     -----
@@ -273,25 +287,147 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     iteration time improved. The result is never worse than the start on its own
     topology, the baseline every candidate must beat.
     """
-    finder_kwargs = dict(finder_kwargs or {})
-    tseed = seed if topology_seed is None else topology_seed
-    space = StrategySpace.build(model, cluster, job)
-    start_plan = plan_topology(model, start, cluster, job, tseed, **finder_kwargs)
-    start_t = IterationCost(model, cluster, job, topoopt_fabric(start_plan),
-                            start_plan.rings)(start)
-    # every candidate on Step 1's topology for its traffic, then the best two with
-    # the neighbouring degree splits too
-    screened: list[tuple[str, Strategy, TopologyPlan, float]] = [
-        ("start", start, start_plan, start_t)]
+    _require_arguments(model, cluster, job, start, rounds=rounds, budget=budget,
+                       chains=chains, seed=seed, tolerance=tolerance,
+                       finder_kwargs=finder_kwargs, seeds=seeds, screen=screen,
+                       screened_families=screened_families, topology_seed=topology_seed,
+                       progress=progress)
+    p = _Shard(model, cluster, job, StrategySpace.build(model, cluster, job),
+               seed if topology_seed is None else topology_seed, dict(finder_kwargs or {}))
+    screened = _screen(p, start, seeds, layouts, side_layouts, screen)
+    (best_strategy, best_plan, best_t), origin, (start_plan, start_t) = _first_start(p,
+                                                                                    screened)
+    rounds_run = _alternate(p, (best_strategy, best_plan, best_t), layouts, rounds=rounds,
+                            budget=budget, chains=chains, seed=seed, tolerance=tolerance,
+                            screened_families=screened_families, progress=progress)
+    (best_strategy, best_plan, best_t), history, searches, interrupted = rounds_run
+    return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, history,
+                             interrupted, sum(f.moves for f in searches), origin, searches,
+                             tuple((n, t) for n, _, _, t in screened))
+
+
+def _alternate(p: _Shard, best: tuple[Strategy, TopologyPlan, float],
+               layouts: Sequence[Layout], *, rounds: int, budget: int, chains: int, seed: int,
+               tolerance: float, screened_families: int,
+               progress: Callable[[str, int, float], None] | None
+               ) -> tuple[tuple[Strategy, TopologyPlan, float], tuple[RoundRecord, ...],
+                          tuple[FabricSearch, ...], bool]:
+    """The rounds from ``best`` (strategy, topology, time): each an MCMC search on the
+    current topology, then TopologyFinder for its chains' bests and descents on the
+    other degree splits; until a round improves by less than ``tolerance``. Returns
+    the best (strategy, topology, time), the rounds' records and searches, and
+    whether Ctrl-C stopped them."""
+    best_strategy, best_plan, best_t = best
+    history: list[RoundRecord] = []
+    searches: list[FabricSearch] = []
+    interrupted = stop_requested()
+    # (the rounds' searches leave the side layouts out: docs/tuning.md, "Planner")
+    moveset = MoveSet(p.space, tuple(layouts))
+    for r in range(1, rounds + 1):
+        if interrupted:
+            break
+        found = search_space(p.space, p.cost(best_plan), layouts,
+                             extra=[("current", best_strategy)], chains=chains, budget=budget,
+                             seed=seed * 1000 + r, tolerance=tolerance,
+                             screened_families=screened_families,
+                             progress=_stage_progress(progress, f"topoopt round {r}/{rounds}"))
+        searches.append(found)
+        interrupted = found.stop == "interrupted" or stop_requested()
+        pick = _round_pick(p, found, best_strategy, best_plan, best_t)
+        strategy, plan, t = pick.strategy, pick.plan, pick.time
+        if not interrupted:
+            # the round searched its topology's split: the others' topologies descend
+            splits = [(sp, tp) for sp, tp in pick.splits
+                      if sp.degree_allreduce != best_plan.degree_allreduce]
+            strategy, plan, t = _descend_splits(p.space, moveset, p.model, p.cluster, p.job,
+                                                strategy, plan, t, splits,
+                                                min(DESCENT, 4 * budget))
+        improved = t < best_t * (1 - tolerance)
+        history.append(RoundRecord(r, pick.mcmc_time, pick.topology_time,
+                                   pick.new_plan.degree_allreduce, pick.new_plan.degree_mp,
+                                   found.moves, sum(c.accepted for c in found.chains),
+                                   improved))
+        if t < best_t:
+            best_strategy, best_plan, best_t = strategy, plan, t
+        if not improved:
+            break
+    return (best_strategy, best_plan, best_t), tuple(history), tuple(searches), interrupted
+
+
+def _require_arguments(model: object, cluster: object, job: object, start: object, *,
+                       rounds: int, budget: int, chains: int, seed: int, tolerance: float,
+                       finder_kwargs: Mapping | None, seeds: Mapping[str, Strategy] | None,
+                       screen: int, screened_families: int, topology_seed: int | None,
+                       progress: object) -> None:
+    """:func:`alternating_optimization`'s arguments, checked before any work."""
+    require_instance("model", model, Model, "topoopt.model_of(job)")
+    require_instance("cluster", cluster, Cluster)
+    require_instance("job", job, Job)
+    require_instance("start", start, Strategy, "start_strategy(model, cluster, job)")
+    PlanSettings(budget=budget, rounds=rounds, chains=chains, seed=seed,  # (it checks them)
+                 tolerance=tolerance, finder_kwargs=finder_kwargs or {})
+    if seeds is not None:
+        require_table("seeds", seeds, "{\"hybrid\": strategy}")
+        for name, strategy in seeds.items():
+            require_instance(f"seeds[{name!r}]", strategy, Strategy)
+    require_int("screen", screen, minimum=0)
+    require_int("screened_families", screened_families, minimum=0)
+    if topology_seed is not None:
+        require_seed("topology_seed", topology_seed)
+    require_callable("progress", progress)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """What every step of the alternation works on: the job, its shard's strategy
+    space, and TopologyFinder's seed and options."""
+
+    model: Model
+    cluster: Cluster
+    job: Job
+    space: StrategySpace
+    tseed: int
+    finder_kwargs: dict
+
+    def topology(self, strategy: Strategy) -> TopologyPlan:
+        """TopologyFinder's topology for ``strategy``'s traffic (Step 1's split)."""
+        return plan_topology(self.model, strategy, self.cluster, self.job, self.tseed,
+                             **self.finder_kwargs)
+
+    def cost(self, plan: TopologyPlan) -> IterationCost:
+        """Iteration time of a strategy on ``plan``'s shard."""
+        return IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
+                             plan.rings)
+
+
+def _stage_progress(progress: Callable[[str, int, float], None] | None, stage: str
+                    ) -> Callable[[int, float], None] | None:
+    """A search's ``progress(moves, best)`` reported as ``stage``'s."""
+    if progress is None:
+        return None
+    return lambda m, t: progress(stage, m, t)
+
+
+Screened = tuple[str, Strategy, TopologyPlan, float]
+
+
+def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
+            layouts: Sequence[Layout], side_layouts: Sequence[Layout], screen: int
+            ) -> list[Screened]:
+    """The start, the ``seeds`` and the ``screen`` structured strategies fastest on the
+    Ideal Switch (of ``layouts`` and of ``side_layouts`` apart), each on Step 1's
+    topology for its traffic with its time there; the start first."""
+    start_plan = p.topology(start)
+    screened: list[Screened] = [("start", start, start_plan, p.cost(start_plan)(start))]
     tried = {start.configs}
     candidates = list((seeds or {}).items())
     if screen > 0 and (layouts or side_layouts):
-        ideal = IterationCost(model, cluster, job,
+        cluster = p.cluster
+        ideal = IterationCost(p.model, cluster, p.job,
                               ideal_switch(cluster.servers, cluster.server_bandwidth,
                                            cluster.link_latency / 2))
         # the side layouts screened apart: fast on the Ideal Switch, they would take
-        # the others' places (DLRM-128: tables-mp4+body-stages2@ops, whose round ends
-        # at 54.28 ms, against 54.47 from the side layout that displaced it)
+        # the others' places (docs/tuning.md, "Planner")
         for pool in (layouts, side_layouts):
             times = [ideal(lay.strategy) for lay in pool]
             picked: list[int] = []
@@ -304,88 +440,76 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     for name, strategy in candidates:
         if stop_requested():
             break               # Ctrl-C: no more TopologyFinder runs
-        if strategy.configs in tried or not space.contains(strategy):
+        if strategy.configs in tried or not p.space.contains(strategy):
             continue
         tried.add(strategy.configs)
-        plan_c = plan_topology(model, strategy, cluster, job, tseed, **finder_kwargs)
-        t_c = IterationCost(model, cluster, job, topoopt_fabric(plan_c), plan_c.rings)(strategy)
-        screened.append((name, strategy, plan_c, t_c))
-    # the start (the baseline every result must beat) and the best two others get
-    # the neighbouring degree splits too
+        plan_c = p.topology(strategy)
+        screened.append((name, strategy, plan_c, p.cost(plan_c)(strategy)))
+    return screened
+
+
+def _first_start(p: _Shard, screened: list[Screened]
+                 ) -> tuple[tuple[Strategy, TopologyPlan, float], str,
+                            tuple[TopologyPlan, float]]:
+    """Where the first round starts: the fastest of the start (the baseline every
+    result must beat) and the best two other screened strategies, each on the best of
+    its neighbouring degree splits too. Returns (strategy, topology, time), its name
+    and the start's own (topology, time)."""
+    start = screened[0][1]
+    _, _, start_plan, start_t = screened[0]
     ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:2]
     best_strategy, best_plan, best_t, origin = start, start_plan, start_t, "start"
     for name, strategy, plan_c, t_c in ranked:
         if stop_requested():
             break
-        plan_c, t_c = best_topology(model, strategy, cluster, job, tseed, finder_kwargs,
-                                    base=(plan_c, t_c))
+        plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
+                                    p.finder_kwargs, base=(plan_c, t_c))
         if name == "start":
             start_plan, start_t = plan_c, t_c
             best_plan, best_t = plan_c, t_c
         elif t_c < best_t:
             best_strategy, best_plan, best_t, origin = strategy, plan_c, t_c, name
-    screened_times = [(n, t) for n, _, _, t in screened]
-    history: list[RoundRecord] = []
-    searches: list[FabricSearch] = []
-    moves = 0
-    interrupted = stop_requested()
-    # (the rounds' searches leave the side layouts out: with them as families too,
-    # DLRM-128's round ends at 54.47 ms, not 54.28)
-    moveset = MoveSet(space, tuple(layouts))
-    for r in range(1, rounds + 1):
-        if interrupted:
-            break
-        stage = f"topoopt round {r}/{rounds}"
-        fabric = topoopt_fabric(best_plan)
-        cost = IterationCost(model, cluster, job, fabric, best_plan.rings)
-        found = search_space(space, cost, layouts, extra=[("current", best_strategy)],
-                             chains=chains, budget=budget, seed=seed * 1000 + r,
-                             tolerance=tolerance, screened_families=screened_families,
-                             progress=(lambda m, t, s=stage: progress(s, m, t))
-                             if progress else None)
-        searches.append(found)
-        moves += found.moves
-        interrupted = found.stop == "interrupted" or stop_requested()
-        # every chain's best on the topology it was searched on (rings and routes
-        # extended to its traffic) and on TopologyFinder's topology for its traffic
-        options = []
-        splits_of = {}
-        for res in sorted(found.chains, key=lambda c: (c.best_time, c.seed)):
-            # (chains that agree on a best: its topologies once)
-            if res.best.configs == best_strategy.configs or res.best.configs in splits_of:
-                continue
-            kept = extend_plan(best_plan, _traffic(model, res.best, cluster, job))
-            kept_t = IterationCost(model, cluster, job, topoopt_fabric(kept),
-                                   kept.rings)(res.best)
-            splits_of[res.best.configs] = split_topologies(model, res.best, cluster, job,
-                                                           tseed, finder_kwargs)
-            plan_r, t_r = splits_of[res.best.configs][0]
-            options += [(kept_t, 1, len(options), res.best, kept),
-                        (t_r, 0, len(options), res.best, plan_r)]
-        if options:
-            t, _, _, strategy, plan = min(options, key=lambda o: o[:3])
-            mcmc_t = min(o[0] for o in options if o[1] == 1)
-            topo_t = min(o[0] for o in options if o[1] == 0)
-            new_plan = next(o[4] for o in options if o[1] == 0)   # the best chain's
-            splits = splits_of[strategy.configs]
-        else:       # the chains found nothing better
-            t, strategy, plan, mcmc_t, topo_t, new_plan = (best_t, best_strategy, best_plan,
-                                                           best_t, best_t, best_plan)
-            splits = split_topologies(model, best_strategy, cluster, job, tseed,
-                                      finder_kwargs)
-        # the round searched its topology's split: the others' topologies descend
-        splits = [(p, tp) for p, tp in splits
-                  if p.degree_allreduce != best_plan.degree_allreduce]
-        if not interrupted:
-            strategy, plan, t = _descend_splits(space, moveset, model, cluster, job, strategy,
-                                                plan, t, splits, min(DESCENT, 4 * budget))
-        improved = t < best_t * (1 - tolerance)
-        history.append(RoundRecord(r, mcmc_t, topo_t, new_plan.degree_allreduce,
-                                   new_plan.degree_mp, found.moves,
-                                   sum(c.accepted for c in found.chains), improved))
-        if t < best_t:
-            best_strategy, best_plan, best_t = strategy, plan, t
-        if not improved:
-            break
-    return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, tuple(history),
-                             interrupted, moves, origin, tuple(searches), tuple(screened_times))
+    return (best_strategy, best_plan, best_t), origin, (start_plan, start_t)
+
+
+@dataclass(frozen=True)
+class _RoundPick:
+    """A round's best (strategy, topology, time) before the descents on other splits,
+    the times its record keeps, and the degree splits of the chosen strategy."""
+
+    strategy: Strategy
+    plan: TopologyPlan
+    time: float
+    mcmc_time: float
+    topology_time: float
+    new_plan: TopologyPlan
+    splits: list[tuple[TopologyPlan, float]]
+
+
+def _round_pick(p: _Shard, found: FabricSearch, best_strategy: Strategy,
+                best_plan: TopologyPlan, best_t: float) -> _RoundPick:
+    """Every chain's best on the topology it was searched on (rings and routes extended
+    to its traffic) and on TopologyFinder's topology for its traffic: the fastest."""
+    options: list[tuple[float, int, int, Strategy, TopologyPlan]] = []
+    splits_of: dict[tuple, list[tuple[TopologyPlan, float]]] = {}
+    for res in sorted(found.chains, key=lambda c: (c.best_time, c.seed)):
+        # (chains that agree on a best: its topologies once)
+        if res.best.configs == best_strategy.configs or res.best.configs in splits_of:
+            continue
+        kept = extend_plan(best_plan, _traffic(p.model, res.best, p.cluster, p.job))
+        kept_t = p.cost(kept)(res.best)
+        splits_of[res.best.configs] = split_topologies(p.model, res.best, p.cluster, p.job,
+                                                       p.tseed, p.finder_kwargs)
+        plan_r, t_r = splits_of[res.best.configs][0]
+        options += [(kept_t, 1, len(options), res.best, kept),
+                    (t_r, 0, len(options), res.best, plan_r)]
+    if not options:       # the chains found nothing better
+        return _RoundPick(best_strategy, best_plan, best_t, best_t, best_t, best_plan,
+                          split_topologies(p.model, best_strategy, p.cluster, p.job, p.tseed,
+                                           p.finder_kwargs))
+    t, _, _, strategy, plan = min(options, key=lambda o: o[:3])
+    return _RoundPick(strategy, plan, t,
+                      mcmc_time=min(o[0] for o in options if o[1] == 1),
+                      topology_time=min(o[0] for o in options if o[1] == 0),
+                      new_plan=next(o[4] for o in options if o[1] == 0),  # the best chain's
+                      splits=splits_of[strategy.configs])

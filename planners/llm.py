@@ -30,7 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
+from topoopt._require import (
+    require_callable,
+    require_instance,
+    require_int,
+    require_names,
+    require_seed,
+)
 from topoopt.cluster import Cluster, Job
+from topoopt.config import PLAN_DEFAULTS, require_finder_kwargs
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
@@ -52,7 +60,6 @@ from topoopt.llm import (
 )
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
-from topoopt.plans.document import BASELINES
 from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_order, launch_preserves_traffic
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
@@ -275,7 +282,29 @@ def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: Transf
                            fabric_cost(fab, prices), plan, d_ar, tried)
 
 
-def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES,
+def _require_arguments(cluster: object, job: object, baselines: object, prices: object,
+                       top: object, source: object, fabric_seed: object,
+                       finder_kwargs: Mapping | None, on_fabric: object) -> tuple[str, ...]:
+    """:func:`plan_llm`'s arguments checked before any work; its baselines."""
+    require_instance("cluster", cluster, Cluster)
+    require_instance("job", job, Job)
+    names = require_names("plan.baselines", baselines,
+                          tuple(n for n in FABRICS if n != "topoopt"), '["ideal"]')
+    for name in names:
+        if FABRICS[name].reconfigurable:
+            raise ConfigError("plan.baselines", name, "an LLM plan compares fixed fabrics; "
+                              f"use some of {', '.join(PLAN_DEFAULTS.baselines)}")
+    if prices is not None:
+        require_instance("prices", prices, PriceTable)
+    require_int("top", top, minimum=1)
+    require_instance("source", source, str)
+    require_seed("fabric_seed", fabric_seed)
+    require_finder_kwargs(finder_kwargs or {})
+    require_callable("on_fabric", on_fabric)
+    return names
+
+
+def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = PLAN_DEFAULTS.baselines,
              prices: PriceTable | None = None, top: int = TOP, source: str = "",
              fabric_seed: int = 0, finder_kwargs: Mapping | None = None,
              on_fabric: Callable[[str, float, str], None] | None = None,
@@ -316,16 +345,11 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = BASELINES
     >>> p.iteration_time_s["ideal"] <= min(p.iteration_time_s.values())
     True
     """
+    baselines = _require_arguments(cluster, job, baselines, prices, top, source, fabric_seed,
+                                   finder_kwargs, on_fabric)
     model = model_of(job)
     shape = transformer_shape(model)
     prices = prices or DEFAULT_PRICES
-    for name in baselines:
-        if name not in FABRICS or name == "topoopt":
-            raise ConfigError("plan.baselines", name,
-                              f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
-        if FABRICS[name].reconfigurable:
-            raise ConfigError("plan.baselines", name, "an LLM plan compares fixed fabrics; "
-                                                      f"use some of {', '.join(BASELINES)}")
     fixed = check_fixed(fixed)
     ranked, space = rank_parallel(shape, cluster, job, fixed)
     shortlist: list[LLMCandidate] = []

@@ -26,15 +26,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from topoopt._require import require_callable, require_instance, require_names, require_seed
 from topoopt.cluster import Cluster, Job
-from topoopt.errors import ConfigError
+from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.executor import Executor, SerialExecutor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
 from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.interrupt import stop_requested
+from topoopt.model import Model
 from topoopt.planners.alternating import (
     AlternatingResult,
     alternating_optimization,
@@ -44,30 +48,29 @@ from topoopt.planners.alternating import (
 )
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.llm import plan_llm
-from topoopt.planners.search import (
-    DEFAULT_TOLERANCE,
-    SCREENED_FAMILIES,
-    FabricSearch,
-    search_space,
-)
+from topoopt.planners.search import SCREENED_FAMILIES, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import SIDE_LAYOUTS, structured_strategies
-from topoopt.plans.document import BASELINES, FabricResult, Plan
+from topoopt.plans.document import FabricResult, Plan
+from topoopt.plans.llm import LLMPlan
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import is_transformer
 
-__all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric", "IDEAL_EFFORT",
-           "BESIDE_IDEAL"]
+__all__ = ["plan", "FabricTask", "FabricOutcome", "search_one_fabric", "require_baselines",
+           "IDEAL_EFFORT", "BESIDE_IDEAL"]
 
 #: The Ideal Switch's budget, in multiples of the others'.
 IDEAL_EFFORT = 2
 #: Fabrics searched beside the Ideal Switch instead of after it, without its bests as
 #: starts: the Expander's random graph favours strategies on small, well-connected
-#: server blocks that the Ideal Switch's never are (DLRM-128 and BERT-128, seeds 0-4:
-#: its bests the same or faster without them, 156.2-165.1 ms and 159.4-168.9 ms), and
+#: server blocks that the Ideal Switch's never are (docs/tuning.md, "Planner"), and
 #: it is the costliest search, so that is when the pool has a free worker.
 BESIDE_IDEAL = ("expander",)
+
+#: What a cross-seeding task timed: (the fabric whose best it was, its time here, and
+#: on the TopoOpt shard its own topology).
+Timed = tuple[str, float, TopologyPlan | None]
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,8 @@ class FabricOutcome:
     search: FabricSearch | None = None
     alternating: AlternatingResult | None = None
     topology_plan: TopologyPlan | None = None
-    #: per candidate of a cross-seeding task: (name, time, topology plan or None)
-    timed: tuple = ()
+    #: per candidate of a cross-seeding task
+    timed: tuple[Timed, ...] = ()
 
 
 def _reference_starts(model, cluster, space) -> list[tuple[str, Strategy]]:
@@ -120,9 +123,7 @@ def _reference_starts(model, cluster, space) -> list[tuple[str, Strategy]]:
 def _screened(task: FabricTask) -> int:
     """Families a task's search descends beyond one per chain: none where the Ideal
     Switch's bests start it -- its screened bottoms stand for the families (the same
-    times without: DLRM-128's 2:1 and cost-equal Fat-trees and TopoOpt, seeds 0-1,
-    DLRM-16's 2:1 Fat-tree and TopoOpt, seeds 0-4; the 2:1 Fat-tree's DLRM-128 search
-    7.5 s of CPU instead of about 18)."""
+    times without them, in less time: docs/tuning.md, "Planner")."""
     return 0 if task.extra else SCREENED_FAMILIES
 
 
@@ -131,35 +132,29 @@ def search_one_fabric(task: FabricTask,
                       ) -> FabricOutcome:
     """Run one fabric's search, or time ``task.candidates`` on it (module-level so pool
     and Ray workers can import it)."""
+    require_instance("task", task, FabricTask)
+    require_callable("progress", progress)
     cluster, job = task.cluster, task.job
     model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     if task.name == "topoopt":
         if task.candidates:
-            timed = tuple((n, *reversed(best_topology(model, s, cluster, job, task.fabric_seed,
-                                                      task.finder_kwargs)))
-                          for n, s in task.candidates)
-            return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
-        start = start_strategy(model, cluster, job, space)
-        refs = _reference_starts(model, cluster, space)
-        found = alternating_optimization(
-            model, cluster, job, start, rounds=task.rounds, budget=task.budget,
-            chains=task.chains, seed=task.seed, tolerance=task.tolerance,
-            topology_seed=task.fabric_seed,
-            finder_kwargs=task.finder_kwargs,
-            seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
-            layouts=structured_strategies(model, space),
-            side_layouts=structured_strategies(model, space, SIDE_LAYOUTS), progress=progress,
-            screened_families=_screened(task))
-        return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
-                             topology_plan=found.topology_plan)
+            timed: list[Timed] = []
+            for n, s in task.candidates:
+                plan_c, t_c = best_topology(model, s, cluster, job, task.fabric_seed,
+                                            task.finder_kwargs)
+                timed.append((n, t_c, plan_c))
+            return FabricOutcome(task.name, task.candidates[0][1], timed[0][1],
+                                 timed=tuple(timed))
+        return _alternate(task, model, space, progress)
     start = start_strategy(model, cluster, job, space)
     fabric = build_fabric(task.name, cluster, task.prices, task.fabric_seed, job=job,
                           model=model, strategy=start)
     cost = IterationCost(model, cluster, job, fabric, seed=task.fabric_seed)
     if task.candidates:
-        timed = tuple((n, cost(s), None) for n, s in task.candidates)
-        return FabricOutcome(task.name, task.candidates[0][1], timed[0][1], timed=timed)
+        timed = [(n, cost(s), None) for n, s in task.candidates]
+        return FabricOutcome(task.name, task.candidates[0][1], timed[0][1],
+                             timed=tuple(timed))
     refs = _reference_starts(model, cluster, space)
     found = search_space(space, cost, structured_strategies(model, space),
                          extra=[("start", start), *refs, *task.extra], chains=task.chains,
@@ -169,13 +164,79 @@ def search_one_fabric(task: FabricTask,
     return FabricOutcome(task.name, found.best, found.best_time, search=found)
 
 
-def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chains: int = 2,
-         seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
-         baselines: Sequence[str] = BASELINES, executor: Executor | None = None,
-         prices: PriceTable | None = None, finder_kwargs: dict | None = None,
+def _alternate(task: FabricTask, model: Model, space: StrategySpace,
+               progress: Callable[[str, int, float], None] | None) -> FabricOutcome:
+    """The TopoOpt shard's search: alternating optimization from the plan's start,
+    with the reference strategies and ``task.extra`` as more first-round starts."""
+    cluster, job = task.cluster, task.job
+    start = start_strategy(model, cluster, job, space)
+    refs = _reference_starts(model, cluster, space)
+    found = alternating_optimization(
+        model, cluster, job, start, rounds=task.rounds, budget=task.budget,
+        chains=task.chains, seed=task.seed, tolerance=task.tolerance,
+        topology_seed=task.fabric_seed,
+        finder_kwargs=task.finder_kwargs,
+        seeds={n: s for n, s in [*refs, *task.extra] if s.configs != start.configs},
+        layouts=structured_strategies(model, space),
+        side_layouts=structured_strategies(model, space, SIDE_LAYOUTS), progress=progress,
+        screened_families=_screened(task))
+    return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
+                         topology_plan=found.topology_plan)
+
+
+def require_baselines(baselines: object) -> tuple[str, ...]:
+    """``baselines`` as fabrics of the catalog to compare with the TopoOpt shard: a
+    list of names (not one string), each once, none of them ``topoopt``.
+
+    Raises
+    ------
+    ConfigError
+        ``plan.baselines``, naming the fabrics allowed.
+    """
+    allowed = tuple(n for n in FABRICS if n != "topoopt")
+    return require_names("plan.baselines", baselines, allowed, example='["ideal"]')
+
+
+def _type_fix(name: str, value: object) -> str:
+    """What to pass instead of ``value`` for :func:`plan`'s ``cluster`` or ``job``."""
+    if isinstance(value, (str, Path)):
+        return "read a config with topoopt.load_config(path) and pass cfg.cluster, cfg.job"
+    if isinstance(value, (Cluster, Job)):
+        return "the arguments are swapped: plan(cluster, job, ...)"
+    if name == "cluster":
+        return ("build one with topoopt.Cluster(servers=..., nics=..., link_bandwidth=...) "
+                "or topoopt.config.cluster_from_table(table)")
+    return ("build one with topoopt.Job(model, batch_per_gpu, ...) or "
+            "topoopt.config.job_from_table(table)")
+
+
+def _require_arguments(cluster: object, job: object, executor: object, prices: object,
+                       progress: object, on_fabric: object, source: object,
+                       fabric_seed: object) -> None:
+    """:func:`plan`'s arguments other than its settings, checked before any work."""
+    require_instance("cluster", cluster, Cluster, _type_fix("cluster", cluster))
+    require_instance("job", job, Job, _type_fix("job", job))
+    if executor is not None and not all(hasattr(executor, a) for a in ("name", "map",
+                                                                         "submit")):
+        raise TypeError(f"executor must be an Executor or None, not "
+                        f"{type(executor).__name__}: topoopt.executor.make_executor(workers)")
+    if prices is not None:
+        require_instance("prices", prices, PriceTable,
+                         "topoopt.fabrics.cost.price_table(config's [cost] table)")
+    require_callable("progress", progress)
+    require_callable("on_fabric", on_fabric)
+    require_instance("source", source, str, "the config's path, for the plan")
+    require_seed("fabric_seed", fabric_seed)
+
+
+def plan(cluster: Cluster, job: Job, *, budget: int = PLAN_DEFAULTS.budget,
+         rounds: int = PLAN_DEFAULTS.rounds, chains: int = PLAN_DEFAULTS.chains,
+         seed: int = PLAN_DEFAULTS.seed, tolerance: float = PLAN_DEFAULTS.tolerance,
+         baselines: Sequence[str] = PLAN_DEFAULTS.baselines, executor: Executor | None = None,
+         prices: PriceTable | None = None, finder_kwargs: Mapping | None = None,
          source: str = "", progress: Callable[[str, int, float], None] | None = None,
          on_fabric: Callable[[str, float, str], None] | None = None,
-         fabric_seed: int = 0, parallel: Mapping | None = None) -> Plan:
+         fabric_seed: int = 0, parallel: Mapping | None = None) -> Plan | LLMPlan:
     """Co-optimize a job's strategy and its shard's topology, and compare fabrics.
 
     Parameters
@@ -196,13 +257,13 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         Agreement of the chains that ends a search (and the least improvement that
         keeps the alternation going), as a fraction.
     baselines : sequence of str
-        Fabrics to compare (default: ideal, fattree, oversub, expander).
+        Fabrics to compare, each once (default: ideal, fattree, oversub, expander).
     executor : Executor, optional
         :func:`topoopt.executor.make_executor`; serial by default. The result does
         not depend on it.
     prices : PriceTable, optional
         Cost model prices (:func:`topoopt.fabrics.cost.price_table`).
-    finder_kwargs : dict, optional
+    finder_kwargs : mapping, optional
         TopologyFinder options (``routing``, ``k_paths``, ``primes_only``, ``mp_decay``).
     source : str
         Config path, echoed in the plan.
@@ -214,10 +275,24 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         The Expander's random graph and TopologyFinder's tie-breaks: part of the
         fabrics, not of the search, so fixed by default -- another ``seed`` then changes
         only the search.
+    parallel : mapping, optional
+        An LLM job's fixed degrees (a config's ``[plan] parallel``).
+
+    The defaults and bounds of ``budget`` .. ``baselines`` are those of
+    :class:`topoopt.config.PlanSettings` (a config's ``[plan]``, ``topoopt plan``).
 
     Returns
     -------
-    Plan
+    Plan or LLMPlan
+        An :class:`~topoopt.plans.llm.LLMPlan` for an LLM or MoE job
+        (:func:`~topoopt.planners.llm.plan_llm`).
+
+    Raises
+    ------
+    ConfigError
+        A setting out of its bounds, named as in a config (``plan.budget``).
+    TypeError
+        ``cluster``, ``job`` or another argument of the wrong type.
 
     Examples
     --------
@@ -230,42 +305,61 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
     >>> p.iteration_time_s["ideal"] <= min(p.iteration_time_s.values())
     True
     """
-    for name, value, low in (("plan.budget", budget, 0), ("plan.rounds", rounds, 1),
-                             ("plan.chains", chains, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(name, value, f"must be an integer >= {low}")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
-            or not 0 <= tolerance < 1:
-        raise ConfigError("plan.tolerance", tolerance, "must be a fraction in [0, 1), "
-                                                       "e.g. 0.01 for 1%")
-    if isinstance(baselines, str):
-        raise ConfigError("plan.baselines", baselines, "must be a list of fabric names, "
-                                                       f"e.g. [\"{baselines}\"]")
-    for name in baselines:
-        if name not in FABRICS or name == "topoopt":
-            raise ConfigError("plan.baselines", name,
-                              f"use some of {', '.join(n for n in FABRICS if n != 'topoopt')}")
+    _require_arguments(cluster, job, executor, prices, progress, on_fabric, source,
+                       fabric_seed)
+    settings = PlanSettings(budget=budget, rounds=rounds, chains=chains, seed=seed,
+                            tolerance=tolerance, baselines=baselines,
+                            parallel=parallel if parallel is not None else {},
+                            finder_kwargs=finder_kwargs if finder_kwargs is not None else {})
+    require_baselines(settings.baselines)
     prices = prices or DEFAULT_PRICES
     executor = executor or SerialExecutor()
-    finder_kwargs = dict(finder_kwargs or {})
     model = model_of(job)
-    # --- LLM and MoE jobs (gpt, moe and their presets): the Megatron-style planner of
-    # topoopt.planners.llm (degrees, micro-batches, placement; TopologyFinder per
-    # candidate), which returns a topoopt.plans.llm.LLMPlan. Budget, rounds, chains,
-    # seed and tolerance are for the MCMC search and do not apply: it is exhaustive.
+    # LLM and MoE jobs: the Megatron-style planner (degrees, micro-batches, placement;
+    # TopologyFinder per candidate). Budget, rounds, chains, seed and tolerance are for
+    # the MCMC search and do not apply: it is exhaustive.
     if is_transformer(model):
-        return plan_llm(cluster, job, baselines=baselines, prices=prices, source=source,
-                        fabric_seed=fabric_seed, finder_kwargs=finder_kwargs,
-                        on_fabric=on_fabric, fixed=parallel)
-    # ---
+        return plan_llm(cluster, job, baselines=settings.baselines, prices=prices,
+                        source=source, fabric_seed=fabric_seed,
+                        finder_kwargs=dict(settings.finder_kwargs), on_fabric=on_fabric,
+                        fixed=settings.parallel)
+    return _plan_dnn(cluster, job, model, settings, executor, prices, source, progress,
+                     on_fabric, fabric_seed)
+
+
+def _plan_dnn(cluster: Cluster, job: Job, model: Model, settings: PlanSettings,
+              executor: Executor, prices: PriceTable, source: str,
+              progress: Callable[[str, int, float], None] | None,
+              on_fabric: Callable[[str, float, str], None] | None, fabric_seed: int) -> Plan:
+    """:func:`plan` for a DNN job (module notes): every fabric searched, cross-seeded,
+    and the results gathered into a :class:`Plan`."""
     space = StrategySpace.build(model, cluster, job)
     start = start_strategy(model, cluster, job, space)
-    names = ("topoopt", *dict.fromkeys(baselines))
-    task = (lambda name, budget_=budget, candidates=(), extra=(): FabricTask(
-        name, cluster, job, budget_, rounds, chains, seed, float(tolerance), prices,
-        finder_kwargs, candidates, extra, fabric_seed))
-    if stop_requested():
-        budget = 0
+    names = ("topoopt", *settings.baselines)
+    make_task = partial(FabricTask, cluster=cluster, job=job, budget=settings.budget,
+                        rounds=settings.rounds, chains=settings.chains, seed=settings.seed,
+                        tolerance=settings.tolerance, prices=prices,
+                        finder_kwargs=dict(settings.finder_kwargs), fabric_seed=fabric_seed)
+    budget = 0 if stop_requested() else settings.budget
+    best = _search_fabrics(names, make_task, budget, executor, progress, on_fabric)
+    adopted = {} if stop_requested() else _cross_seed(names, best, make_task, executor)
+    topo = best["topoopt"]
+    return Plan(cluster, job, model, topo.topology_plan,
+                _fabric_results(names, best, adopted, model, cluster, job, prices,
+                                fabric_seed, start),
+                topo.alternating, settings.seed, budget, settings.rounds, settings.chains,
+                source, tolerance=settings.tolerance,
+                references=_references(names, best, start), fabric_seed=fabric_seed)
+
+
+def _search_fabrics(names: Sequence[str], make_task: Callable[..., FabricTask], budget: int,
+                    executor: Executor,
+                    progress: Callable[[str, int, float], None] | None,
+                    on_fabric: Callable[[str, float, str], None] | None
+                    ) -> dict[str, FabricOutcome]:
+    """Every fabric's search (module notes, steps 1 and 2): the Ideal Switch first with
+    :data:`IDEAL_EFFORT` times ``budget`` (the :data:`BESIDE_IDEAL` fabrics beside it),
+    then the others from its chains' bests as well."""
 
     def done(out: FabricOutcome) -> None:
         if on_fabric is not None:
@@ -283,77 +377,108 @@ def plan(cluster: Cluster, job: Job, *, budget: int = 200, rounds: int = 2, chai
         return executor.map(search_one_fabric, tasks, on_done=lambda i, o: done(o))
 
     best: dict[str, FabricOutcome] = {}
-    extra: tuple = ()
+    extra: tuple[tuple[str, Strategy], ...] = ()
     # the fabrics that do not start from the Ideal Switch's bests run beside its search
     # (in this process: after it, with their progress shown)
     beside = [n for n in names if n in BESIDE_IDEAL]
-    pending = {n: executor.submit(search_one_fabric, task(n, budget)) for n in beside
-               if executor.name != "serial" and "ideal" in names}
+    pending = {n: executor.submit(search_one_fabric, make_task(n, budget=budget))
+               for n in beside if executor.name != "serial" and "ideal" in names}
     if "ideal" in names:
-        best["ideal"] = run([task("ideal", budget * IDEAL_EFFORT)])[0]
-        bests = sorted(best["ideal"].search.chains, key=lambda c: (c.best_time, c.seed))
-        extra = tuple((f"ideal best {k + 1}", c.best) for k, c in enumerate(
-            dict((c.best.configs, c) for c in bests).values()))
+        best["ideal"] = run([make_task("ideal", budget=budget * IDEAL_EFFORT)])[0]
+        extra = _chain_bests(best["ideal"].search)
     # the costliest searches first: the pool then ends them about together
     order = sorted((n for n in names if n != "ideal" and n not in pending),
                    key=lambda n: (n not in ("topoopt", "expander"), names.index(n)))
-    for out in run([task(n, budget, extra=() if n in beside else extra) for n in order]):
+    for out in run([make_task(n, budget=budget, extra=() if n in beside else extra)
+                    for n in order]):
         best[out.name] = out
     for n, started in pending.items():
         best[n] = started.result()
         done(best[n])
+    return best
 
-    # Cross-seeding: each fabric's best strategy timed on every other fabric.
+
+def _chain_bests(search: FabricSearch | None) -> tuple[tuple[str, Strategy], ...]:
+    """A search's chains' distinct bests, fastest first, named ``ideal best k``: the
+    Ideal Switch's, as more starts for the other fabrics."""
+    if search is None:
+        return ()
+    bests = sorted(search.chains, key=lambda c: (c.best_time, c.seed))
+    return tuple((f"ideal best {k + 1}", c.best) for k, c in enumerate(
+        dict((c.best.configs, c) for c in bests).values()))
+
+
+def _cross_seed(names: Sequence[str], best: dict[str, FabricOutcome],
+                make_task: Callable[..., FabricTask], executor: Executor) -> dict[str, str]:
+    """Each fabric's best strategy timed on every other fabric (module notes, step 3):
+    ``best`` takes the faster; returns which fabric's best each fabric adopted."""
     adopted: dict[str, str] = {}
-    if not stop_requested():
-        cross = []
-        for n in names:
-            others = [(m, best[m].strategy) for m in names
-                      if m != n and best[m].strategy.configs != best[n].strategy.configs]
-            # one entry per distinct strategy
-            uniq: dict = {}
-            for m, s in others:
-                uniq.setdefault(s.configs, (m, s))
-            if uniq:
-                cross.append(task(n, candidates=tuple(uniq.values())))
-        for out in executor.map(search_one_fabric, cross):
-            for m, t, tp in out.timed:
-                if t < best[out.name].time:
-                    src = best[m]
-                    best[out.name] = FabricOutcome(
-                        out.name, src.strategy, t, search=best[out.name].search,
-                        alternating=best[out.name].alternating,
-                        topology_plan=tp if out.name == "topoopt" else None)
-                    adopted[out.name] = m
+    cross = []
+    for n in names:
+        others = [(m, best[m].strategy) for m in names
+                  if m != n and best[m].strategy.configs != best[n].strategy.configs]
+        # one entry per distinct strategy
+        uniq: dict = {}
+        for m, s in others:
+            uniq.setdefault(s.configs, (m, s))
+        if uniq:
+            cross.append(make_task(n, candidates=tuple(uniq.values())))
+    for out in executor.map(search_one_fabric, cross):
+        for m, t, tp in out.timed:
+            if t < best[out.name].time:
+                src = best[m]
+                best[out.name] = FabricOutcome(
+                    out.name, src.strategy, t, search=best[out.name].search,
+                    alternating=best[out.name].alternating,
+                    topology_plan=tp if out.name == "topoopt" else None)
+                adopted[out.name] = m
+    return adopted
+
+
+def _fabric_results(names: Sequence[str], best: dict[str, FabricOutcome],
+                    adopted: dict[str, str], model: Model, cluster: Cluster, job: Job,
+                    prices: PriceTable, fabric_seed: int, start: Strategy
+                    ) -> tuple[FabricResult, ...]:
+    """Every fabric's best strategy estimated on its fabric, with the fabric's cost."""
     results = []
-    topo = best["topoopt"]
-    topology_plan = topo.topology_plan
     for n in names:
         o = best[n]
         if n == "topoopt":
-            fabric = topoopt_fabric(topology_plan)
-            est = IterationCost(model, cluster, job, fabric, topology_plan.rings).estimate(
+            # the shard's search is an alternation, which always ends with a topology
+            assert o.alternating is not None and o.topology_plan is not None
+            fabric = topoopt_fabric(o.topology_plan)
+            est = IterationCost(model, cluster, job, fabric, o.topology_plan.rings).estimate(
                 o.strategy)
-            start_t = o.alternating.start_time
-            moves = o.alternating.moves
+            start_t, moves = o.alternating.start_time, o.alternating.moves
         else:
+            assert o.search is not None  # every baseline is searched
             fabric = build_fabric(n, cluster, prices, fabric_seed, job=job, model=model,
                                   strategy=start)
             est = IterationCost(model, cluster, job, fabric, seed=fabric_seed).estimate(
                 o.strategy)
-            start_t = o.search.start_time
-            moves = o.search.moves
+            start_t, moves = o.search.start_time, o.search.moves
         results.append(FabricResult(n, FABRICS[n].title, o.strategy, est,
                                     fabric_cost(fabric, prices), start_t, moves,
                                     search=o.search, adopted_from=adopted.get(n, "")))
+    return tuple(results)
+
+
+def _references(names: Sequence[str], best: dict[str, FabricOutcome], start: Strategy
+                ) -> dict[str, dict[str, float]]:
+    """Per fabric, the time of data parallel and of the hybrid where its search timed
+    them (the TopoOpt shard: each on its own topology)."""
     start_name = "data parallel" if start.name == "dp" else "hybrid"
-    references = {}
+    references: dict[str, dict[str, float]] = {}
     for n in names:
         o = best[n]
-        timed = o.alternating.screened if n == "topoopt" else o.search.starts
+        timed: Sequence[tuple[str, float]]
+        if n == "topoopt":
+            assert o.alternating is not None  # as in _fabric_results
+            timed = o.alternating.screened
+        else:
+            assert o.search is not None
+            timed = o.search.starts
         refs = {(start_name if k == "start" else k): t for k, t in timed
                 if k in ("start", "data parallel", "hybrid")}
         references[n] = {k: refs[k] for k in ("data parallel", "hybrid") if k in refs}
-    return Plan(cluster, job, model, topology_plan, tuple(results), topo.alternating, seed,
-                budget, rounds, chains, source, tolerance=float(tolerance),
-                references=references, fabric_seed=fabric_seed)
+    return references

@@ -1,11 +1,19 @@
-"""Read a TOML config into a Cluster, a Job and the settings of later stages."""
+"""Read a TOML config into a Cluster, a Job and the planner's settings.
+
+``[plan]`` becomes a :class:`PlanSettings`, the one place that holds the search's
+defaults and bounds (the CLI, :func:`topoopt.plan` and the shared-cluster configs all
+take theirs from it). ``[cost]`` and ``[react]`` are kept as tables: their settings
+objects belong to the stages above this module (:func:`topoopt.fabrics.cost.price_table`,
+:meth:`topoopt.react.loop.ReactParams.from_mapping`), which validate them.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -13,22 +21,153 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from topoopt._frozen import FrozenDict
-from topoopt._require import require_choice, require_keys
+from topoopt._require import (
+    MAX_SEED,
+    require_between,
+    require_bool,
+    require_choice,
+    require_instance,
+    require_int,
+    require_keys,
+    require_names,
+    require_seed,
+    require_table,
+)
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_defaults, model_of
 
-__all__ = ["Config", "load_config", "parse_config", "read_toml", "cluster_from_table",
-           "job_from_table", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS"]
+__all__ = ["Config", "PlanSettings", "load_config", "parse_config", "read_toml",
+           "cluster_from_table", "job_from_table", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS",
+           "PLAN_KEYS", "PLAN_BOUNDS", "FINDER_KEYS", "ROUTINGS", "PLAN_DEFAULTS", "MAX_SEED",
+           "require_finder_kwargs"]
 
 CLUSTER_KEYS = ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server", "gpu",
                 "intra_server_bandwidth", "compute_efficiency", "memory_efficiency")
 JOB_KEYS = ("model", "batch_per_gpu", "precision", "size", "operators")
-#: Top-level tables. ``plan``, ``cost`` and ``react`` are validated by the stage that
-#: reads them (planner, cost model, REACT), so a config can carry all of them.
+#: Top-level tables; a config can carry all of them (``cost`` and ``react`` are
+#: validated by the stage that reads them: the cost model, REACT).
 SECTIONS = ("cluster", "job", "plan", "cost", "react")
+#: TopologyFinder's options in ``[plan]`` (:func:`topoopt.finder.topology_finder`).
+FINDER_KEYS = ("routing", "k_paths", "primes_only", "mp_decay")
+#: Keys of a config's ``[plan]`` table (:class:`PlanSettings`; CLI options override them).
+PLAN_KEYS = ("budget", "rounds", "chains", "seed", "tolerance", "baselines", "parallel",
+             *FINDER_KEYS)
+#: The search effort's bounds (docs/limits.md), for ``[plan]``, the options and
+#: :func:`topoopt.plan`.
+PLAN_BOUNDS = {"budget": (0, 10 ** 8), "rounds": (1, 1000), "chains": (1, 256),
+               "seed": (0, MAX_SEED), "k_paths": (1, 64)}
+#: MP routing of TopologyFinder: k-shortest paths or the min-max-load LP.
+ROUTINGS = ("kshortest", "lp")
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """A config's ``[plan]`` table, validated: the search's effort and what it compares.
+
+    The defaults are those of ``topoopt plan`` and :func:`topoopt.plan`; the bounds
+    are :data:`PLAN_BOUNDS`. Every field is checked when the object is built, so a bad
+    value is refused in one line naming it (``plan.budget = -1: must be an integer >= 0``).
+
+    Attributes
+    ----------
+    budget : int
+        MCMC moves per chain per round.
+    rounds : int
+        k, rounds of alternating optimization (TopoOpt §4).
+    chains : int
+        MCMC chains per search.
+    seed : int
+        The searches' seed.
+    tolerance : float
+        The chains' agreement (a fraction in [0, 1)) that ends a search.
+    baselines : tuple of str
+        Fabrics compared with the TopoOpt shard, each once (any sequence when built,
+        kept as a tuple); the planner checks the names against the fabric catalog.
+    parallel : Mapping
+        An LLM job's fixed degrees (``{ep = 8}``; checked by the LLM planner).
+    finder_kwargs : Mapping
+        TopologyFinder's options of :data:`FINDER_KEYS`.
+    """
+
+    budget: int = 200
+    rounds: int = 2
+    chains: int = 2
+    seed: int = 0
+    tolerance: float = 0.01
+    baselines: Sequence[str] = ("ideal", "fattree", "oversub", "expander")
+    parallel: Mapping[str, Any] = field(default_factory=FrozenDict)
+    finder_kwargs: Mapping[str, Any] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        for key in ("budget", "rounds", "chains"):
+            low, high = PLAN_BOUNDS[key]
+            require_int(f"plan.{key}", getattr(self, key), minimum=low, maximum=high)
+        require_seed("plan.seed", self.seed)
+        tolerance = require_between("plan.tolerance", self.tolerance, 0, 1, high_open=True,
+                                    what="a fraction", hint="e.g. 0.01 for 1%")
+        object.__setattr__(self, "tolerance", tolerance)
+        object.__setattr__(self, "baselines", require_names(
+            "plan.baselines", self.baselines, example='["ideal"]'))
+        parallel = require_table("plan.parallel", self.parallel, "{ep = 8}")
+        object.__setattr__(self, "parallel", FrozenDict(parallel))
+        object.__setattr__(self, "finder_kwargs", require_finder_kwargs(self.finder_kwargs))
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any],
+                   keys: tuple[str, ...] = PLAN_KEYS) -> "PlanSettings":
+        """The settings of a ``[plan]`` table: its keys (of ``keys``), the rest default.
+
+        Raises
+        ------
+        ConfigError
+            ``plan.KEY`` for an unknown key or a bad value.
+
+        Examples
+        --------
+        >>> s = PlanSettings.from_table({"budget": 100, "routing": "lp"})
+        >>> s.budget, s.rounds, dict(s.finder_kwargs)
+        (100, 2, {'routing': 'lp'})
+        """
+        require_table("plan", table, "[plan] budget = 100")
+        require_keys("plan", table, keys)
+        fields = {k: table[k] for k in ("budget", "rounds", "chains", "seed", "tolerance",
+                                        "baselines", "parallel") if k in table}
+        return cls(**fields, finder_kwargs={k: table[k] for k in FINDER_KEYS if k in table})
+
+    def with_(self, **changes: Any) -> "PlanSettings":
+        """A copy with the given fields changed (validated again); ``None`` values
+        leave a field as it is, so CLI options that were not given keep the config's."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def require_finder_kwargs(options: object) -> FrozenDict:
+    """TopologyFinder's options of a ``[plan]`` table (:data:`FINDER_KEYS`), validated.
+
+    Raises
+    ------
+    ConfigError
+        ``plan.KEY`` for an unknown key or a bad value.
+    """
+    options = require_table("plan.finder_kwargs", options, "{routing = \"lp\"}")
+    require_keys("plan", options, FINDER_KEYS)
+    out = dict(options)
+    if "routing" in out:
+        require_choice("plan.routing", out["routing"], ROUTINGS)
+    if "k_paths" in out:
+        require_int("plan.k_paths", out["k_paths"], *PLAN_BOUNDS["k_paths"])
+    if "primes_only" in out:
+        require_bool("plan.primes_only", out["primes_only"])
+    if "mp_decay" in out:
+        out["mp_decay"] = require_between("plan.mp_decay", out["mp_decay"], 0, 1,
+                                          low_open=True, what="a factor", hint="paper: 0.5")
+    return FrozenDict(out)
+
+
+#: The default settings (``topoopt plan``'s, :func:`topoopt.plan`'s).
+PLAN_DEFAULTS = PlanSettings()
 
 
 @dataclass(frozen=True)
@@ -39,10 +178,14 @@ class Config:
     ----------
     cluster : Cluster
     job : Job
-    plan, cost, react : Mapping
+    plan : Mapping
+        The ``[plan]`` table as written.
+    cost, react : Mapping
         Raw tables for the later stages (validated there).
     source : str
         Where it was read from (for messages).
+    plan_settings : PlanSettings
+        The ``[plan]`` table validated, defaults filled in.
     """
 
     cluster: Cluster
@@ -51,6 +194,12 @@ class Config:
     cost: Mapping[str, Any] = field(default_factory=dict)
     react: Mapping[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
+    plan_settings: PlanSettings = PLAN_DEFAULTS
+
+    def __post_init__(self) -> None:
+        require_instance("cluster", self.cluster, Cluster)
+        require_instance("job", self.job, Job)
+        require_instance("plan_settings", self.plan_settings, PlanSettings)
 
     @property
     def model(self) -> Model:
@@ -58,7 +207,7 @@ class Config:
         return model_of(self.job)
 
 
-def _table(doc: Mapping, name: str, required: bool) -> dict:
+def _table(doc: Mapping[str, Any], name: str, required: bool) -> dict:
     value = doc.get(name, None)
     if value is None:
         if required:
@@ -98,7 +247,8 @@ def _job(table: dict) -> Job:
         raise ConfigError("job.size", size, "must be a table of size parameters")
     operators = table.get("operators", [])
     if not isinstance(operators, list) or not all(isinstance(o, dict) for o in operators):
-        raise ConfigError("job.operators", operators, "must be an array of tables [[job.operators]]")
+        raise ConfigError("job.operators", operators,
+                          "must be an array of tables [[job.operators]]")
     model = table["model"]
     if not isinstance(model, str):
         raise ConfigError("job.model", model, "must be a model name (topoopt workloads) or "
@@ -140,15 +290,17 @@ def parse_config(doc: Mapping[str, Any], source: str = "<memory>") -> Config:
     ConfigError
         Naming the first bad field, its value and what is allowed.
     """
+    if not isinstance(doc, Mapping):
+        raise TypeError(f"doc must be a mapping, not {type(doc).__name__}: the parsed TOML "
+                        "document (read_toml), or call load_config(path) with a file")
     require_keys("", doc, SECTIONS)
-    return Config(
-        cluster=_cluster(_table(doc, "cluster", True)),
-        job=_job(_table(doc, "job", True)),
-        plan=FrozenDict(_table(doc, "plan", False)),
-        cost=FrozenDict(_table(doc, "cost", False)),
-        react=FrozenDict(_table(doc, "react", False)),
-        source=source,
-    )
+    cluster = _cluster(_table(doc, "cluster", True))
+    job = _job(_table(doc, "job", True))
+    plan = _table(doc, "plan", False)
+    return Config(cluster=cluster, job=job, plan=FrozenDict(plan),
+                  cost=FrozenDict(_table(doc, "cost", False)),
+                  react=FrozenDict(_table(doc, "react", False)), source=source,
+                  plan_settings=PlanSettings.from_table(plan))
 
 
 def load_config(path: str | Path) -> Config:
@@ -184,6 +336,9 @@ def read_toml(path: str | Path) -> dict:
     ConfigError
         Missing or unreadable file, or malformed TOML.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or Path, not {type(path).__name__}: the "
+                        "config file's path")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -199,10 +354,10 @@ def read_toml(path: str | Path) -> dict:
 
 def cluster_from_table(table: Mapping[str, Any]) -> Cluster:
     """A :class:`Cluster` from a ``[cluster]`` table (the keys of :data:`CLUSTER_KEYS`)."""
-    return _cluster(dict(table))
+    return _cluster(dict(require_table("cluster", table, "{servers = 16, nics = 4, ...}")))
 
 
 def job_from_table(table: Mapping[str, Any]) -> Job:
     """A :class:`Job` from a ``[job]`` table (the keys of :data:`JOB_KEYS`); the model
     name, size overrides and custom operators are validated."""
-    return _job(dict(table))
+    return _job(dict(require_table("job", table, "{model = \"dlrm\", batch_per_gpu = 128}")))

@@ -10,6 +10,8 @@ import click
 from topoopt._io import atomic_write_text
 from topoopt.commands._common import (
     MAX_WORKERS,
+    PLAN_BOUNDS,
+    PLAN_DEFAULTS,
     SEED,
     ProgressLine,
     output_file,
@@ -71,8 +73,9 @@ def cluster_report(runs: list[ClusterRun], config) -> dict:
               help="plan = topoopt.plan per distinct job and fabric; hybrid / dp = that "
                    "strategy everywhere, TopologyFinder for the shards [default: "
                    "plan.strategy].")
-@click.option("--budget", type=click.IntRange(0, 100_000),
-              help="MCMC moves per chain per round of each plan [default: plan.budget, 100].")
+@click.option("--budget", type=click.IntRange(*PLAN_BOUNDS["budget"]),
+              help="MCMC moves per chain per round of each plan [default: plan.budget, "
+                   f"{PLAN_DEFAULTS.budget}].")
 @click.option("--per-job", is_flag=True, help="Also print every job's times per fabric.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="Write every job's iteration times (seconds) to this JSON file.")

@@ -13,10 +13,10 @@ import numpy as np
 from topoopt.commands._common import (
     MAX_WORKERS,
     PLAN_BOUNDS,
+    PLAN_DEFAULTS,
     PLAN_KEYS,
     SEED,
     ProgressLine,
-    plan_settings,
     print_table,
     read_config,
 )
@@ -32,7 +32,7 @@ from topoopt.units import format_time
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import is_transformer
 
-__all__ = ["plan", "PLAN_KEYS", "plan_settings"]
+__all__ = ["plan", "PLAN_KEYS"]
 
 class _Progress(ProgressLine):
     """The search's progress: moves and best time per stage, and each fabric's end."""
@@ -168,17 +168,18 @@ def _check(directory: str) -> None:
               help="Instead of planning, re-validate the plan in DIR (ports, degrees, rings, "
                    "routes, strategy, every export) and exit 1 naming the first violation.")
 @click.option("--budget", type=click.IntRange(*PLAN_BOUNDS["budget"]),
-              help="MCMC moves per chain per round [default: 200, or [plan] budget].")
+              help=f"MCMC moves per chain per round [default: {PLAN_DEFAULTS.budget}, or "
+                   "[plan] budget].")
 @click.option("--rounds", type=click.IntRange(*PLAN_BOUNDS["rounds"]),
-              help="Rounds of alternating optimization, k [default: 2].")
+              help=f"Rounds of alternating optimization, k [default: {PLAN_DEFAULTS.rounds}].")
 @click.option("--chains", type=click.IntRange(*PLAN_BOUNDS["chains"]),
               help="MCMC chains per search, each from a different structured start "
-                   "[default: 2].")
+                   f"[default: {PLAN_DEFAULTS.chains}].")
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True),
               help="A search stops once its chains agree within this fraction "
-                   "[default: 0.01 = 1%].")
-@click.option("--seed", type=SEED, help="Seed of every search [default: 0]; the same seed "
-                                        "gives the same plan.json, byte for byte.")
+                   f"[default: {PLAN_DEFAULTS.tolerance:g} = {PLAN_DEFAULTS.tolerance:.0%}].")
+@click.option("--seed", type=SEED, help=f"Seed of every search [default: {PLAN_DEFAULTS.seed}]; "
+                                        "the same seed gives the same plan.json, byte for byte.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS),
               default=min(os.cpu_count() or 1, MAX_WORKERS), show_default="all cores",
               help="Local processes: the fabrics are searched in parallel.")
@@ -232,8 +233,8 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     if not output:
         raise TopoOptError("-o/--output DIR is required: where to write plan.json and exports")
     cfg = read_config(config)
-    settings = plan_settings(cfg.plan, budget=budget, rounds=rounds, chains=chains, seed=seed,
-                             tolerance=tolerance)
+    settings = cfg.plan_settings.with_(budget=budget, rounds=rounds, chains=chains, seed=seed,
+                                       tolerance=tolerance)   # the options given win
     if plots:
         try:
             import matplotlib  # noqa: F401
@@ -250,19 +251,21 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     progress = _Progress(not quiet)
     started = time.monotonic()
     with make_executor(workers, ray) as executor, graceful_interrupt():
-        result = make_plan(cfg.cluster, cfg.job, budget=settings["budget"],
-                           rounds=settings["rounds"], chains=settings["chains"],
-                           seed=settings["seed"], tolerance=settings["tolerance"],
-                           baselines=settings["baselines"],
+        result = make_plan(cfg.cluster, cfg.job, budget=settings.budget,
+                           rounds=settings.rounds, chains=settings.chains,
+                           seed=settings.seed, tolerance=settings.tolerance,
+                           baselines=settings.baselines,
                            executor=executor, prices=prices,
-                           finder_kwargs=settings["finder_kwargs"], source=config,
-                           parallel=settings["parallel"] or None,
+                           finder_kwargs=settings.finder_kwargs, source=config,
+                           parallel=settings.parallel,
                            progress=progress,
                            on_fabric=lambda n, t, how: progress(n, 0, t, how))
     progress.done()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ExportSkipped)
-        paths = write_plan(result, output, exports=exports, plots=plots, report=html_report)
+        # (write_plan writes an LLMPlan too; its annotation in topoopt.export says Plan)
+        paths = write_plan(result, output, exports=exports, plots=plots,  # type: ignore[arg-type]
+                           report=html_report)
     for w in caught:
         if issubclass(w.category, ExportSkipped):
             click.echo(f"note: {w.message}", err=True)
@@ -271,7 +274,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     if llm:
         _report_llm(result, config, time.monotonic() - started)
     else:
-        _report(result, config, settings["seed"], time.monotonic() - started)
+        _report(result, config, settings.seed, time.monotonic() - started)
     folder = output.rstrip("/") or "/"
     click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {folder}/ (check them: "
                f"topoopt plan --check {folder})")

@@ -17,8 +17,9 @@
 
     [plan]                      # how each distinct job is planned
     strategy = "plan"           # plan (topoopt.plan), hybrid or dp (+ TopologyFinder)
-    budget = 100
+    budget = 100                # the search's effort; defaults as topoopt plan's
     rounds = 2
+    chains = 1
 
     [[mix]]                     # one table per kind of job ([job] keys, plus:)
     model = "dlrm"
@@ -40,12 +41,23 @@ from typing import Any, Mapping
 import numpy as np
 
 from topoopt._frozen import FrozenDict
-from topoopt._require import require_choice, require_int, require_keys, require_positive
+from topoopt._require import (
+    require_choice,
+    require_instance,
+    require_int,
+    require_keys,
+    require_names,
+    require_positive,
+    require_seed,
+    require_table,
+)
 from topoopt.cluster import Cluster, Job
-from topoopt.config import JOB_KEYS, cluster_from_table, job_from_table, read_toml
+from topoopt.config import JOB_KEYS, PlanSettings, cluster_from_table, job_from_table, read_toml
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import FABRICS
 from topoopt.multijob.placement import PLACEMENTS
+from topoopt.workloads import model_of
+from topoopt.workloads.gpt import is_transformer
 
 __all__ = ["JobClass", "ClusterConfig", "JobSpec", "ECMP", "STRATEGIES", "RUN_KEYS",
            "PLAN_KEYS", "MIX_KEYS", "parse_cluster_config", "load_cluster_config",
@@ -60,6 +72,8 @@ ECMP = ("hash", "split")
 #: on every fabric and TopologyFinder for the TopoOpt shard.
 STRATEGIES = ("plan", "hybrid", "dp")
 RUN_KEYS = ("fabrics", "jobs", "placement", "iterations", "ecmp", "seed")
+#: Keys of a shared cluster's ``[plan]``: how each job gets its strategy and the
+#: search's effort (:class:`~topoopt.config.PlanSettings`: the defaults of ``topoopt plan``).
 PLAN_KEYS = ("strategy", "budget", "rounds", "chains", "seed")
 MIX_KEYS = JOB_KEYS + ("servers", "share", "count", "name")
 SECTIONS = ("cluster", "run", "plan", "mix")
@@ -121,7 +135,8 @@ class ClusterConfig:
         One of :data:`ECMP`.
     seed : int
     plan : Mapping
-        ``strategy``, ``budget``, ``rounds``, ``chains``, ``seed``.
+        ``strategy`` and the search's settings of :data:`PLAN_KEYS`, validated by
+        :class:`~topoopt.config.PlanSettings`, defaults filled in.
     source : str
     """
 
@@ -133,24 +148,31 @@ class ClusterConfig:
     iterations: int = 4
     ecmp: str = "hash"
     seed: int = 0
-    plan: Mapping[str, Any] = field(default_factory=lambda: FrozenDict(
-        {"strategy": "plan", "budget": 100, "rounds": 2, "chains": 1, "seed": 0}))
+    plan: Mapping[str, Any] = field(default_factory=lambda: FrozenDict({"strategy": "plan"}))
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
+        require_instance("cluster", self.cluster, Cluster,
+                         "topoopt.config.cluster_from_table(table) or topoopt.Cluster(...)")
         object.__setattr__(self, "mix", tuple(self.mix))
-        object.__setattr__(self, "fabrics", tuple(self.fabrics))
-        object.__setattr__(self, "plan", FrozenDict(_plan_table(dict(self.plan))))
+        object.__setattr__(self, "fabrics", require_names("run.fabrics", self.fabrics,
+                                                          tuple(FABRICS), '["topoopt"]'))
+        object.__setattr__(self, "plan", FrozenDict(_plan_table(self.plan)))
         if not self.mix:
             raise ConfigError("mix", [], "give at least one [[mix]] table (a kind of job)")
+        for i, c in enumerate(self.mix):
+            require_instance(f"mix[{i}]", c, JobClass)
+            if self.plan["strategy"] == "plan" and is_transformer(model_of(c.job)):
+                raise ConfigError(f"mix[{i}].model", c.job.model,
+                                  "an LLM job's plan has no strategy a shared cluster can "
+                                  "run; plan it alone with topoopt plan, or use strategy = "
+                                  "\"hybrid\" or \"dp\"")
         if not self.fabrics:
             raise ConfigError("run.fabrics", [], f"name at least one of {', '.join(FABRICS)}")
-        for name in self.fabrics:
-            require_choice("run.fabrics", name, tuple(FABRICS))
         require_choice("run.placement", self.placement, PLACEMENTS)
         require_choice("run.ecmp", self.ecmp, ECMP)
         require_int("run.iterations", self.iterations, minimum=1)
-        require_int("run.seed", self.seed, minimum=0)
+        require_seed("run.seed", self.seed)
         if self.jobs is not None:
             require_int("run.jobs", self.jobs, minimum=1)
         if any(c.share is not None for c in self.mix) and self.jobs is None:
@@ -203,15 +225,15 @@ def split_jobs(total: int, shares) -> list[int]:
     return counts.tolist()
 
 
-def _plan_table(table: dict) -> dict:
+def _plan_table(table: object) -> dict:
+    """A shared cluster's ``[plan]``, validated, with the defaults filled in: the
+    strategy's (``plan``) and the search's (:class:`~topoopt.config.PlanSettings`)."""
+    table = require_table("plan", table, "{strategy = \"plan\", budget = 100}")
     require_keys("plan", table, PLAN_KEYS)
-    out = {"strategy": "plan", "budget": 100, "rounds": 2, "chains": 1, "seed": 0, **table}
-    require_choice("plan.strategy", out["strategy"], STRATEGIES)
-    require_int("plan.budget", out["budget"], minimum=0)
-    require_int("plan.rounds", out["rounds"], minimum=1)
-    require_int("plan.chains", out["chains"], minimum=1)
-    require_int("plan.seed", out["seed"], minimum=0)
-    return out
+    strategy = require_choice("plan.strategy", table.get("strategy", "plan"), STRATEGIES)
+    search = PlanSettings.from_table({k: v for k, v in table.items() if k != "strategy"},
+                                     keys=PLAN_KEYS)
+    return {"strategy": strategy, **{k: getattr(search, k) for k in PLAN_KEYS[1:]}}
 
 
 def _mix_entry(i: int, table: Any) -> JobClass:

@@ -16,14 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from topoopt._require import require_callable, require_instance, require_names
 from topoopt.cluster import Cluster, Job
+from topoopt.errors import ConfigError
 from topoopt.estimate import estimate_iteration
 from topoopt.executor import Executor, SerialExecutor
-from topoopt.fabrics.catalog import build_fabric
+from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.fabric import Fabric
 from topoopt.multijob.config import ClusterConfig
 from topoopt.planners.alternating import topoopt_fabric
 from topoopt.planners.planner import plan
+from topoopt.plans import Plan
 from topoopt.strategy import Strategy, data_parallel, hybrid
 from topoopt.workloads import model_of
 
@@ -78,6 +81,7 @@ def job_key(job: Job, servers: int) -> tuple:
 
 def plan_job(task: PlanTask) -> dict[str, JobPlan]:
     """Plan one job for every fabric of ``task`` (see the module docstring)."""
+    require_instance("task", task, PlanTask)
     job, cluster, settings = task.job, task.cluster, dict(task.plan)
     method = settings["strategy"]
     model = model_of(job)
@@ -86,6 +90,9 @@ def plan_job(task: PlanTask) -> dict[str, JobPlan]:
         shared = tuple(f for f in task.fabrics if f != "topoopt")
         p = plan(cluster, job, budget=settings["budget"], rounds=settings["rounds"],
                  chains=settings["chains"], seed=settings["seed"], baselines=shared)
+        if not isinstance(p, Plan):
+            raise ConfigError("job.model", job.model, "an LLM job's plan has no strategy a "
+                                                      "shared cluster can run")
         for name in task.fabrics:
             res = p.fabric(name)
             shard = topoopt_fabric(p.topology_plan) if name == "topoopt" else None
@@ -124,7 +131,10 @@ def plan_jobs(config: ClusterConfig, fabrics: Sequence[str] | None = None,
     dict
         :func:`job_key` -> fabric name -> :class:`JobPlan`.
     """
-    fabrics = tuple(fabrics or config.fabrics)
+    require_instance("config", config, ClusterConfig, "load_cluster_config(path)")
+    fabrics = (require_names("fabrics", fabrics, tuple(FABRICS)) if fabrics
+               else config.fabrics)
+    require_callable("progress", progress)
     keys: dict[tuple, PlanTask] = {}
     for spec in config.job_list():
         key = job_key(spec.job, spec.servers)
