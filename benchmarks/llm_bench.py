@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
-from topoopt.commands._common import plan_settings  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
 from topoopt.llm import (  # noqa: E402
     LLM_COMPUTE_EFFICIENCY,
@@ -61,13 +60,13 @@ def _megatron_default(shape, cluster, job, fixed):
 
 def bench_config(path: Path, top: int) -> None:
     cfg = load_config(path)
-    settings = plan_settings(cfg.plan)
+    settings = cfg.plan_settings
     c, job = cfg.cluster, cfg.job
     shape = transformer_shape(build_model(job.model, job.size))
     started = time.perf_counter()
-    p = plan_llm(c, job, top=top, fixed=settings["parallel"], baselines=settings["baselines"])
+    p = plan_llm(c, job, top=top, fixed=settings.parallel, baselines=settings.baselines)
     wall = time.perf_counter() - started
-    default = _megatron_default(shape, c, job, settings["parallel"])
+    default = _megatron_default(shape, c, job, settings.parallel)
     print(f"\n== {path.name}: {job.model}, {c.servers} servers x {c.gpus_per_server} "
           f"{c.gpu.name}, {c.nics} x {c.link_bandwidth / 1e9:g} Gb/s; {p.space} parallelisms, "
           f"{p.feasible} fit; planned in {wall:.1f} s")

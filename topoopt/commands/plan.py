@@ -263,9 +263,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     progress.done()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ExportSkipped)
-        # (write_plan writes an LLMPlan too; its annotation in topoopt.export says Plan)
-        paths = write_plan(result, output, exports=exports, plots=plots,  # type: ignore[arg-type]
-                           report=html_report)
+        paths = write_plan(result, output, exports=exports, plots=plots, report=html_report)
     for w in caught:
         if issubclass(w.category, ExportSkipped):
             click.echo(f"note: {w.message}", err=True)
