@@ -24,13 +24,7 @@ from topoopt.errors import ConfigError
 from topoopt.estimate.bounds import GraphBounds
 from topoopt.estimate.checks import check_estimate_inputs
 from topoopt.estimate.iteration_graph import FLOW_ALLREDUCE, IterationGraph
-from topoopt.estimate.mp_flows import (
-    Barriers,
-    DependencyList,
-    FlowTable,
-    add_mp_pass,
-    placeholder,
-)
+from topoopt.estimate.mp_flows import Barriers, DependencyList, FlowTable, add_mp_pass, placeholder
 from topoopt.estimate.routes import RouteCache
 from topoopt.estimate.segments import EstimateCache, Segment, fuse_operators
 from topoopt.estimate.templates import (

@@ -12,21 +12,14 @@ from __future__ import annotations
 
 from numbers import Integral
 
-from topoopt._require import require_int
+from topoopt._require import require_instance, require_int
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
 from topoopt.strategy import OpConfig, Strategy
 
-__all__ = ["check_estimate_inputs", "require_type"]
-
-
-def require_type(field: str, value: object, kind: type) -> None:
-    """``value`` must be an instance of ``kind`` (a :class:`TypeError` naming
-    ``field`` otherwise)."""
-    if not isinstance(value, kind):
-        raise TypeError(f"{field} must be a {kind.__name__}, not {type(value).__name__}")
+__all__ = ["check_estimate_inputs"]
 
 
 def check_estimate_inputs(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
@@ -41,7 +34,7 @@ def check_estimate_inputs(model: Model, strategy: Strategy, cluster: Cluster, jo
     for name, value, kind in (("model", model, Model), ("strategy", strategy, Strategy),
                               ("cluster", cluster, Cluster), ("job", job, Job),
                               ("fabric", fabric, Fabric)):
-        require_type(name, value, kind)
+        require_instance(name, value, kind)
     require_int("seed", seed)
     ops = model.operators
     if len(strategy.configs) != len(ops):
@@ -54,7 +47,7 @@ def check_estimate_inputs(model: Model, strategy: Strategy, cluster: Cluster, jo
             continue
         seen.add(id(cfg))
         where = f"strategy[{op.name}]"
-        require_type(where, cfg, OpConfig)
+        require_instance(where, cfg, OpConfig)
         if cfg.dp < 1 or cfg.mp < 1 or len(cfg.servers) != cfg.dp * cfg.mp:
             raise ConfigError(f"{where}.servers", list(cfg.servers),
                               f"needs dp*mp = {cfg.dp}*{cfg.mp} distinct servers")

@@ -18,9 +18,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from topoopt._require import require_instance
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate.builder import IterationGraphBuilder
-from topoopt.estimate.checks import check_estimate_inputs, require_type
+from topoopt.estimate.checks import check_estimate_inputs
 from topoopt.estimate.iteration_graph import FLOW_ALLREDUCE, FLOW_MP, IterationGraph
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
@@ -114,7 +115,7 @@ class FastEstimator:
                  cache: EstimateCache | None = None) -> None:
         for name, value, kind in (("model", model, Model), ("cluster", cluster, Cluster),
                                   ("job", job, Job), ("fabric", fabric, Fabric)):
-            require_type(name, value, kind)
+            require_instance(name, value, kind)
         self.builder = IterationGraphBuilder(model, cluster, job, fabric, rings, overlap,
                                              mp_flows, cache, merge_flows=True)
         self.fabric = fabric

@@ -105,6 +105,7 @@ def main() -> None:
 
     try:
         import cppyy
+
         # (loads the ns-3 libraries and headers; ns-3's bindings ship no type stubs)
         from ns import ns  # type: ignore[import-untyped]  # noqa: F401
 
