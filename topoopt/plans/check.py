@@ -14,12 +14,12 @@ from typing import Any
 from topoopt.cluster import Cluster, Job
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.fabrics.catalog import FABRICS
-from topoopt.finder.topology_finder import GroupPlan, TopologyPlan, check_topology_plan
 from topoopt.plans.common import (
     CLUSTER_KEYS,
     FOLDER_KEYS,
     check_folder_keys,
     check_rings_of,
+    check_shard_of,
     check_topology_of,
     cluster_job_of,
     routes_of,
@@ -122,13 +122,7 @@ def check_plan_document(doc: dict) -> None:
         if src >= topo.servers or dst >= topo.servers or src == dst:
             raise PlanCheckError(f"plan.json routes: pair {src}->{dst} is not two servers "
                                  f"in 0..{topo.servers - 1}")
-    groups = {g.members: g for g in traffic.allreduce}
-    direct = {tuple(r["members"]): r["direct"] for r in doc["rings"]}
-    plan = TopologyPlan(topo, rings, routes, doc["topology"]["degree_allreduce"],
-                        doc["topology"]["degree_mp"],
-                        tuple(GroupPlan(m, groups[m].network_bytes,
-                                        len(rings[m]) if direct[m] else 0) for m in rings))
-    check_topology_plan(plan, traffic)
+    check_shard_of(doc, topo, rings, routes, traffic)
     _check_metrics(doc, topology_metrics(topo, traffic, rings, routes))
     fabrics = _check_fabrics(doc, model, cluster, job, strategy)
     _check_search(doc, cluster, fabrics)

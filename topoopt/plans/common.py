@@ -20,7 +20,7 @@ import numpy as np
 from topoopt.cluster import Cluster, Job
 from topoopt.config import parse_config
 from topoopt.errors import PlanCheckError, TopoOptError
-from topoopt.finder.topology_finder import TopologyPlan
+from topoopt.finder.topology_finder import GroupPlan, TopologyPlan, check_topology_plan
 from topoopt.plans.fields import (
     as_bool,
     as_int,
@@ -36,7 +36,8 @@ from topoopt.topology.topology import Routes, Topology, check_ring, check_topolo
 
 __all__ = ["FORMAT", "FOLDER_KEYS", "CLUSTER_KEYS", "LINK_LABEL", "cluster_json", "job_json",
            "topology_plan_json", "read_plan", "topology_of", "rings_of", "cluster_job_of",
-           "routes_of", "check_topology_of", "check_rings_of", "check_folder_keys"]
+           "routes_of", "check_topology_of", "check_rings_of", "check_shard_of",
+           "check_folder_keys"]
 
 FORMAT = "topoopt.plan/1"
 #: Keys of a plan folder's ``plan.json`` added by its writer
@@ -237,6 +238,21 @@ def check_topology_of(doc: dict, cluster: Cluster) -> Topology:
             raise bad_field(f"topology.labels[{i}]", label, f"but link {a}->{b} is not that "
                             "stride of the ring over all servers")
     return topo
+
+
+def check_shard_of(doc: dict, topo: Topology, rings: dict, routes: Routes,
+                   traffic: Any) -> TopologyPlan:
+    """The shard of a plan document as a :class:`TopologyPlan` (its topology, checked
+    rings and routes, degrees and per-group ring counts), checked against ``traffic``
+    by :func:`~topoopt.finder.topology_finder.check_topology_plan`."""
+    groups = {g.members: g for g in traffic.allreduce}
+    direct = {tuple(r["members"]): r["direct"] for r in doc["rings"]}
+    plan = TopologyPlan(topo, rings, routes, doc["topology"]["degree_allreduce"],
+                        doc["topology"]["degree_mp"],
+                        tuple(GroupPlan(m, groups[m].network_bytes,
+                                        len(rings[m]) if direct[m] else 0) for m in rings))
+    check_topology_plan(plan, traffic)
+    return plan
 
 
 def check_rings_of(doc: dict, topo: Topology, traffic: Any) -> dict:

@@ -24,7 +24,7 @@ from topoopt.cluster import Cluster, Job
 from topoopt.errors import ConfigError, PlanCheckError, TopoOptError
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.direct import direct_connect
-from topoopt.finder.topology_finder import GroupPlan, TopologyPlan, check_topology_plan
+from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.llm import (
     KINDS,
     LLMIteration,
@@ -46,6 +46,7 @@ from topoopt.plans.common import (
     FORMAT,
     check_folder_keys,
     check_rings_of,
+    check_shard_of,
     check_topology_of,
     cluster_job_of,
     cluster_json,
@@ -435,13 +436,7 @@ def _check_llm_shard(doc: dict, llm: dict, par: LLMParallel, s: _Setting) -> _Sh
                         f"every DP group needs a ring; "
                         f"{list(missing[0]) if missing else '?'} has none")
     routes = routes_of(doc)
-    groups = {g.members: g for g in traffic.allreduce}
-    direct = {tuple(r["members"]): r["direct"] for r in doc["rings"]}
-    tplan = TopologyPlan(topo, rings, routes, doc["topology"]["degree_allreduce"],
-                         doc["topology"]["degree_mp"],
-                         tuple(GroupPlan(m, groups[m].network_bytes,
-                                         len(rings[m]) if direct[m] else 0) for m in rings))
-    check_topology_plan(tplan, traffic)
+    check_shard_of(doc, topo, rings, routes, traffic)
     order = launch_order(rings, cluster.servers)
     if not launch_preserves_traffic(t, order):
         raise bad_field("rings", "the largest group's first ring",
