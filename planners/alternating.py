@@ -191,14 +191,14 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     return [(plan, t) for t, _, _, plan in sorted(scored, key=lambda s: s[:3])]
 
 
-def _descend_splits(space: StrategySpace, moveset: MoveSet, model: Model, cluster: Cluster,
-                    job: Job, strategy: Strategy, plan: TopologyPlan, time: float,
-                    splits: Sequence[tuple[TopologyPlan, float]], limit: int
+def _descend_splits(p: _Shard, moveset: MoveSet, strategy: Strategy, plan: TopologyPlan,
+                    time: float, splits: Sequence[tuple[TopologyPlan, float]], limit: int
                     ) -> tuple[Strategy, TopologyPlan, float]:
     """The round's best (``strategy`` on ``plan``, ``time``) descended
     (:func:`~topoopt.planners.mcmc.descend`) on each of the ``splits`` (the topologies
     of the degree splits TopologyFinder offers for it, with its time on each) within
-    :data:`SPLIT_RATIO` of ``time``; the fastest (strategy, topology) pair of all.
+    :data:`SPLIT_RATIO` of ``time``; the fastest (strategy, topology) pair of all, the
+    topology fitted to the strategy (:meth:`_Shard.fit`) and timed as fitted.
 
     The MCMC judges candidates on one topology, and a round's best may descend further
     on another split's (docs/tuning.md, "Planner"): a finer grain of TopoOpt §4's
@@ -207,8 +207,12 @@ def _descend_splits(space: StrategySpace, moveset: MoveSet, model: Model, cluste
     for plan_d, t_d in splits:
         if t_d > SPLIT_RATIO * time or stop_requested():
             continue
-        cost = IterationCost(model, cluster, job, topoopt_fabric(plan_d), plan_d.rings)
-        s_d, t_new, _ = descend(space, cost, strategy, t_d, moveset, limit)
+        s_d, t_new, _ = descend(p.space, p.cost(plan_d), strategy, t_d, moveset, limit)
+        if s_d.configs != strategy.configs:
+            # the descent moved off the traffic plan_d was built for: new MP pairs and
+            # groups get their routes and rings, and the pair is timed as it will be kept
+            plan_d = p.fit(s_d, plan_d)
+            t_new = p.cost(plan_d)(s_d)
         if t_new < best[0]:
             best = (t_new, s_d, plan_d)
     return best[1], best[2], best[0]
@@ -339,8 +343,7 @@ def _alternate(p: _Shard, best: tuple[Strategy, TopologyPlan, float],
             # the round searched its topology's split: the others' topologies descend
             splits = [(sp, tp) for sp, tp in pick.splits
                       if sp.degree_allreduce != best_plan.degree_allreduce]
-            strategy, plan, t = _descend_splits(p.space, moveset, p.model, p.cluster, p.job,
-                                                strategy, plan, t, splits,
+            strategy, plan, t = _descend_splits(p, moveset, strategy, plan, t, splits,
                                                 min(DESCENT, 4 * budget))
         improved = t < best_t * (1 - tolerance)
         history.append(RoundRecord(r, pick.mcmc_time, pick.topology_time,
@@ -393,6 +396,13 @@ class _Shard:
         """TopologyFinder's topology for ``strategy``'s traffic (Step 1's split)."""
         return plan_topology(self.model, strategy, self.cluster, self.job, self.tseed,
                              **self.finder_kwargs)
+
+    def fit(self, strategy: Strategy, plan: TopologyPlan) -> TopologyPlan:
+        """``plan``'s topology with rings, groups and routes for ``strategy``'s traffic
+        (:func:`~topoopt.finder.topology_finder.extend_plan`): every (strategy,
+        topology) pair the alternation keeps is made by TopologyFinder for the strategy
+        or by this."""
+        return extend_plan(plan, _traffic(self.model, strategy, self.cluster, self.job))
 
     def cost(self, plan: TopologyPlan) -> IterationCost:
         """Iteration time of a strategy on ``plan``'s shard."""
@@ -496,7 +506,7 @@ def _round_pick(p: _Shard, found: FabricSearch, best_strategy: Strategy,
         # (chains that agree on a best: its topologies once)
         if res.best.configs == best_strategy.configs or res.best.configs in splits_of:
             continue
-        kept = extend_plan(best_plan, _traffic(p.model, res.best, p.cluster, p.job))
+        kept = p.fit(res.best, best_plan)
         kept_t = p.cost(kept)(res.best)
         splits_of[res.best.configs] = split_topologies(p.model, res.best, p.cluster, p.job,
                                                        p.tseed, p.finder_kwargs)

@@ -651,7 +651,7 @@ def check_topology_plan(plan: TopologyPlan, traffic: Traffic) -> None:
     """Raise :class:`PlanCheckError` unless the plan is consistent with ``traffic``.
 
     Checks: ports (no port transmits or receives twice, at most d per server), one
-    ring set per AllReduce group with every order a Hamiltonian cycle of the group,
+    ring set and one group (with the traffic's bytes) per AllReduce group, every order a Hamiltonian cycle of the group,
     every group's own rings made of links, every route a valid path of links with
     fractions summing to 1, every pair that carries bytes either a link or routed,
     and the topology strongly connected.
@@ -664,6 +664,13 @@ def check_topology_plan(plan: TopologyPlan, traffic: Traffic) -> None:
     groups = {g.members: g for g in traffic.allreduce}
     if set(plan.rings) != set(groups):
         raise PlanCheckError("rings must be given for exactly the traffic's AllReduce groups")
+    if sorted(gp.members for gp in plan.groups) != sorted(groups):
+        raise PlanCheckError("the plan's groups must be exactly the traffic's AllReduce groups")
+    for gp in plan.groups:
+        if not np.isclose(gp.bytes, groups[gp.members].network_bytes, rtol=1e-9, atol=0.0):
+            raise PlanCheckError(f"group {list(gp.members)} carries {gp.bytes:.6g} bytes in "
+                                 f"the plan but {groups[gp.members].network_bytes:.6g} in "
+                                 "the traffic")
     for gp in plan.groups:
         orders = plan.rings[gp.members]
         if not orders:
@@ -715,15 +722,18 @@ def extend_plan(plan: TopologyPlan, traffic: Traffic) -> TopologyPlan:
     Returns
     -------
     TopologyPlan
-        Passes :func:`check_topology_plan` for ``traffic``.
+        Passes :func:`check_topology_plan` for ``traffic``: one :class:`GroupPlan` per
+        group of ``traffic`` (in its order) with the traffic's bytes, whatever strategy
+        the plan was built for.
     """
     dist = hop_distances(plan.topology)
     rings = {g.members: plan.rings.get(g.members)
              or (_nearest_neighbour_ring(g.members, dist),) for g in traffic.allreduce}
     extra = route_traffic(plan.topology, traffic, rings, plan.k_paths, skip=plan.routes)
     routes = extra.merge(plan.routes)
-    known = {g.members for g in plan.groups}
-    groups = tuple(g for g in plan.groups if g.members in rings) + tuple(
-        GroupPlan(g.members, g.network_bytes, 0)
-        for g in traffic.allreduce if g.members not in known)
+    # every group of the traffic once, in its order, with the traffic's bytes: a kept
+    # group's ring links stay, but its bytes are those of the strategy now reducing it
+    kept = {g.members: g for g in plan.groups}
+    groups = tuple(replace(kept[g.members], bytes=g.network_bytes) if g.members in kept
+                   else GroupPlan(g.members, g.network_bytes, 0) for g in traffic.allreduce)
     return replace(plan, rings=rings, routes=routes, groups=groups)

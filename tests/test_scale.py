@@ -1,0 +1,73 @@
+"""Plans at scale: a strategy and its shard's rings, groups and routes always agree."""
+
+import numpy as np
+import pytest
+
+from topoopt import Cluster, Job
+from topoopt.errors import PlanCheckError
+from topoopt.finder.topology_finder import check_topology_plan, extend_plan, topology_finder
+from topoopt.planners.alternating import (
+    _descend_splits,
+    _Shard,
+    _traffic,
+    split_topologies,
+    start_strategy,
+)
+from topoopt.planners.moves import MoveSet
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import structured_strategies
+from topoopt.workloads import model_of
+
+from test_topology_finder import make_traffic
+
+
+def test_extended_plan_carries_the_new_traffics_group_bytes():
+    # a plan built for one strategy's traffic, kept for another whose groups have the
+    # same members but other bytes (an operator moved between groups) and a new MP
+    # pair: the extended plan's groups carry the new bytes (plan.json's group_bytes,
+    # which `plan --check` compares with the strategy's AllReduce traffic)
+    n = 8
+    mp = np.zeros((n, n))
+    mp[0, 5] = 3e6
+    before = make_traffic(n, [(range(n), 4e8), ((0, 2, 4, 6), 1e8)], mp)
+    plan = topology_finder(before, n, 4, 100e9)
+    mp2 = mp.copy()
+    mp2[1, 6] = 7e6
+    after = make_traffic(n, [(range(n), 5e8), ((0, 2, 4, 6), 2e7)], mp2)
+    with pytest.raises(PlanCheckError, match="bytes"):
+        check_topology_plan(plan, after)     # stale bytes are refused
+    ext = extend_plan(plan, after)
+    check_topology_plan(ext, after)
+    assert {g.members: g.bytes for g in ext.groups} == {
+        g.members: g.network_bytes for g in after.allreduce}
+    assert (1, 6) in ext.routes                # the new MP pair is routed
+    assert ext.topology == plan.topology       # the links stay
+    assert extend_plan(ext, after) == ext      # fitting twice changes nothing
+
+
+def _dlrm_shard(servers: int, tables: int):
+    cluster = Cluster(servers=servers, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", 128, size={"tables": tables, "rows": 100_000, "dim": 64, "bag": 20,
+                                 "bottom_layers": 2, "bottom_width": 256,
+                                 "top_layers": 2, "top_width": 512})
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    return _Shard(model, cluster, job, space, 0, {})
+
+
+def test_a_descent_on_another_split_keeps_a_topology_fitted_to_its_strategy():
+    # the 256-server traceback ("0->129 carries bytes but is not a link and has no
+    # route"): a round's best, descended on another degree split's topology, moved to
+    # a strategy with MP pairs and groups that topology was not built for; the pair
+    # kept must carry routes and rings for the strategy it is kept with
+    p = _dlrm_shard(16, 8)
+    start = start_strategy(p.model, p.cluster, p.job, p.space)
+    splits = split_topologies(p.model, start, p.cluster, p.job)
+    (plan0, t0), others = splits[0], splits[1:]
+    moveset = MoveSet(p.space, tuple(structured_strategies(p.model, p.space)))
+    strategy, plan, t = _descend_splits(p, moveset, start, plan0, t0 * 1e3,
+                                        [(sp, tp) for sp, tp in others], 200)
+    assert strategy.configs != start.configs   # else the test proves nothing
+    traffic = _traffic(p.model, strategy, p.cluster, p.job)
+    check_topology_plan(plan, traffic)
+    assert t == pytest.approx(p.cost(plan)(strategy), rel=1e-12)   # timed as kept
