@@ -71,3 +71,18 @@ def test_a_descent_on_another_split_keeps_a_topology_fitted_to_its_strategy():
     traffic = _traffic(p.model, strategy, p.cluster, p.job)
     check_topology_plan(plan, traffic)
     assert t == pytest.approx(p.cost(plan)(strategy), rel=1e-12)   # timed as kept
+
+
+def test_the_plan_summary_names_the_skipped_exports(tmp_path):
+    # 512 servers do not fit the default OCS's ports: the summary says what was not
+    # written and why, on stdout with the rest of it, not only in a note line
+    from click.testing import CliRunner
+
+    from test_bad_input import tiny_config, to_toml
+    from topoopt.cli import main
+
+    (tmp_path / "c.toml").write_text(to_toml(tiny_config(servers=2)))
+    r = CliRunner().invoke(main, ["plan", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"),
+                                  "--quiet", "--workers", "1", "--no-plots", "--no-report"])
+    assert r.exit_code == 0, r.output
+    assert "skipped   msccl_allreduce.xml not written: " in r.stdout

@@ -273,6 +273,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
         _report_llm(result, config, time.monotonic() - started)
     else:
         _report(result, config, settings.seed, time.monotonic() - started)
+    for w in caught:  # in the summary too, not only in a note line (issue 33)
+        if issubclass(w.category, ExportSkipped):
+            click.echo(f"skipped   {w.message}")
     folder = output.rstrip("/") or "/"
     click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {folder}/ (check them: "
                f"topoopt plan --check {folder})")
