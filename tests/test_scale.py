@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from test_topology_finder import make_traffic
 
 from topoopt import Cluster, Job
 from topoopt.errors import PlanCheckError
@@ -17,8 +18,6 @@ from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import structured_strategies
 from topoopt.workloads import model_of
-
-from test_topology_finder import make_traffic
 
 
 def test_extended_plan_carries_the_new_traffics_group_bytes():
@@ -77,8 +76,8 @@ def test_the_plan_summary_names_the_skipped_exports(tmp_path):
     # 512 servers do not fit the default OCS's ports: the summary says what was not
     # written and why, on stdout with the rest of it, not only in a note line
     from click.testing import CliRunner
-
     from test_bad_input import tiny_config, to_toml
+
     from topoopt.cli import main
 
     (tmp_path / "c.toml").write_text(to_toml(tiny_config(servers=2)))
