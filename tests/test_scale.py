@@ -85,3 +85,25 @@ def test_the_plan_summary_names_the_skipped_exports(tmp_path):
                                   "--quiet", "--workers", "1", "--no-plots", "--no-report"])
     assert r.exit_code == 0, r.output
     assert "skipped   msccl_allreduce.xml not written: " in r.stdout
+
+
+def test_a_256_server_plan_passes_its_check():
+    # the smallest effort that still searches (4 moves, one round, one chain) on a
+    # 256-server shard, beside the Ideal Switch: the plan.json it gives passes
+    # `plan --check` (every field checked or derived again), so the strategy and the
+    # shard's rings, groups and routes agree at this size (~20 s of CPU)
+    from topoopt import plan
+    from topoopt.traffic import derive_traffic
+
+    cluster = Cluster(servers=256, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", 128, size={"tables": 8, "rows": 1_000_000, "dim": 64, "bag": 20,
+                                 "bottom_layers": 2, "bottom_width": 256,
+                                 "top_layers": 2, "top_width": 512})
+    p = plan(cluster, job, budget=4, rounds=1, chains=1, baselines=("ideal",))
+    p.check()
+    traffic = derive_traffic(p.model, p.strategy, 256, job.global_batch(cluster),
+                             job.dtype_bytes)
+    check_topology_plan(p.topology_plan, traffic)
+    assert p.topology_plan.topology.servers == 256
+    assert p.iteration_time_s["ideal"] <= p.iteration_time_s["topoopt"]
+    assert p.iteration_time_s["topoopt"] <= p.search.start_time * (1 + 1e-12)
