@@ -417,11 +417,13 @@ def test_the_ideal_switch_bounds_every_fabric(plans_by_seed):
 
 def test_the_rounds_best_descends_on_every_degree_splits_topology():
     # finer-grain alternation: DLRM-16's two-stage tensor-split layout is fastest on
-    # Step 1's 3 + 1 split, but descends further on the 2 + 2 split's topology
+    # Step 1's 3 + 1 split, and descends on every split's topology within SPLIT_RATIO
     import importlib
 
     from topoopt.config import load_config
+    from topoopt.finder.topology_finder import check_topology_plan
     from topoopt.planners.alternating import split_topologies, topoopt_fabric
+    from topoopt.traffic import derive_traffic
 
     alt = importlib.import_module("topoopt.planners.alternating")
     from pathlib import Path
@@ -434,11 +436,18 @@ def test_the_rounds_best_descends_on_every_degree_splits_topology():
     splits = split_topologies(model, s, cluster, job)
     (first, t_first), (second, t_second) = splits[:2]
     assert t_first < t_second <= alt.SPLIT_RATIO * t_first
-    on_first = descend(space, IterationCost(model, cluster, job, topoopt_fabric(first),
-                                            first.rings), s, t_first, moves, 100)[1]
-    best, plan_d, t = alt._descend_splits(space, moves, model, cluster, job, s, first,
-                                          t_first, splits, 100)
-    assert plan_d is second and t < 0.9 * on_first
+    shard = alt._Shard(model, cluster, job, space, 0, {})
+    best, plan_d, t = alt._descend_splits(shard, moves, s, first, t_first, splits, 100)
+    # every split's descent is timed on its topology fitted to the strategy it reached
+    # (the rings and routes plan.json will hold): the 2 + 2 split's descent, 0.9x the
+    # first's with the routes it lacked left to ECMP, is slower once fitted (issue 33)
+    fitted = []
+    for plan_s, t_s in splits:
+        s_s = descend(space, shard.cost(plan_s), s, t_s, moves, 100)[0]
+        fitted.append(shard.cost(shard.fit(s_s, plan_s))(s_s))
+    assert t == pytest.approx(min([t_first, *fitted]), rel=1e-12) and t <= t_first
+    check_topology_plan(plan_d, derive_traffic(model, best, cluster.servers,
+                                               job.global_batch(cluster), job.dtype_bytes))
     # the pair returned is timed on its own topology
     assert IterationCost(model, cluster, job, topoopt_fabric(plan_d),
                          plan_d.rings)(best) == pytest.approx(t, rel=1e-12)
