@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from topoopt._io import atomic_write_text, check_place, check_writable, folder_lock, staging_dir
+from topoopt._io import (
+    atomic_write_text,
+    check_place,
+    check_writable,
+    folder_lock,
+    shown,
+    staging_dir,
+)
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
@@ -34,6 +41,7 @@ from topoopt.export.communicators import (
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
+from topoopt.export.report_values import extras_kind
 from topoopt.llm import LLMParallel
 from topoopt.plans.check import strategy_of
 from topoopt.plans.common import FORMAT, cluster_job_of, read_plan, rings_of, topology_of
@@ -363,6 +371,28 @@ def _check_heatmaps(directory: Path, doc: dict, llm: bool) -> None:
                                  "picture of another plan?); plan again to redraw it")
 
 
+#: The result files ``topoopt report`` shows, by the name its help gives them.
+_RESULTS = {"validate.json": "validate", "react.json": "react"}
+
+
+def _check_results(directory: Path) -> None:
+    """``validate.json`` and ``react.json``, where present, must be the results they are
+    named for: a page silently without its section would look validated."""
+    for name, kind in _RESULTS.items():
+        path = directory / name
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise TopoOptError(f"{shown(path)} is not JSON ({exc.__class__.__name__}); write "
+                               f"it again (topoopt {'validate DIR' if kind == 'validate' else 'react simulate'}"
+                               f" --json {name}) or move it") from None
+        if extras_kind(data) != kind:
+            raise TopoOptError(f"{shown(path)} is not a topoopt {kind} result; write it again "
+                               "or move it")
+
+
 def write_report(directory: str | Path) -> tuple[Path, dict]:
     """Write ``DIR/report.html`` from ``DIR/plan.json`` and the validation and REACT
     results beside it (:func:`~topoopt.export.report.report_extras`), and list it in
@@ -381,10 +411,17 @@ def write_report(directory: str | Path) -> tuple[Path, dict]:
         A file of the user's is where the report goes.
     """
     directory = Path(directory)
+    with folder_lock(directory):
+        return _write_report(directory)
+
+
+def _write_report(directory: Path) -> tuple[Path, dict]:
+    """:func:`write_report` with the folder's lock held."""
     doc = read_plan(directory)
     check_document(doc)
     owned = owned_files(directory)
     check_place(directory, REPORT, REPORT in owned)
+    _check_results(directory)
     extras = report_extras(directory, doc)
     files = doc.get("files")
     listed = files is None or REPORT in files
