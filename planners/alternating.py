@@ -470,10 +470,9 @@ def _first_start(p: _Shard, screened: list[Screened]
     ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:2]
     best_strategy, best_plan, best_t, origin = start, start_plan, start_t, "start"
     for name, strategy, plan_c, t_c in ranked:
-        if stop_requested():
-            break
-        plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
-                                    p.finder_kwargs, base=(plan_c, t_c))
+        if not stop_requested():  # Ctrl-C: no more descents, but the timed ones compete
+            plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
+                                        p.finder_kwargs, base=(plan_c, t_c))
         if name == "start":
             start_plan, start_t = plan_c, t_c
             best_plan, best_t = plan_c, t_c

@@ -481,4 +481,7 @@ def _references(names: Sequence[str], best: dict[str, FabricOutcome], start: Str
         refs = {(start_name if k == "start" else k): t for k, t in timed
                 if k in ("start", "data parallel", "hybrid")}
         references[n] = {k: refs[k] for k in ("data parallel", "hybrid") if k in refs}
-    return references
+    # Ctrl-C can stop the TopoOpt shard before it timed a reference on its topology:
+    # the table compares a strategy on every fabric or not at all
+    common = set.intersection(*(set(r) for r in references.values())) if references else set()
+    return {n: {k: t for k, t in r.items() if k in common} for n, r in references.items()}

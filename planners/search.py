@@ -239,7 +239,7 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
             t = cost(s, min(family_best.get(fam, math.inf), 2.0 * best))
         starts.append((name, s, t))
         family_best[fam] = min(family_best.get(fam, math.inf), t)
-        if stop():
+        if stop() and k + 1 >= len(extra):  # Ctrl-C: the caller's starts are still timed
             break
     if not starts:
         raise ValueError("no valid start strategy")

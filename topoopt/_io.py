@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Collection, Iterator
 
 from topoopt.errors import ConfigError, TopoOptError
+from topoopt.interrupt import deferred_interrupts
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: folders are not locked
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["atomic_write_text", "atomic_write_bytes", "atomic_path", "staging_dir",
-           "check_writable", "check_place"]
+           "check_writable", "check_place", "folder_lock", "LOCK_NAME", "shown"]
+
+#: The lock file a writer holds in its output folder while it works (removed after).
+LOCK_NAME = ".topoopt.lock"
 
 
 @contextlib.contextmanager
@@ -74,8 +83,14 @@ def check_writable(path: str | Path, option: str, folder: bool = False) -> Path:
     topoopt.errors.ConfigError: --json = '...': is a folder; give a file name
     """
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(option, str(path), f"is a symbolic link to {os.readlink(path)}, "
+                                             "which does not exist; give another path")
     if path.is_dir() and not folder:
         raise ConfigError(option, str(path), "is a folder; give a file name")
+    if path.exists() and not folder and not path.is_file():
+        raise ConfigError(option, str(path), "is not a regular file (a device, a pipe); "
+                                             "give a file name")
     if path.exists() and folder and not path.is_dir():
         raise ConfigError(option, str(path), "exists and is not a folder")
     base = path if path.is_dir() else path.parent
@@ -101,39 +116,150 @@ def staging_dir(final: str | Path, replaceable: Collection[str] = ()) -> Iterato
     writer left there: a new file may replace one of them, and those the new set does
     not have are removed, with any folder they leave empty. Nothing else in ``final``
     is touched: a new file whose place holds anything else (a user's file, a folder)
-    raises :class:`TopoOptError` naming it before anything moves. On any exception
-    ``final`` is as it was (a folder created for it is removed again) and the staging
-    directory is gone.
+    raises :class:`TopoOptError` naming it before anything moves. The moves run with
+    Ctrl-C held (:func:`~topoopt.interrupt.deferred_interrupts`): ``final`` ends with
+    the old set or the new one. On any exception ``final`` is as it was: the staging
+    directory is gone, and a folder made for it is removed again only while empty
+    (someone else may have put files there meanwhile).
     """
     final = Path(final)
-    created = None  # the outermost folder made here, removed again on failure
-    for folder in (final, *final.parents):
-        if folder.exists():
-            break
-        created = folder
-    final.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".topoopt-staging.", dir=final))
+    made = _make_folders(final)
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=".topoopt-staging.", dir=final))
+    except BaseException:
+        _remove_empty(made)
+        raise
     replaceable = set(replaceable)
     try:
         yield stage
         new = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         for rel in new:
             check_place(final, rel, rel in replaceable)
-        for rel in new:
-            target = final / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(stage / rel, target)
-        for rel in sorted(replaceable - set(new)):
-            old = final / rel
-            if old.is_file() and not old.is_symlink():
-                old.unlink()
-                _remove_empty_parents(old.parent, final)
+        with deferred_interrupts():
+            for rel in new:
+                target = final / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(stage / rel, target)
+            for rel in sorted(replaceable - set(new)):
+                old = final / rel
+                if old.is_file() and not old.is_symlink():
+                    old.unlink()
+                    _remove_empty_parents(old.parent, final)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        _remove_empty(made)
         raise
     shutil.rmtree(stage, ignore_errors=True)
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and the folders above it that are missing; return those made,
+    outermost first."""
+    made = []
+    for f in (folder, *folder.parents):
+        if f.exists() or f.is_symlink():
+            break
+        made.append(f)
+    folder.mkdir(parents=True, exist_ok=True)
+    return made[::-1]
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders ``made`` (outermost first) that are empty, innermost first:
+    never one that now holds anything, whoever put it there."""
+    for f in reversed(made):
+        try:
+            f.rmdir()
+        except OSError:
+            return
+
+
+_HELD: dict[str, int] = {}  # folders this process holds the lock of -> depth
+
+
+@contextlib.contextmanager
+def folder_lock(directory: str | Path) -> Iterator[Path]:
+    """Hold ``directory``'s writer lock (:data:`LOCK_NAME`, an advisory ``flock`` the
+    system releases when the process ends, however it ends) while the block runs.
+
+    Another process that holds it makes this raise :class:`TopoOptError` at once, in
+    one line: two runs writing one folder would each remove what the other wrote. The
+    folder (and any missing folder above it) is created, and removed again afterwards
+    if it is empty; the lock file is removed. The same process may nest the lock.
+
+    Raises
+    ------
+    TopoOptError
+        Another run holds the folder.
+    """
+    directory = Path(directory)
+    made = _make_folders(directory)
+    key = os.path.realpath(directory)
+    if key in _HELD or fcntl is None:
+        _HELD[key] = _HELD.get(key, 0) + 1
+        try:
+            yield directory
+        finally:
+            _HELD[key] -= 1
+            if not _HELD[key]:
+                del _HELD[key]
+        return
+    try:
+        fd = _acquire(directory / LOCK_NAME, directory)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    _HELD[key] = 1
+    try:
+        yield directory
+    finally:
+        del _HELD[key]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / LOCK_NAME)  # before unlocking: see _acquire
+        os.close(fd)
+        _remove_empty(made)
+
+
+def _acquire(path: Path, directory: Path) -> int:
+    """Open and lock ``path``; the descriptor. A holder removes the file before it
+    unlocks, so a lock won on a file no longer at ``path`` is tried again."""
+    assert fcntl is not None
+    for _ in range(5):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise TopoOptError(f"{shown(directory)} is being written by another topoopt run"
+                               f"{f' (process {owner})' if owner.isdigit() else ''}; wait "
+                               "for it to finish or choose another folder") from None
+        here = os.fstat(fd)
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (here.st_dev, here.st_ino):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
+    raise TopoOptError(f"{shown(directory)} is being written by other topoopt runs; wait "
+                       "for them to finish or choose another folder")
+
+
+def shown(path: str | Path) -> str:
+    r"""``path`` for a one-line message: control characters (a newline) escaped.
+
+    Examples
+    --------
+    >>> shown("out/a\nb")
+    'out/a\\nb'
+    """
+    text = str(path)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def check_place(final: str | Path, rel: str, replaceable: bool) -> None:

@@ -341,7 +341,7 @@ def read_toml(path: str | Path) -> dict:
                         "config file's path")
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, as editors write
     except FileNotFoundError:
         raise ConfigError("config", str(path), "file not found; give the path of a .toml config")
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
-__all__ = ["stop_requested", "request_stop", "graceful_interrupt", "stop_on_first_interrupt"]
+__all__ = ["stop_requested", "request_stop", "reset_stop", "graceful_interrupt",
+           "stop_on_first_interrupt", "deferred_interrupts"]
 
 _STOP = threading.Event()
 
@@ -19,6 +21,12 @@ def stop_requested() -> bool:
 def request_stop() -> None:
     """Ask running searches to stop, as the first Ctrl-C does."""
     _STOP.set()
+
+
+def reset_stop() -> None:
+    """Forget an earlier Ctrl-C: the work it stopped is over (the search), and the next
+    one is the first again (while the plan's files are written, it lets them finish)."""
+    _STOP.clear()
 
 
 def _handler(signum, frame) -> None:
@@ -54,3 +62,26 @@ class graceful_interrupt:
             signal.signal(signal.SIGINT, self._previous)
         _STOP.clear()  # a later search in this process starts afresh
         return False
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C while the block runs (moving a finished set of files into place:
+    stopped halfway it would be neither the old set nor the new), then deliver it to
+    the handler that was in place. Only the main thread can do this; elsewhere the
+    block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(*held[0])
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt

@@ -16,11 +16,13 @@ from topoopt.config import PLAN_BOUNDS, PLAN_DEFAULTS, PLAN_KEYS, Config, load_c
 from topoopt.errors import ConfigError
 from topoopt.export.plots import require_matplotlib
 from topoopt.fabrics.cost import price_table
+from topoopt.planners.llm import check_fixed
 from topoopt.planners.planner import require_baselines
 from topoopt.react.loop import ReactParams
 from topoopt.strategy import data_parallel, hybrid
 from topoopt.units import format_time
 from topoopt.workloads import model_of
+from topoopt.workloads.gpt import is_transformer
 
 __all__ = ["config_argument", "read_config", "print_table", "require_matplotlib",
            "strategy_option", "build_strategy", "ProgressLine", "SEED", "MAX_SEED",
@@ -66,6 +68,12 @@ def read_config(path: str) -> Config:
     in ``[plan]``, ``[cost]`` or ``[react]`` is an error even where that table is unused.
     Errors surface as one line through the CLI group."""
     cfg = load_config(path)   # [cluster], [job], [plan]
+    parallel = cfg.plan_settings.parallel
+    if parallel and not is_transformer(model_of(cfg.job)):
+        raise ConfigError("plan.parallel", dict(parallel), f"only an LLM or MoE job takes a "
+                          f"parallelism; {cfg.job.model} is planned by the strategy search: "
+                          "remove it")
+    check_fixed(parallel)
     require_baselines(cfg.plan_settings.baselines)
     price_table(cfg.cost)
     ReactParams.from_mapping(cfg.react)

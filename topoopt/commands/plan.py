@@ -10,6 +10,7 @@ import warnings
 import click
 import numpy as np
 
+from topoopt._io import check_writable, folder_lock, shown
 from topoopt.commands._common import (
     MAX_WORKERS,
     PLAN_BOUNDS,
@@ -25,7 +26,7 @@ from topoopt.executor import make_executor
 from topoopt.export.bundle import ExportSkipped
 from topoopt.export.plan_dir import check_plan_dir, check_plan_output, write_plan
 from topoopt.fabrics.cost import price_table
-from topoopt.interrupt import graceful_interrupt
+from topoopt.interrupt import graceful_interrupt, reset_stop, stop_requested
 from topoopt.planners.planner import plan as make_plan
 from topoopt.strategy import data_parallel, describe_strategy, hybrid, memory_per_server
 from topoopt.units import format_time
@@ -155,7 +156,7 @@ def _require_batch_fits(cfg) -> None:
 
 def _check(directory: str) -> None:
     checked = check_plan_dir(directory)
-    click.echo(f"ok: {directory}: {len(checked)} files valid ({', '.join(checked)})")
+    click.echo(f"ok: {shown(directory)}: {len(checked)} files valid ({', '.join(checked)})")
 
 
 @click.command()
@@ -225,7 +226,7 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
         try:
             _check(check_dir)
         except TopoOptError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
             sys.exit(1)
         return
     if not config:
@@ -244,26 +245,44 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
             plots = False
     # before the search, not after
     llm = is_transformer(model_of(cfg.job))
-    check_plan_output(output, cfg.cluster, exports, plots, html_report, llm=llm)
-    if not llm:  # an LLM job's memory is checked per parallelism by its planner
-        _require_batch_fits(cfg)
+    check_writable(output, "--output", folder=True)
+    with folder_lock(output):   # one writer per folder: another run is refused at once
+        check_plan_output(output, cfg.cluster, exports, plots, html_report, llm=llm)
+        if not llm:  # an LLM job's memory is checked per parallelism by its planner
+            _require_batch_fits(cfg)
+        _plan_and_write(cfg, config, output, settings, workers, ray, exports, plots,
+                        html_report, quiet, llm)
+
+
+def _plan_and_write(cfg, config: str, output: str, settings, workers: int, ray: str | None,
+                    exports: bool, plots: bool, html_report: bool, quiet: bool,
+                    llm: bool) -> None:
+    """Search, then write the plan folder: a Ctrl-C in the search keeps the best so far;
+    the first one while the files are written lets them finish (a second abandons them,
+    leaving the previous plan), so a finished search is not lost to an impatient key."""
     prices = price_table(cfg.cost)
     progress = _Progress(not quiet)
     started = time.monotonic()
-    with make_executor(workers, ray) as executor, graceful_interrupt():
-        result = make_plan(cfg.cluster, cfg.job, budget=settings.budget,
-                           rounds=settings.rounds, chains=settings.chains,
-                           seed=settings.seed, tolerance=settings.tolerance,
-                           baselines=settings.baselines,
-                           executor=executor, prices=prices,
-                           finder_kwargs=settings.finder_kwargs, source=config,
-                           parallel=settings.parallel,
-                           progress=progress,
-                           on_fabric=lambda n, t, how: progress(n, 0, t, how))
-    progress.done()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ExportSkipped)
-        paths = write_plan(result, output, exports=exports, plots=plots, report=html_report)
+    with graceful_interrupt():
+        with make_executor(workers, ray) as executor:
+            result = make_plan(cfg.cluster, cfg.job, budget=settings.budget,
+                               rounds=settings.rounds, chains=settings.chains,
+                               seed=settings.seed, tolerance=settings.tolerance,
+                               baselines=settings.baselines,
+                               executor=executor, prices=prices,
+                               finder_kwargs=settings.finder_kwargs, source=config,
+                               parallel=settings.parallel,
+                               progress=progress,
+                               on_fabric=lambda n, t, how: progress(n, 0, t, how))
+        progress.done()
+        reset_stop()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExportSkipped)
+            paths = write_plan(result, output, exports=exports, plots=plots,
+                               report=html_report)
+        if stop_requested():
+            click.echo("note: Ctrl-C while writing: the plan's files were finished first",
+                       err=True)
     for w in caught:
         if issubclass(w.category, ExportSkipped):
             click.echo(f"note: {w.message}", err=True)
@@ -276,6 +295,6 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
     for w in caught:  # in the summary too, not only in a note line (issue 33)
         if issubclass(w.category, ExportSkipped):
             click.echo(f"skipped   {w.message}")
-    folder = output.rstrip("/") or "/"
+    folder = shown(output.rstrip("/") or "/")
     click.echo(f"wrote {len(paths)} file{'s' * (len(paths) != 1)} to {folder}/ (check them: "
                f"topoopt plan --check {folder})")

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
-from topoopt._io import atomic_write_text
+from topoopt._io import atomic_write_text, check_writable, shown
 from topoopt.commands._common import (
+    SEED,
     ProgressLine,
     build_strategy,
     config_argument,
+    options_named,
     print_table,
     read_config,
     require_matplotlib,
@@ -34,17 +35,26 @@ def _latencies(text: str) -> list[float]:
     out = [parse_time(t.strip(), "--latencies") for t in text.split(",") if t.strip()]
     if not out:
         raise ConfigError("--latencies", text, "give durations, e.g. 1us,100us,10ms")
+    if max(out) > MAX_LATENCY_S:
+        raise ConfigError("--latencies", text, f"{format_time(max(out))} is over "
+                          f"{format_time(MAX_LATENCY_S)}: optical switches reconfigure in "
+                          "microseconds to milliseconds, and the simulated iterations "
+                          "would wait past their horizon")
     return out
 
 
+#: The largest --latencies value: a minute (OCS reconfiguration takes us to tens of ms).
+MAX_LATENCY_S = 60.0
+
+
 def _writable(option: str, path: str) -> None:
-    """Refuse, before any work, an output file whose folder is missing or read-only."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise ConfigError(option, path, "is a folder; give a file name")
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise ConfigError(option, path, f"cannot write into {folder}/; give a writable folder")
+    """Refuse, before any work, an output file that cannot be written (one line)."""
+    if not path:
+        raise ConfigError(option, path, "is empty; give a file name")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ConfigError(option, path, f"folder {shown(folder)} does not exist; create it first")
+    check_writable(path, option)
 
 
 def _interval(text: str) -> tuple[float | None, float]:
@@ -78,7 +88,7 @@ def _interval(text: str) -> tuple[float | None, float]:
 @click.option("--iterations", type=click.IntRange(2), default=2,
               help="Iterations simulated per point; the first is a warm-up (it starts "
                    "from arbitrary circuits) and the others are averaged.")
-@click.option("--seed", type=click.IntRange(0), default=0,
+@click.option("--seed", type=SEED, default=0,
               help="Seed of TopologyFinder and of the idle-port wiring.")
 @click.option("--png", type=click.Path(dir_okay=False),
               help="Also draw the sweep (log axes, TopoOpt as a line) to this PNG file "
@@ -101,7 +111,7 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
         raise ConfigError("--interval", interval, f"must exceed every latency (the largest is "
                                                   f"{format_time(max(lats))}); use e.g. 5x")
     for option, path in (("--png", png), ("--json", json_path)):
-        if path:
+        if path is not None:
             _writable(option, path)
     if png:
         require_matplotlib()
@@ -114,7 +124,8 @@ def sweep_reconfig(config: str, strategy: str, latencies: str, interval: str, id
         started.append(text)
         progress.update(text, f"point {len(started)} of {2 * len(lats)}")
 
-    with graceful_interrupt():
+    with graceful_interrupt(), options_named(**{"reconfig.interval": "--interval",
+                                                "reconfig.idle": "--idle"}):
         sweep = latency_sweep(model, strat, cfg.cluster, cfg.job, lats, interval=fixed,
                               interval_factor=factor, idle=idle, iterations=iterations,
                               warmup=1, seed=seed, strategy_name=strategy, progress=show,

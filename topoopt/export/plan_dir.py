@@ -10,13 +10,25 @@ plan must write is refused, in one line, before the search starts.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
+import struct
 import warnings
+import zlib
 from pathlib import Path
 
-from topoopt._io import atomic_write_text, check_place, check_writable, staging_dir
+import numpy as np
+
+from topoopt._io import (
+    atomic_write_text,
+    check_place,
+    check_writable,
+    folder_lock,
+    shown,
+    staging_dir,
+)
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.export.bundle import OCS_FORMATS, ExportSkipped, check_exports, render_exports
@@ -29,10 +41,15 @@ from topoopt.export.communicators import (
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
+from topoopt.export.report_values import extras_kind
 from topoopt.llm import LLMParallel
+from topoopt.plans.check import strategy_of
 from topoopt.plans.common import FORMAT, cluster_job_of, read_plan, rings_of, topology_of
 from topoopt.plans.interface import PlanLike, check_document
 from topoopt.plans.llm import LLMPlan
+from topoopt.strategy import data_parallel, hybrid
+from topoopt.traffic import derive_traffic
+from topoopt.workloads import model_of
 
 __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
            "check_plan_output", "write_plan", "write_report", "check_plan_dir"]
@@ -151,6 +168,13 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
         The paths written, sorted (``plan.json``'s ``files``).
     """
     directory = Path(directory)
+    with folder_lock(directory):
+        return _write_plan(p, directory, exports, plots, report)
+
+
+def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
+                report: bool) -> list[Path]:
+    """:func:`write_plan` with the folder's lock held."""
     owned = owned_files(directory)
     doc = p.to_json()
     files, skipped = ["plan.json"], {}
@@ -172,6 +196,8 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
                 skipped.update(comm.skipped)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
+            for which, (matrix, _) in p.traffic_heatmaps().items():
+                _label_heatmap(stage / f"traffic_{which}.png", matrix)
         doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
         if report:  # a new plan: no validation of it yet, so no extras
             (stage / REPORT).write_text(build_report(doc), encoding="utf-8")
@@ -259,11 +285,112 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
             if not (data.startswith(_PNG) and data.endswith(_PNG_END)):
                 raise PlanCheckError(f"{rel} is not a whole PNG picture")
             checked.append(rel)
+    _check_heatmaps(directory, doc, llm)
     if REPORT in files:
         check_report((directory / REPORT).read_text(encoding="utf-8"), doc,
                      report_extras(directory, doc))
         checked.append(REPORT)
     return checked
+
+
+_LABEL = b"topoopt"  # the tEXt keyword of a traffic heatmap's label
+
+
+def _traffic_digest(matrix: np.ndarray) -> str:
+    """A traffic matrix's fingerprint: its shape and each entry to 1e-6 of the largest
+    (the same traffic recomputed on another machine gives the same digest)."""
+    m = np.asarray(matrix, dtype=float)
+    scale = float(np.abs(m).max()) if m.size else 0.0
+    cells = np.rint(m / scale * 1e6).astype(np.int64) if scale > 0 else np.zeros(m.shape, int)
+    return hashlib.sha256(repr(m.shape).encode() + cells.astype("<i8").tobytes()).hexdigest()[:20]
+
+
+def _label_heatmap(path: Path, matrix: np.ndarray) -> None:
+    """Add a tEXt chunk to ``path`` (a PNG) naming its file and the traffic it shows:
+    ``plan --check`` then tells a swapped or stale picture from the right one."""
+    data = path.read_bytes()
+    text = json.dumps({"file": path.name, "traffic": _traffic_digest(matrix)},
+                      sort_keys=True).encode("latin-1")
+    body = _LABEL + b"\0" + text
+    chunk = (struct.pack(">I", len(body)) + b"tEXt" + body
+             + struct.pack(">I", zlib.crc32(b"tEXt" + body) & 0xFFFFFFFF))
+    end = len(data) - 12  # the IEND chunk: length, type, CRC
+    path.write_bytes(data[:end] + chunk + data[end:])
+
+
+def _png_label(data: bytes) -> dict | None:
+    """The label :func:`_label_heatmap` added to a whole PNG, or None."""
+    at = len(_PNG)
+    while at + 12 <= len(data):
+        size, kind = struct.unpack(">I4s", data[at:at + 8])
+        body = data[at + 8:at + 8 + size]
+        if kind == b"tEXt" and body.startswith(_LABEL + b"\0"):
+            crc = struct.unpack(">I", data[at + 8 + size:at + 12 + size])[0]
+            if zlib.crc32(kind + body) & 0xFFFFFFFF != crc:
+                return None
+            try:
+                label = json.loads(body[len(_LABEL) + 1:].decode("latin-1"))
+            except ValueError:
+                return None
+            return label if isinstance(label, dict) else None
+        at += 12 + size
+    return None
+
+
+def _expected_heatmaps(doc: dict) -> dict[str, np.ndarray]:
+    """An operator-strategy plan's two traffic heatmaps, from ``plan.json`` alone
+    (as :meth:`~topoopt.plans.Plan.traffic_heatmaps` draws them)."""
+    cluster, job = cluster_job_of(doc)
+    model = model_of(job)
+    start = {"dp": data_parallel, "hybrid": hybrid}[doc["search"]["start_strategy"]]
+    batch = job.global_batch(cluster)
+    before = derive_traffic(model, start(model, cluster.servers), cluster.servers, batch,
+                            job.dtype_bytes)
+    after = derive_traffic(model, strategy_of(doc["strategy"]), cluster.servers, batch,
+                           job.dtype_bytes)
+    return {"traffic_before.png": before.matrix(None),
+            "traffic_after.png": after.matrix(rings_of(doc))}
+
+
+def _check_heatmaps(directory: Path, doc: dict, llm: bool) -> None:
+    """Each traffic heatmap is labelled as itself and, for an operator-strategy plan,
+    shows the traffic ``plan.json`` describes (not the other one, not another plan's)."""
+    want = None if llm else _expected_heatmaps(doc)
+    for rel in ("traffic_before.png", "traffic_after.png"):
+        if rel not in doc["files"]:
+            continue
+        label = _png_label((directory / rel).read_bytes())
+        if label is None:
+            raise PlanCheckError(f"{rel} carries no topoopt label (drawn by another tool or "
+                                 "an older topoopt); plan again to redraw it")
+        if label.get("file") != rel:
+            raise PlanCheckError(f"{rel} is the picture drawn as {label.get('file')!r}: the "
+                                 "pictures were swapped or renamed; plan again to redraw them")
+        if want is not None and label.get("traffic") != _traffic_digest(want[rel]):
+            raise PlanCheckError(f"{rel} does not show the traffic plan.json describes (a "
+                                 "picture of another plan?); plan again to redraw it")
+
+
+#: The result files ``topoopt report`` shows, by the name its help gives them.
+_RESULTS = {"validate.json": "validate", "react.json": "react"}
+
+
+def _check_results(directory: Path) -> None:
+    """``validate.json`` and ``react.json``, where present, must be the results they are
+    named for: a page silently without its section would look validated."""
+    for name, kind in _RESULTS.items():
+        path = directory / name
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise TopoOptError(f"{shown(path)} is not JSON ({exc.__class__.__name__}); write "
+                               f"it again (topoopt {'validate DIR' if kind == 'validate' else 'react simulate'}"
+                               f" --json {name}) or move it") from None
+        if extras_kind(data) != kind:
+            raise TopoOptError(f"{shown(path)} is not a topoopt {kind} result; write it again "
+                               "or move it")
 
 
 def write_report(directory: str | Path) -> tuple[Path, dict]:
@@ -284,10 +411,17 @@ def write_report(directory: str | Path) -> tuple[Path, dict]:
         A file of the user's is where the report goes.
     """
     directory = Path(directory)
+    with folder_lock(directory):
+        return _write_report(directory)
+
+
+def _write_report(directory: Path) -> tuple[Path, dict]:
+    """:func:`write_report` with the folder's lock held."""
     doc = read_plan(directory)
     check_document(doc)
     owned = owned_files(directory)
     check_place(directory, REPORT, REPORT in owned)
+    _check_results(directory)
     extras = report_extras(directory, doc)
     files = doc.get("files")
     listed = files is None or REPORT in files

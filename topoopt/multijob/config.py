@@ -177,6 +177,13 @@ class ClusterConfig:
             require_int("run.jobs", self.jobs, minimum=1)
         if any(c.share is not None for c in self.mix) and self.jobs is None:
             raise ConfigError("run.jobs", None, "a [[mix]] share needs the total number of jobs")
+        shares = [c.share for c in self.mix if c.share is not None]
+        if shares and abs(sum(shares) - 1) > 1e-6:
+            raise ConfigError("mix.share", shares, f"the shares sum to {sum(shares):g}; they "
+                              "split run.jobs, so they must sum to 1 (or give counts)")
+        if not self.job_list():
+            raise ConfigError("mix.count", [c.count for c in self.mix],
+                              "no jobs to run: give a class a count above 0")
         need = sum(s.servers for s in self.job_list())
         if need > self.cluster.servers:
             raise ConfigError("run.jobs", len(self.job_list()),
