@@ -8,6 +8,7 @@ task order and do not depend on which executor ran them.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import multiprocessing
 import os
 import socket
@@ -180,6 +181,22 @@ def _task_label(fn: Callable, item: Any, index: int) -> str:
     return f"{fn_name}({name})" if isinstance(name, str) else f"{fn_name} #{index}"
 
 
+class _Raised:
+    """A :class:`~topoopt.errors.TopoOptError` a Ray worker raised, sent back as a
+    value: its class (a ConfigError takes three arguments) need not unpickle."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.message, self.exit_code = message, exit_code
+
+
+def _ray_task(fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)`` in a Ray worker, a TopoOptError returned as :class:`_Raised`."""
+    try:
+        return fn(item)
+    except TopoOptError as exc:
+        return _Raised(str(exc), getattr(exc, "exit_code", 2))
+
+
 class RayExecutor(SerialExecutor):
     """Ray tasks: a local Ray (``address=None``) or an existing cluster (``"host:port"``).
 
@@ -188,8 +205,8 @@ class RayExecutor(SerialExecutor):
     CPUs, so the tasks spread over its nodes.
 
     Failures are one line each (:class:`ExecutorError`, exit code 1): a task whose
-    worker raised a :class:`~topoopt.errors.TopoOptError` raises it again here (the
-    same error as in a local run); any other exception, or a worker, node or cluster
+    worker raised a :class:`~topoopt.errors.TopoOptError` raises one with the same
+    message and exit code here (as a local run would); any other exception, or a worker, node or cluster
     lost mid-run, names the task and the address. A lost task is not run again
     (``max_retries=0``): the tasks are pure and seeded, so the same command gives the
     same plan once the cluster is back. An address that does not answer is a
@@ -207,8 +224,9 @@ class RayExecutor(SerialExecutor):
         self._ray = ray
         self.address = address or "local"
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Ray's own INFO and WARNING lines would break the one-line contract
         kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
-                                      ignore_reinit_error=True)
+                                      ignore_reinit_error=True, logging_level=logging.ERROR)
         if address:
             _require_reachable(address)
             kwargs["address"] = address
@@ -220,17 +238,12 @@ class RayExecutor(SerialExecutor):
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError("--ray", self.address, f"could not join a Ray cluster there: "
                                                      f"{first}") from None
-        self._remotes: dict[Callable, Any] = {}
+        self._remote = ray.remote(max_retries=0)(_ray_task)
         self._labels: dict[Any, str] = {}
 
-    def _remote(self, fn):
-        remote = self._remotes.get(fn)
-        if remote is None:
-            remote = self._remotes[fn] = self._ray.remote(max_retries=0)(fn)
-        return remote
-
     def _start(self, fn, item, index: int):
-        ref = self._remote(fn).remote(item)
+        # named after fn: Ray shows it in its process titles and errors
+        ref = self._remote.options(name=getattr(fn, "__name__", "task")).remote(fn, item)
         self._labels[ref] = _task_label(fn, item, index)
         return ref
 
@@ -239,11 +252,9 @@ class RayExecutor(SerialExecutor):
         ray = self._ray
         label = self._labels.pop(ref, "a task")
         try:
-            return ray.get(ref)
+            out = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
-            if isinstance(cause, TopoOptError):
-                raise cause from None
             what = (f"{type(cause).__name__}: {cause}" if cause is not None
                     else str(exc).strip().splitlines()[0])
             raise ExecutorError(f"Ray task {label} on {self.address} raised {what}") from None
@@ -252,6 +263,11 @@ class RayExecutor(SerialExecutor):
                 f"the Ray cluster at {self.address} lost task {label} "
                 f"({type(exc).__name__}: a worker, node or the cluster died); nothing was "
                 "written: run the command again once the cluster is back") from None
+        if isinstance(out, _Raised):
+            if out.exit_code == 2:
+                raise TopoOptError(out.message)
+            raise ExecutorError(out.message)
+        return out
 
     def map(self, fn, items, on_done=None):
         refs = [self._start(fn, item, i) for i, item in enumerate(items)]
