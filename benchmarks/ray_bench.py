@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.config import load_config  # noqa: E402
-from topoopt.executor import make_executor  # noqa: E402
+from topoopt.executor import ExecutorError, make_executor  # noqa: E402
 from topoopt.planners.planner import plan  # noqa: E402
 from topoopt.plans.document import plan_to_json  # noqa: E402
 
@@ -61,8 +61,15 @@ def main() -> None:
           f"{args.workers} workers, best of {args.repeat}")
     with make_executor(args.workers) as pool:
         pool_s, pool_doc = _timed(cfg, pool, args.budget, args.repeat)
-    t0 = time.perf_counter()
-    ray_exec = make_executor(args.workers, ray=args.ray)
+    for attempt in range(3):   # a busy machine can miss Ray's 15 s node-start window
+        t0 = time.perf_counter()
+        try:
+            ray_exec = make_executor(args.workers, ray=args.ray)
+            break
+        except ExecutorError as exc:
+            print(f"attempt {attempt + 1}: {exc}")
+    else:
+        sys.exit("Ray did not start")
     start_s = time.perf_counter() - t0
     with ray_exec:
         ray_s, ray_doc = _timed(cfg, ray_exec, args.budget, args.repeat)

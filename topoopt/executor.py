@@ -234,10 +234,13 @@ class RayExecutor(SerialExecutor):
             kwargs["num_cpus"] = workers or os.cpu_count() or 1
         try:
             ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except Exception as exc:   # Ray raises bare Exceptions when a node fails to start
+            ray.shutdown()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError("--ray", self.address, f"could not join a Ray cluster there: "
-                                                     f"{first}") from None
+            if address:
+                raise ConfigError("--ray", address, f"could not join a Ray cluster there: "
+                                                    f"{first}") from None
+            raise ExecutorError(f"could not start a local Ray: {first}") from None
         self._remote = ray.remote(max_retries=0)(_ray_task)
         self._labels: dict[Any, str] = {}
 
