@@ -40,6 +40,7 @@ from topoopt._require import (
 from topoopt.cluster import Cluster, Job
 from topoopt.config import PLAN_DEFAULTS, require_finder_kwargs
 from topoopt.errors import ConfigError
+from topoopt.executor import Executor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
 from topoopt.fabrics.direct import direct_connect
@@ -225,53 +226,105 @@ def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
     return replace(plan, rings=rings)
 
 
-def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
-    """``par`` on TopologyFinder's topology for its traffic, for every port split: only
-    the shards on which the launch order of ``rank_order.txt`` (NCCL following the
-    largest group's first ring) leaves the traffic as planned."""
-    batch = job.global_batch(cluster)
-    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
-                    job.dtype_bytes)
+@dataclass(frozen=True)
+class _FinderTask:
+    """One TopologyFinder run for a candidate: its traffic with ``d_ar`` ports per
+    server for the DP rings (None: TopologyFinder's own split)."""
+
+    shape: TransformerShape
+    parallel: LLMParallel
+    cluster: Cluster
+    job: Job
+    seed: int
+    finder_kwargs: Mapping
+    d_ar: int | None
+
+
+def _finder_tasks(shape, par, cluster, job, seed, finder_kwargs) -> list[_FinderTask]:
+    """Every port split of ``par``'s traffic that :func:`_topoopt` tries."""
+    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server,
+                    job.global_batch(cluster), job.dtype_bytes)
     traffic = finder_traffic(t)
     splits = ([None] if not traffic.allreduce or not traffic.mp.any()
               else [None, *range(1, cluster.nics)])
-    out = []
-    for d_ar in splits:
-        plan = _member_ring_first(topology_finder(
-            traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
-            cluster.link_latency, seed=seed, allreduce_degree=d_ar, **finder_kwargs))
-        if not launch_preserves_traffic(t, launch_order(plan.rings, cluster.servers)):
-            continue
-        fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
-                                name="topoopt", rings=plan.rings)
-        comm = fabric_comm_times(t, fabric, plan.rings)
-        it = llm_iteration(shape, par, cluster, batch, job.precision, t, comm)
-        out.append((it, comm, t, plan, fabric, plan.degree_allreduce))
-    return out
+    return [_FinderTask(shape, par, cluster, job, seed, dict(finder_kwargs), d_ar)
+            for d_ar in splits]
+
+
+def _topoopt_split(task: _FinderTask) -> tuple | None:
+    """``task.parallel`` on TopologyFinder's topology for its traffic at one port split;
+    None when the launch order of ``rank_order.txt`` (NCCL following the largest
+    group's first ring) would not leave the traffic as planned. A pure function of
+    its task, so it runs in any executor's worker."""
+    shape, par, cluster, job = task.shape, task.parallel, task.cluster, task.job
+    batch = job.global_batch(cluster)
+    t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
+                    job.dtype_bytes)
+    plan = _member_ring_first(topology_finder(
+        finder_traffic(t), cluster.servers, cluster.nics, cluster.link_bandwidth,
+        cluster.link_latency, seed=task.seed, allreduce_degree=task.d_ar,
+        **task.finder_kwargs))
+    if not launch_preserves_traffic(t, launch_order(plan.rings, cluster.servers)):
+        return None
+    fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
+                            name="topoopt", rings=plan.rings)
+    comm = fabric_comm_times(t, fabric, plan.rings)
+    it = llm_iteration(shape, par, cluster, batch, job.precision, t, comm)
+    return it, comm, t, plan, fabric, plan.degree_allreduce
+
+
+def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
+    """``par`` on TopologyFinder's topology for its traffic, for every port split
+    (:func:`_topoopt_split`), the shards the launch order keeps."""
+    runs = [_topoopt_split(task)
+            for task in _finder_tasks(shape, par, cluster, job, seed, finder_kwargs)]
+    return [r for r in runs if r is not None]
+
+
+def _topoopt_runs(candidates, shape, cluster, job, seed, finder_kwargs, executor):
+    """``(candidate, run)`` for every candidate and port split: through ``executor``
+    (every TopologyFinder run a task, spread over its workers) or, serially, stopping
+    after the first candidate once a stop is requested."""
+    if executor is None or executor.name == "serial":
+        found = False
+        for cand in candidates:
+            if stop_requested() and found:
+                return
+            for run in _topoopt(shape, cand.parallel, cluster, job, seed, finder_kwargs):
+                found = True
+                yield cand, run
+        return
+    tasks = [(cand, task) for cand in candidates
+             for task in _finder_tasks(shape, cand.parallel, cluster, job, seed,
+                                       finder_kwargs)]
+    for (cand, _), run in zip(tasks, executor.map(_topoopt_split, [t for _, t in tasks])):
+        if run is not None:
+            yield cand, run
 
 
 def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: TransformerShape,
                     cluster: Cluster, job: Job, prices: PriceTable = DEFAULT_PRICES,
-                    seed: int = 0, finder_kwargs: Mapping | None = None) -> LLMFabricResult:
+                    seed: int = 0, finder_kwargs: Mapping | None = None,
+                    executor: Executor | None = None) -> LLMFabricResult:
     """The fastest of ``candidates`` on the fabric called ``name`` (the TopoOpt shard:
-    each on its own TopologyFinder topology, every port split tried)."""
+    each on its own TopologyFinder topology, every port split tried, as tasks of
+    ``executor`` when given; the result does not depend on it)."""
     best, tried = None, 0
     fabric = None if name == "topoopt" else build_fabric(name, cluster, prices, seed)
-    for cand in candidates:
-        if stop_requested() and best is not None:
-            break
-        par = cand.parallel
-        if name == "topoopt":
-            for it, comm, t, plan, fab, d_ar in _topoopt(shape, par, cluster, job, seed,
-                                                         dict(finder_kwargs or {})):
-                tried += 1
-                if best is None or it.total < best[0].total:
-                    best = (it, comm, t, par, plan, fab, d_ar)
-        else:
-            it, comm, t = time_on_fabric(shape, par, cluster, job, fabric)
+    if name == "topoopt":
+        for cand, (it, comm, t, plan, fab, d_ar) in _topoopt_runs(
+                candidates, shape, cluster, job, seed, dict(finder_kwargs or {}), executor):
             tried += 1
             if best is None or it.total < best[0].total:
-                best = (it, comm, t, par, None, fabric, None)
+                best = (it, comm, t, cand.parallel, plan, fab, d_ar)
+    else:
+        for cand in candidates:
+            if stop_requested() and best is not None:
+                break
+            it, comm, t = time_on_fabric(shape, cand.parallel, cluster, job, fabric)
+            tried += 1
+            if best is None or it.total < best[0].total:
+                best = (it, comm, t, cand.parallel, None, fabric, None)
     if best is None:
         raise ConfigError("plan.parallel", candidates[0].parallel.label(),
                           f"no candidate gives {name} a shard on which the launch order "
@@ -308,7 +361,7 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = PLAN_DEFA
              prices: PriceTable | None = None, top: int = TOP, source: str = "",
              fabric_seed: int = 0, finder_kwargs: Mapping | None = None,
              on_fabric: Callable[[str, float, str], None] | None = None,
-             fixed: Mapping | None = None) -> LLMPlan:
+             fixed: Mapping | None = None, executor: Executor | None = None) -> LLMPlan:
     """Plan an LLM job on the TopoOpt shard and on every baseline fabric.
 
     Parameters
@@ -331,6 +384,10 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = PLAN_DEFA
         ``on_fabric(name, seconds, how)`` as each fabric is done.
     fixed : mapping, optional
         Values of :data:`FIXABLE` the search keeps (a config's ``[plan] parallel``).
+    executor : Executor, optional
+        Runs the TopoOpt shard's TopologyFinder runs (every candidate and port split)
+        as tasks (:func:`topoopt.executor.make_executor`); in this process by
+        default. The plan does not depend on it.
 
     Returns
     -------
@@ -365,7 +422,7 @@ def plan_llm(cluster: Cluster, job: Job, *, baselines: Sequence[str] = PLAN_DEFA
     results = []
     for name in ("topoopt", *dict.fromkeys(baselines)):
         r = evaluate_fabric(name, shortlist, shape, cluster, job, prices, fabric_seed,
-                            finder_kwargs)
+                            finder_kwargs, executor)
         results.append(r)
         if on_fabric is not None:
             on_fabric(name, r.iteration.total, f"{r.tried} timed")

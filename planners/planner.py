@@ -322,7 +322,7 @@ def plan(cluster: Cluster, job: Job, *, budget: int = PLAN_DEFAULTS.budget,
         return plan_llm(cluster, job, baselines=settings.baselines, prices=prices,
                         source=source, fabric_seed=fabric_seed,
                         finder_kwargs=dict(settings.finder_kwargs), on_fabric=on_fabric,
-                        fixed=settings.parallel)
+                        fixed=settings.parallel, executor=executor)
     return _plan_dnn(cluster, job, model, settings, executor, prices, source, progress,
                      on_fabric, fabric_seed)
 

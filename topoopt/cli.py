@@ -34,7 +34,9 @@ __all__ = ["main"]
 class _Group(click.Group):
     """A click group that keeps every error to one line on stderr.
 
-    ``TopoOptError`` (bad input) is ``error: <field> = <value>: <fix>`` with exit code 2;
+    ``TopoOptError`` (bad input) is ``error: <field> = <value>: <fix>`` with exit code 2
+    (or the error's ``exit_code``: 1 for a run that failed on good input, e.g. a Ray
+    cluster lost mid-plan, :class:`topoopt.executor.ExecutorError`);
     click's usage errors (unknown option, missing argument, a value outside an option's
     range) are one ``error:`` line with the command's ``--help`` hint, exit code 2, not
     click's four lines; an ``OSError`` (a folder that vanished, a full disk) and a
@@ -45,7 +47,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TopoOptError as exc:
-            _fail(str(exc))
+            _fail(str(exc), getattr(exc, "exit_code", 2))
         except MemoryError:
             _fail("out of memory: this input needs more memory than the machine has; "
                   "use fewer servers, NICs, nodes or a smaller model")
@@ -69,9 +71,9 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     click.echo(f"error: {' '.join(message.split())}", err=True)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def _usage_line(exc: click.ClickException) -> int:

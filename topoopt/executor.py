@@ -8,17 +8,19 @@ task order and do not depend on which executor ran them.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from topoopt.errors import TopoOptError
+from topoopt.errors import ConfigError, TopoOptError
 from topoopt.interrupt import stop_on_first_interrupt
 
 __all__ = ["Executor", "Pending", "SerialExecutor", "PoolExecutor", "RayExecutor", "make_executor",
-           "pool_start_method"]
+           "pool_start_method", "ExecutorError", "RAY_CONNECT_TIMEOUT_S"]
 
 
 Done = Callable[[int, Any], None]
@@ -131,11 +133,85 @@ class PoolExecutor(SerialExecutor):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+class ExecutorError(TopoOptError):
+    """A task could not finish: its worker raised, died, or its cluster went away.
+
+    The CLI prints it on one line, as every :class:`~topoopt.errors.TopoOptError`,
+    with exit code :attr:`exit_code` = 1 (the input was fine; the run was not).
+    """
+
+    exit_code = 1
+
+
+#: Seconds to wait for a Ray head's port to accept a connection before calling the
+#: address unreachable (``ray.init`` itself retries for minutes).
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def _ray_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (a ``ray://`` or ``tcp://`` prefix allowed) -> ``(host, port)``;
+    ConfigError naming ``--ray`` otherwise."""
+    bare = address.split("://", 1)[-1]
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError("--ray", address, "give the HOST:PORT of a Ray head node (what "
+                                            "`ray start --head` prints), or --ray alone "
+                                            "for a local Ray")
+    return host.strip("[]"), int(port)
+
+
+def _require_reachable(address: str) -> None:
+    """ConfigError naming ``address`` unless its port accepts a TCP connection within
+    :data:`RAY_CONNECT_TIMEOUT_S`."""
+    host, port = _ray_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError("--ray", address, f"no Ray cluster answers there ({reason}); "
+                                            "start one with `ray start --head --port=PORT` "
+                                            "or leave out --ray") from None
+
+
+def _task_label(fn: Callable, item: Any, index: int) -> str:
+    """``fn(name)`` for a task whose item has a name (a fabric's), else ``fn #index``."""
+    name = getattr(item, "name", None)
+    fn_name = getattr(fn, "__name__", "task")
+    return f"{fn_name}({name})" if isinstance(name, str) else f"{fn_name} #{index}"
+
+
+class _Raised:
+    """A :class:`~topoopt.errors.TopoOptError` a Ray worker raised, sent back as a
+    value: its class (a ConfigError takes three arguments) need not unpickle."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        self.message, self.exit_code = message, exit_code
+
+
+def _ray_task(fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)`` in a Ray worker, a TopoOptError returned as :class:`_Raised`."""
+    try:
+        return fn(item)
+    except TopoOptError as exc:
+        return _Raised(str(exc), getattr(exc, "exit_code", 2))
+
+
 class RayExecutor(SerialExecutor):
     """Ray tasks: a local Ray (``address=None``) or an existing cluster (``"host:port"``).
 
     A local Ray is started with ``num_cpus=workers`` and shut down on :meth:`close`;
-    a cluster we joined is only disconnected.
+    a cluster we joined is only disconnected. Each task takes one of the cluster's
+    CPUs, so the tasks spread over its nodes.
+
+    Failures are one line each (:class:`ExecutorError`, exit code 1): a task whose
+    worker raised a :class:`~topoopt.errors.TopoOptError` raises one with the same
+    message and exit code here (as a local run would); any other exception, or a worker, node or cluster
+    lost mid-run, names the task and the address. A lost task is not run again
+    (``max_retries=0``): the tasks are pure and seeded, so the same command gives the
+    same plan once the cluster is back. An address that does not answer is a
+    :class:`~topoopt.errors.ConfigError` naming ``--ray`` (exit code 2), found within
+    :data:`RAY_CONNECT_TIMEOUT_S` seconds.
     """
 
     name = "ray"
@@ -146,35 +222,77 @@ class RayExecutor(SerialExecutor):
         except ImportError:
             raise TopoOptError("--ray needs Ray: pip install 'topoopt[ray]'")
         self._ray = ray
+        self.address = address or "local"
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # Ray's own INFO and WARNING lines would break the one-line contract
         kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False,
-                                      ignore_reinit_error=True)
+                                      ignore_reinit_error=True, logging_level=logging.ERROR)
         if address:
+            _require_reachable(address)
             kwargs["address"] = address
         else:
             kwargs["num_cpus"] = workers or os.cpu_count() or 1
-        ray.init(**kwargs)
-        self._remotes: dict[Callable, Any] = {}
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:   # Ray raises bare Exceptions when a node fails to start
+            ray.shutdown()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if address:
+                raise ConfigError("--ray", address, f"could not join a Ray cluster there: "
+                                                    f"{first}") from None
+            raise ExecutorError(f"could not start a local Ray: {first}") from None
+        self._remote = ray.remote(max_retries=0)(_ray_task)
+        self._labels: dict[Any, str] = {}
 
-    def _remote(self, fn):
-        remote = self._remotes.get(fn)
-        if remote is None:
-            remote = self._remotes[fn] = self._ray.remote(fn)
-        return remote
+    def _start(self, fn, item, index: int):
+        # named after fn: Ray shows it in its process titles and errors
+        ref = self._remote.options(name=getattr(fn, "__name__", "task")).remote(fn, item)
+        self._labels[ref] = _task_label(fn, item, index)
+        return ref
+
+    def _get(self, ref) -> Any:
+        """A task's result; its failure as one line (class notes)."""
+        ray = self._ray
+        label = self._labels.pop(ref, "a task")
+        try:
+            out = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            what = (f"{type(cause).__name__}: {cause}" if cause is not None
+                    else str(exc).strip().splitlines()[0])
+            raise ExecutorError(f"Ray task {label} on {self.address} raised {what}") from None
+        except ray.exceptions.RayError as exc:
+            raise ExecutorError(
+                f"the Ray cluster at {self.address} lost task {label} "
+                f"({type(exc).__name__}: a worker, node or the cluster died); nothing was "
+                "written: run the command again once the cluster is back") from None
+        if isinstance(out, _Raised):
+            if out.exit_code == 2:
+                raise TopoOptError(out.message)
+            raise ExecutorError(out.message)
+        return out
 
     def map(self, fn, items, on_done=None):
-        remote = self._remote(fn)
-        refs = [remote.remote(item) for item in items]
-        if on_done is not None:
-            index = {r: i for i, r in enumerate(refs)}
-            pending = list(refs)
-            while pending:
+        refs = [self._start(fn, item, i) for i, item in enumerate(items)]
+        results: dict[int, Any] = {}
+        index = {r: i for i, r in enumerate(refs)}
+        pending = list(refs)
+        try:
+            while pending:   # in completion order, so a failure surfaces at once
                 ready, pending = self._ray.wait(pending, num_returns=1)
-                on_done(index[ready[0]], self._ray.get(ready[0]))
-        return self._ray.get(refs)
+                i = index[ready[0]]
+                results[i] = self._get(ready[0])
+                if on_done is not None:
+                    on_done(i, results[i])
+        except BaseException:
+            for r in pending:
+                self._ray.cancel(r, force=True)
+                self._labels.pop(r, None)
+            raise
+        return [results[i] for i in range(len(refs))]
 
     def submit(self, fn, item):
-        return _RayPending(self._ray, self._remote(fn).remote(item))
+        return _RayPending(self, self._start(fn, item, 0))
 
     def close(self) -> None:
         self._ray.shutdown()
@@ -183,11 +301,11 @@ class RayExecutor(SerialExecutor):
 class _RayPending:
     """A Ray task's result when asked for."""
 
-    def __init__(self, ray, ref) -> None:
-        self._ray, self._ref = ray, ref
+    def __init__(self, executor: RayExecutor, ref) -> None:
+        self._executor, self._ref = executor, ref
 
     def result(self) -> Any:
-        return self._ray.get(self._ref)
+        return self._executor._get(self._ref)
 
 
 def make_executor(workers: int = 1, ray: str | bool | None = None) -> SerialExecutor:
