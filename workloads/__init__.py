@@ -22,6 +22,7 @@ from topoopt.workloads.gpt import PRESETS, gpt, moe
 from topoopt.workloads.hf import hf_defaults, hf_model
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
+from topoopt.workloads.torch_trace import torch_defaults, torch_model
 from topoopt.workloads.vgg import vgg16
 
 __all__ = ["MODEL_NAMES", "HF_PREFIX", "TORCH_PREFIX", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
@@ -69,6 +70,8 @@ def model_defaults(name: str) -> dict[str, Any]:
     or of an ``hf:`` / ``torch:`` model (what its ``[job.size]`` may override)."""
     if name.startswith(HF_PREFIX):
         return hf_defaults(name[len(HF_PREFIX):])
+    if name.startswith(TORCH_PREFIX):
+        return torch_defaults(name[len(TORCH_PREFIX):])
     sig = inspect.signature(_builder(name))
     return {k: p.default for k, p in sig.parameters.items() if k != "name"}
 
@@ -95,6 +98,8 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
     """
     if name.startswith(HF_PREFIX):
         return hf_model(name[len(HF_PREFIX):], size)
+    if name.startswith(TORCH_PREFIX):
+        return torch_model(name[len(TORCH_PREFIX):], size)
     defaults = model_defaults(name)
     size = dict(size or {})
     for key, value in size.items():

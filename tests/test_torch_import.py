@@ -1,0 +1,86 @@
+"""PyTorch modules traced on the meta device into operator graphs: the built-in models
+rebuilt from torchvision, a plain-torch DLRM and Hugging Face's BERT (parameters exactly,
+FLOPs within 1%), and a module that does not trace refused in one line.
+
+The DLRM and BERT traces take a few seconds each (torch.export); torchvision's skip
+where torchvision is not installed (the `import` extra installs it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from topoopt.errors import ConfigError  # noqa: E402
+from topoopt.workloads import build_model  # noqa: E402
+from topoopt.workloads.torch_trace import torch_model, trace_module  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = "tests/data/torch/models.py"
+
+
+def _same(traced, builtin):
+    assert traced.params == builtin.params
+    assert traced.fwd_flops == pytest.approx(builtin.fwd_flops, rel=0.01)
+    assert traced.bwd_flops == pytest.approx(builtin.bwd_flops, rel=0.01)
+    assert traced.size["unclassified"] == ""
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg16"])
+def test_torchvision_equals_the_builtin(name):
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+    with torch.device("meta"):
+        module = getattr(torchvision.models, name)()
+    traced = trace_module(module, (torch.zeros(2, 3, 224, 224),), name)
+    builtin = build_model(name)
+    _same(traced, builtin)
+    assert {op.kind for op in traced} == {op.kind for op in builtin}
+
+
+def test_plain_torch_dlrm_equals_the_builtin(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    traced = torch_model(f"{MODELS}:dlrm_small")
+    builtin = build_model("dlrm", dict(tables=8, rows=1000, dim=16, bag=20, bottom_layers=2,
+                                       bottom_width=64, top_layers=3, top_width=128))
+    _same(traced, builtin)
+    embeddings = [op for op in traced if op.kind == "embedding"]
+    assert [op.mem_elems for op in embeddings] == [20 * 16] * 8
+    assert sum(op.kind == "interaction" for op in traced) == 1
+
+
+def test_huggingface_bert_equals_the_builtin(monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(ROOT)
+    traced = torch_model(f"{MODELS}:bert_base")
+    _same(traced, build_model("bert"))
+    assert sum(op.kind == "attention" for op in traced) == 12
+
+
+def test_a_module_that_does_not_trace_is_one_line(monkeypatch, capfd):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match="does not trace: GuardOnDataDependentSymNode") as err:
+        torch_model(f"{MODELS}:data_dependent")
+    assert "\n" not in str(err.value)
+    assert "data_dependent" in str(err.value)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("no_colon", "write torch:package.module:factory"),
+    ("tests/data/torch/missing.py:f", "cannot import"),
+    (f"{MODELS}:nothing", "has no callable 'nothing'"),
+    (f"{MODELS}:DLRM", "the factory failed"),
+])
+def test_bad_sources_name_the_model(source, message, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=message) as err:
+        torch_model(source)
+    assert err.value.field == "job.model"
+
+
+def test_size_overrides_are_refused(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match="job.size"):
+        build_model(f"torch:{MODELS}:dlrm_small", {"tables": 2})
