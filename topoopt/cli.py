@@ -14,6 +14,7 @@ import click
 from topoopt import __version__
 from topoopt.commands import (
     cluster,
+    import_model,
     plan,
     react,
     react_jobs,
@@ -103,6 +104,7 @@ def main() -> None:
 
 def _register() -> None:
     main.add_command(workloads.workloads)
+    main.add_command(import_model.import_model)
     main.add_command(traffic.traffic)
     main.add_command(react.react)
     react.react.add_command(react_run.run)

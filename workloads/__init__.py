@@ -1,4 +1,10 @@
-"""The DNN workloads of the TopoOpt evaluation as operator graphs, plus custom models."""
+"""The DNN workloads of the TopoOpt evaluation as operator graphs, plus custom models.
+
+Besides the built-in names (:data:`MODEL_NAMES`), a job's model may be ``"custom"`` (its
+``[[job.operators]]``), ``"hf:PATH"`` (a Hugging Face ``config.json``:
+:mod:`topoopt.workloads.hf`) or ``"torch:module:factory"`` (a PyTorch module traced on
+the meta device: :mod:`topoopt.workloads.torch_trace`).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,13 @@ from topoopt.workloads.candle import candle
 from topoopt.workloads.custom import custom_model
 from topoopt.workloads.dlrm import dlrm
 from topoopt.workloads.gpt import PRESETS, gpt, moe
+from topoopt.workloads.hf import hf_defaults, hf_model
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
+from topoopt.workloads.torch_trace import torch_defaults, torch_model
 from topoopt.workloads.vgg import vgg16
 
-__all__ = ["MODEL_NAMES", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
+__all__ = ["MODEL_NAMES", "HF_PREFIX", "TORCH_PREFIX", "Model", "Operator", "OP_KINDS", "build_model", "model_defaults",
            "model_of", "check_model"]
 
 #: model name -> builder. Builders take size keyword arguments.
@@ -44,15 +52,26 @@ _REGISTRY.update({name: _preset(name, b, sizes) for name, (b, sizes) in PRESETS.
 MODEL_NAMES = tuple(_REGISTRY)
 
 
+#: Prefixes of the models a user brings: a Hugging Face config, a PyTorch module.
+HF_PREFIX, TORCH_PREFIX = "hf:", "torch:"
+
+
 def _builder(name: str) -> Callable[..., Model]:
     if name not in _REGISTRY:
         raise ConfigError("job.model", name,
-                          f"use one of {', '.join(MODEL_NAMES)}, or 'custom' with [[job.operators]]")
+                          f"use one of {', '.join(MODEL_NAMES)}, 'custom' with "
+                          "[[job.operators]], 'hf:PATH' (a Hugging Face config.json) or "
+                          "'torch:module:factory'")
     return _REGISTRY[name]
 
 
 def model_defaults(name: str) -> dict[str, Any]:
-    """The default size parameters of a built-in model (its builder's keyword defaults)."""
+    """The default size parameters of a built-in model (its builder's keyword defaults),
+    or of an ``hf:`` / ``torch:`` model (what its ``[job.size]`` may override)."""
+    if name.startswith(HF_PREFIX):
+        return hf_defaults(name[len(HF_PREFIX):])
+    if name.startswith(TORCH_PREFIX):
+        return torch_defaults(name[len(TORCH_PREFIX):])
     sig = inspect.signature(_builder(name))
     return {k: p.default for k, p in sig.parameters.items() if k != "name"}
 
@@ -63,7 +82,7 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
     Parameters
     ----------
     name : str
-        One of :data:`MODEL_NAMES`.
+        One of :data:`MODEL_NAMES`, ``"hf:PATH"`` or ``"torch:module:factory"``.
     size : mapping, optional
         Overrides of the builder's keyword defaults, e.g. ``{"tables": 4}``. Every
         override must be a known parameter: a positive integer (true/false for a switch, a number > 0 for a ratio).
@@ -77,6 +96,10 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
     ConfigError
         Unknown model, unknown size parameter, or a value that is not a positive int.
     """
+    if name.startswith(HF_PREFIX):
+        return hf_model(name[len(HF_PREFIX):], size)
+    if name.startswith(TORCH_PREFIX):
+        return torch_model(name[len(TORCH_PREFIX):], size)
     defaults = model_defaults(name)
     size = dict(size or {})
     for key, value in size.items():

@@ -1,0 +1,209 @@
+"""Hugging Face configs as workloads: every family's parameter count equals transformers'
+own (the model built on the meta device from the same config.json, no download), FLOPs
+per token equal 6 N + attention with N the matmul weights transformers holds, and what
+the mapping does not understand is one line naming the field."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from topoopt.cli import main
+from topoopt.errors import ConfigError
+from topoopt.workloads import build_model, model_defaults
+from topoopt.workloads.gpt import TransformerShape, transformer, transformer_shape
+from topoopt.workloads.hf import HF_FAMILIES, hf_model, hf_shape
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "tests" / "data" / "hf").glob("*.json")) + sorted(
+    (ROOT / "configs" / "hf").glob("*.json"))
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@functools.cache
+def _hf_module_of(text: str):
+    return _hf_module(json.loads(text))
+
+
+def _hf_module(config: dict):
+    """transformers' model of ``config`` on the meta device (BERT with its pre-training
+    heads, RoBERTa with its masked-LM head, the rest as causal LMs)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.AutoConfig.for_model(**config)
+    cls = {"bert": transformers.BertForPreTraining,
+           "roberta": transformers.RobertaForMaskedLM}.get(config["model_type"])
+    with torch.device("meta"):
+        return cls(cfg) if cls else transformers.AutoModelForCausalLM.from_config(cfg)
+
+
+def test_the_data_cover_every_family():
+    assert {_load(p)["model_type"] for p in CONFIGS} == set(HF_FAMILIES)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_params_equal_transformers_count(path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    model = hf_model(_rel(path))
+    module = _hf_module_of(path.read_text())
+    assert model.params == module.num_parameters()
+    if "layers" in model.size and "kv_heads" in model.size:
+        assert transformer_shape(model).params == model.params
+
+
+def _matmul_weights(module, config: dict) -> float:
+    """Weights a token goes through in matmuls, read off transformers' module: every
+    parameter of two or more dimensions but the embedding tables, routed experts
+    (the fused 3-D tensors) scaled by top-k over experts, and a tied output projection
+    once more."""
+    import torch
+    embeddings = {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Embedding)}
+    experts = config.get("num_local_experts") or config.get("num_experts") \
+        or config.get("n_routed_experts") or 0
+    total = 0.0
+    for name, p in module.named_parameters():
+        if p.dim() < 2 or id(p) in embeddings:
+            continue
+        total += p.numel() * (config["num_experts_per_tok"] / experts if p.dim() == 3 else 1)
+    if not any(True for _ in module.get_output_embeddings().parameters()
+               if id(_) not in embeddings):
+        total += module.get_output_embeddings().weight.numel()
+    return total
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if _load(p)["model_type"]
+                                  not in ("bert", "roberta")], ids=lambda p: p.stem)
+def test_flops_per_token_are_6n_plus_attention(path):
+    """PaLM App. B: 6 N + 12 L H Q T (here 6 L H (Q_k + Q_v) T, for MLA's unequal heads),
+    with T the sequence; the sequence is kept within any sliding window."""
+    config = _load(path)
+    seq = min(512, config.get("sliding_window") or 512)
+    shape = hf_shape(config, seq=seq)
+    module = _hf_module_of(path.read_text())
+    heads = shape.heads
+    if config["model_type"].startswith("deepseek"):
+        qk, v = config["qk_nope_head_dim"] + config["qk_rope_head_dim"], config["v_head_dim"]
+    else:
+        qk = v = config.get("head_dim") or shape.hidden // heads
+    expected = 6 * _matmul_weights(module, config) + 6 * shape.layers * heads * (qk + v) * seq
+    assert shape.training_flops_per_token() == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("path", [p for p in CONFIGS if _load(p)["model_type"]
+                                  in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")],
+                         ids=lambda p: p.stem)
+def test_active_params_leave_out_the_unrouted_experts(path):
+    config = _load(path)
+    module = _hf_module_of(path.read_text())
+    shape = hf_shape(config)
+    experts = config.get("num_local_experts") or config.get("num_experts") \
+        or config["n_routed_experts"]
+    routed = sum(p.numel() for p in module.parameters() if p.dim() == 3)
+    idle = routed * (experts - config["num_experts_per_tok"]) // experts
+    assert shape.active_params == module.num_parameters() - idle
+
+
+def test_a_sliding_window_shortens_attention_only_on_its_layers():
+    config = _load(ROOT / "tests/data/hf/gemma-2-2b.json")
+    long, short = hf_shape(config, seq=8192), hf_shape(config, seq=4096)
+    assert long.sliding_layers == 13       # Gemma 2 alternates
+    full = TransformerShape(**{**long.__dict__, "sliding_window": 0, "sliding_layers": 0})
+    saved = full.training_flops_per_token() - long.training_flops_per_token()
+    assert saved == pytest.approx(3 * 13 * 2 * long.heads * 2 * long.head_dim * (8192 - 4096))
+    assert short.training_flops_per_token() == pytest.approx(
+        TransformerShape(**{**short.__dict__, "sliding_layers": 0}).training_flops_per_token())
+
+
+def test_stage_params_sum_to_the_total_with_dense_layers_first():
+    shape = hf_shape(_load(ROOT / "configs/hf/deepseek-v2-lite.json"))
+    cuts = [0, 1, 7, 27]
+    parts = [shape.layers_params(a, b) for a, b in zip(cuts, cuts[1:])]
+    assert sum(d + e for d, e in parts) + shape.embedding_params + shape.output_params \
+        == shape.params
+    assert parts[0][1] == 0 and parts[1][1] == 6 * shape.experts * shape.expert_params
+    assert sum(shape.layer_params(i)[0] for i in range(27)) == sum(d for d, _ in parts)
+
+
+def test_the_graph_reads_back_as_the_shape(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for name in ("configs/hf/deepseek-v2-lite.json", "tests/data/hf/gemma-2-2b.json",
+                 "tests/data/hf/gpt2.json", "tests/data/hf/qwen1.5-moe-a2.7b.json"):
+        model = build_model("hf:" + name)
+        shape = transformer_shape(model)
+        assert shape == hf_shape(_load(ROOT / name))
+        assert model.params == shape.params
+        assert transformer(shape, model.name) == model
+
+
+def test_seq_defaults_to_the_pretraining_context_and_can_be_set(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert model_defaults("hf:tests/data/hf/llama-3.1-8b.json") == {"seq": 8192}
+    assert model_defaults("hf:tests/data/hf/roberta-base.json") == {"seq": 512}
+    assert transformer_shape(build_model("hf:tests/data/hf/llama-3.1-8b.json",
+                                         {"seq": 2048})).seq == 2048
+    with pytest.raises(ConfigError, match="no config.json there"):
+        build_model("hf:configs/hf")  # a folder without config.json
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"model_type": "mamba"}, "model_type"),
+    ({"rope_scaling": {"rope_type": "wild", "factor": 2.0}}, "rope_scaling.rope_type"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quantization_config"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers"),
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+])
+def test_what_the_mapping_does_not_understand_names_its_field(change, field):
+    config = {**_load(ROOT / "tests/data/hf/llama-3.1-8b.json"), **change}
+    with pytest.raises(ConfigError) as err:
+        hf_shape(config, source="c.json")
+    assert err.value.field == f"c.json:{field}"
+
+
+def test_a_moe_layer_pattern_the_shape_cannot_hold_is_refused():
+    config = {**_load(ROOT / "tests/data/hf/qwen3-30b-a3b.json"), "mlp_only_layers": [3]}
+    with pytest.raises(ConfigError, match="mlp_only_layers"):
+        hf_shape(config)
+    config["mlp_only_layers"] = [0, 1]
+    assert hf_shape(config).dense_layers == 2
+
+
+def test_only_seq_may_be_overridden(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match="job.size.layers"):
+        build_model("hf:tests/data/hf/gpt2.json", {"layers": 2})
+
+
+def test_cli_shows_the_mapping_and_refuses_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = CliRunner().invoke(main, ["workloads", "--hf", "configs/hf/deepseek-v2-lite.json"])
+    assert out.exit_code == 0, out.output
+    for text in ("layers", "kv heads", "experts (routed, top-k)", "64, top 6",
+                 "15,706,484,224", "active params", "training GFLOP/token"):
+        assert text in out.output
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "mamba"}))
+    out = CliRunner().invoke(main, ["workloads", "--hf", str(tmp_path)])
+    assert out.exit_code == 2
+    assert out.output.strip().count("\n") == 0 and "model_type" in out.output
+
+
+def test_the_example_config_plans_end_to_end_and_checks(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = CliRunner().invoke(main, ["plan", "configs/qwen2.5-7b.toml", "-o", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["job"]["model"] == "hf:configs/hf/qwen2.5-7b.json"
+    out = CliRunner().invoke(main, ["plan", "--check", str(tmp_path)])
+    assert out.exit_code == 0, out.output
