@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from topoopt.cluster import Cluster, GpuSpec
-from topoopt.kernels import attention_time, dense_layer_time, gemm_time, memory_time
+from topoopt.kernels import attention_time, dense_layer_time, memory_time
 from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.llm.traffic import LLMTraffic
 from topoopt.workloads.gpt import TransformerShape
@@ -209,8 +209,9 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     h, t, s = shape.hidden, par.tp, shape.seq
     b = tokens / s
     width = (2 if shape.gated else 1)
-    mats = [(tokens, h, (h + 2 * shape.kv_dim) / t, 1), (tokens, h / t, h, 1)]
-    act_width = shape.ffn
+    mats: list[tuple[float, float, float, int]] = [
+        (tokens, h, (h + 2 * shape.kv_dim) / t, 1), (tokens, h / t, h, 1)]
+    act_width: float = shape.ffn
     if shape.moe:
         per_expert = par.ep * tokens * shape.top_k * shape.capacity_factor / shape.experts
         local = shape.experts // par.ep
