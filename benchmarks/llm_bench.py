@@ -26,13 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
-from topoopt.llm import (  # noqa: E402
-    LLMParallel,
-    ideal_comm_times,
-    llm_iteration,
-    llm_traffic,
-    memory_per_gpu,
-)
+from topoopt.llm import LLMParallel, ideal_comm_times, llm_iteration, llm_traffic, memory_per_gpu  # noqa: E402
 from topoopt.planners.llm import evaluate_fabric, plan_llm, rank_parallel  # noqa: E402
 from topoopt.workloads import build_model  # noqa: E402
 from topoopt.workloads.gpt import transformer_shape  # noqa: E402

@@ -22,8 +22,8 @@ from topoopt.cluster import GPUS, Cluster
 from topoopt.kernels import kernel_profile
 from topoopt.llm import (
     SC21,
-    Overlap,
     LLMParallel,
+    Overlap,
     check_parallel,
     ideal_comm_times,
     llm_iteration,

@@ -10,12 +10,7 @@ from topoopt._io import atomic_write_text
 from topoopt.commands._common import output_file, print_table, read_config
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import build_fabric
-from topoopt.llm import (
-    LLMParallel,
-    check_parallel,
-    megatron_flops_per_token,
-    memory_per_gpu,
-)
+from topoopt.llm import LLMParallel, check_parallel, megatron_flops_per_token, memory_per_gpu
 from topoopt.planners.llm import time_on_fabric
 from topoopt.units import format_time
 from topoopt.workloads import model_of
