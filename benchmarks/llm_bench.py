@@ -26,14 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
-from topoopt.llm import (  # noqa: E402
-    LLM_COMPUTE_EFFICIENCY,
-    LLMParallel,
-    ideal_comm_times,
-    llm_iteration,
-    llm_traffic,
-    memory_per_gpu,
-)
+from topoopt.llm import LLMParallel, ideal_comm_times, llm_iteration, llm_traffic, memory_per_gpu  # noqa: E402
 from topoopt.planners.llm import evaluate_fabric, plan_llm, rank_parallel  # noqa: E402
 from topoopt.workloads import build_model  # noqa: E402
 from topoopt.workloads.gpt import transformer_shape  # noqa: E402
@@ -97,8 +90,7 @@ def bench_config(path: Path, top: int) -> None:
 
 
 def calibration() -> None:
-    print("\n== calibration on an Ideal Switch (compute efficiency "
-          f"{LLM_COMPUTE_EFFICIENCY})")
+    print("\n== calibration on an Ideal Switch (kernel model: topoopt.kernels)")
     runs = [("Megatron-LM GPT-3 175B, 1024 A100 (HFU)", "gpt3-175b", 128, "A100", 200e9,
              LLMParallel(8, 8, 16, micro_batches=96, recompute="full", flash_attention=False),
              1536, 0.44, "hfu"),
@@ -108,8 +100,7 @@ def calibration() -> None:
     for label, model, servers, gpu, nic, par, batch, published, kind in runs:
         s = transformer_shape(build_model(model))
         c = Cluster(servers=servers, nics=8, link_bandwidth=nic, gpus_per_server=8,
-                    gpu=GPUS[gpu], intra_server_bandwidth=GPUS[gpu].nvlink_bandwidth,
-                    compute_efficiency=LLM_COMPUTE_EFFICIENCY)
+                    gpu=GPUS[gpu], intra_server_bandwidth=GPUS[gpu].nvlink_bandwidth)
         t = llm_traffic(s, par, servers, 8, batch, 2)
         it = llm_iteration(s, par, c, batch, "bf16", t, ideal_comm_times(t, c))
         got = getattr(it, kind)

@@ -14,6 +14,7 @@ import click
 from topoopt import __version__
 from topoopt.commands import (
     cluster,
+    estimate,
     import_model,
     plan,
     react,
@@ -116,6 +117,7 @@ def _register() -> None:
     main.add_command(validate.validate)
     main.add_command(report.report)
     main.add_command(cluster.cluster)
+    main.add_command(estimate.estimate)
 
 
 _register()

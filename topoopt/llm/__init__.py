@@ -7,12 +7,16 @@ placements, and the fabrics, are :mod:`topoopt.planners.llm`.
 """
 
 from topoopt.llm.iteration import (
-    LLM_COMPUTE_EFFICIENCY,
+    SC21,
     CommTimes,
+    LayerTimes,
     LLMIteration,
+    Overlap,
     hardware_flops_per_token,
     ideal_comm_times,
+    layer_times,
     llm_iteration,
+    megatron_flops_per_token,
     nvlink_rate,
 )
 from topoopt.llm.memory import HBM_USABLE, MemoryBreakdown, memory_per_gpu, stage_params
@@ -33,8 +37,9 @@ from topoopt.llm.traffic import (
     llm_traffic,
 )
 
-__all__ = ["LLM_COMPUTE_EFFICIENCY", "CommTimes", "LLMIteration", "hardware_flops_per_token", "ideal_comm_times",
-           "llm_iteration", "nvlink_rate", "HBM_USABLE", "MemoryBreakdown", "memory_per_gpu",
+__all__ = ["SC21", "CommTimes", "LayerTimes", "LLMIteration", "Overlap",
+           "hardware_flops_per_token", "ideal_comm_times", "layer_times", "llm_iteration",
+           "megatron_flops_per_token", "nvlink_rate", "HBM_USABLE", "MemoryBreakdown", "memory_per_gpu",
            "stage_params", "ORDERS", "RECOMPUTE", "LLMParallel", "check_parallel",
            "communicator_groups", "gpu_coordinates", "stage_layers", "KINDS", "LLMTraffic",
            "alltoall_bytes_per_gpu", "finder_traffic", "llm_traffic"]

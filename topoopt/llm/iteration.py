@@ -2,19 +2,24 @@
 
 The 1F1B schedule (Narayanan et al. SC'21 §2.2.1, Fig. 4) runs ``m`` micro-batches
 through ``p`` stages; a stage's time per micro-batch ``t_mb`` is its forward, backward
-(twice the forward) and recomputed forward on its ``1/tp`` share of the FLOPs at
-``peak x compute_efficiency``, plus the communication on its critical path: the TP
-AllReduces (NVLink), the activations sent to the next stage and their gradients
-received back (PP), and the MoE all-to-alls (EP). The iteration then takes
+and recomputed forward, each layer timed kernel by kernel on one GPU's share
+(:mod:`topoopt.kernels`: every GEMM with the shape the tensor split gives it, attention
+at FlashAttention's efficiency or, unfused, as batched GEMMs and a softmax that streams
+the scores, the element-wise kernels at HBM speed), plus the communication on its
+critical path that is not overlapped: the TP collectives (NVLink), the activations
+sent to the next stage and their gradients received back (PP), and the MoE all-to-alls
+(EP). The iteration then takes
 
     ``T = (m + (p - 1) / v) t_mb + t_DP``
 
 -- the ideal ``m t_mb`` plus the bubble ``(p - 1) / (v m)`` of it (``v`` chunks per stage:
-the interleaved schedule, §2.2.2) -- and the gradient AllReduce ``t_DP`` after the last
-backward (not overlapped: Megatron-LM of SC'21 reduces after the pipeline flush). The
-optimizer step, data loading and element-wise kernels are not modelled: they and the
-kernels' shortfall from peak are what ``compute_efficiency`` absorbs (calibrated against
-published runs, docs/reference-data.md).
+the interleaved schedule, §2.2.2) -- and the exposed part of the data-parallel gradient
+reduction ``t_DP``. What overlaps is :class:`Overlap`: by default what Megatron-LM (core)
+does with the distributed optimizer, ``--overlap-grad-reduce`` and
+``--overlap-param-gather`` (the reduce-scatter under the last micro-batch's backward,
+the all-gather under the next iteration's first forward) and overlapped pipeline
+sends; TP overlap (``--tp-comm-overlap``) is off by default, as in Megatron.
+:data:`SC21` turns every overlap off (Megatron-LM of SC'21 reduced after the flush).
 
 Model FLOPs (for MFU) are ``6 N + 12 L s h`` per token
 (:meth:`~topoopt.workloads.gpt.TransformerShape.training_flops_per_token`, PaLM App. B);
@@ -28,21 +33,52 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topoopt.cluster import Cluster
+from topoopt.cluster import Cluster, GpuSpec
+from topoopt.kernels import attention_time, dense_layer_time, memory_time
 from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.llm.traffic import LLMTraffic
 from topoopt.workloads.gpt import TransformerShape
 
-__all__ = ["LLM_COMPUTE_EFFICIENCY", "CommTimes", "LLMIteration", "llm_iteration", "ideal_comm_times", "nvlink_rate",
-           "hardware_flops_per_token"]
+__all__ = ["Overlap", "SC21", "CommTimes", "LayerTimes", "LLMIteration", "llm_iteration",
+           "layer_times", "ideal_comm_times", "nvlink_rate", "hardware_flops_per_token",
+           "megatron_flops_per_token"]
 
-#: The fraction of peak FLOP/s a transformer's kernels reach (``cluster.compute_efficiency``
-#: of the LLM configs), calibrated with this model on Megatron-LM's GPT-3 175B run and
-#: checked on Llama 3 405B (tests/test_llm_calibration.py; the numbers: docs/tuning.md).
-#: The cluster's default 0.44 is Megatron's end-to-end figure, for models whose bubbles
-#: and communication the compute model does not see; the LLM model sees them, so its
-#: kernels are faster.
-LLM_COMPUTE_EFFICIENCY = 0.52
+#: Bytes per element streamed by the unfused softmax path of one attention score
+#: (Megatron-LM SC'21's fused scale-mask-softmax then dropout): forward reads the 2-byte
+#: scores and writes the probabilities (4), dropout reads them and writes the dropped
+#: probabilities and a 1-byte mask (5); backward about as much again plus the gradient.
+SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9.0, 11.0
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Which communication runs under compute (all True but ``tp_comm``: Megatron-LM's
+    defaults with the distributed optimizer and its overlap flags).
+
+    Attributes
+    ----------
+    dp_grad_reduce : bool
+        The gradient reduce-scatter (all-reduce without ZeRO-1) in buckets during the
+        last micro-batch's backward (``--overlap-grad-reduce``).
+    dp_param_gather : bool
+        The distributed optimizer's parameter all-gather during the next iteration's
+        first forward (``--overlap-param-gather``).
+    tp_comm : bool
+        The TP all-gathers and reduce-scatters split in ``tp`` chunks under their GEMMs
+        (``--tp-comm-overlap``): only the first chunk stays exposed.
+    pp_comm : bool
+        Pipeline sends and receives under the next micro-batch's compute (Megatron's
+        overlapped P2P communication).
+    """
+
+    dp_grad_reduce: bool = True
+    dp_param_gather: bool = True
+    tp_comm: bool = False
+    pp_comm: bool = True
+
+
+#: Nothing overlapped: Megatron-LM as Narayanan et al. SC'21 ran it.
+SC21 = Overlap(False, False, False, False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +143,117 @@ def hardware_flops_per_token(shape: TransformerShape, recompute: str) -> float:
     return shape.training_flops_per_token() + shape.layers * extra
 
 
+def megatron_flops_per_token(shape: TransformerShape, recompute: str) -> float:
+    """FLOPs per token as Megatron-LM reports throughput: model FLOPs plus the whole
+    recomputed forward with ``full`` recomputation, nothing for ``selective`` (its
+    ``num_floating_point_operations``; for GPT-3's shapes Narayanan et al.'s ``96 B s l
+    h^2 (1 + s / 6h + V / 16 l h)``)."""
+    return hardware_flops_per_token(shape, "full" if recompute == "full" else "none")
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds of one layer on one GPU for one micro-batch.
+
+    Attributes
+    ----------
+    forward, backward, recompute : float
+        The passes (``recompute``: what the backward runs again first).
+    gemm : float
+        Of the three, the GEMMs' seconds (what TP overlap can hide communication under).
+    """
+
+    forward: float
+    backward: float
+    recompute: float
+    gemm: float
+
+    def __add__(self, other: "LayerTimes") -> "LayerTimes":
+        return LayerTimes(self.forward + other.forward, self.backward + other.backward,
+                          self.recompute + other.recompute, self.gemm + other.gemm)
+
+    def scaled(self, k: float) -> "LayerTimes":
+        return LayerTimes(k * self.forward, k * self.backward, k * self.recompute,
+                          k * self.gemm)
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+def _gemms(shapes: list[tuple[float, float, float, int]], gpu: GpuSpec,
+           precision: str) -> tuple[float, float]:
+    """Forward and backward seconds of ``count`` GEMMs ``(tokens, d_in, d_out)``."""
+    fwd = bwd = 0.0
+    for tokens, d_in, d_out, count in shapes:
+        f, b = dense_layer_time(tokens, d_in, d_out, gpu, precision)
+        fwd, bwd = fwd + count * f, bwd + count * b
+    return fwd, bwd
+
+
+def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
+                tokens: int) -> LayerTimes:
+    """One layer's kernels for a micro-batch of ``tokens`` on one GPU of ``par``.
+
+    The GEMMs see every token of the micro-batch (sequence parallelism gathers them)
+    and ``1 / tp`` of the weights: QKV ``h -> (h + 2 kv) / t``, output ``h / t -> h``,
+    MLP ``h -> g f / t`` (``g`` = 2 gated) and ``f / t -> h``; an MoE layer runs its
+    router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
+    experts`` tokens each, and its shared experts. Causal attention executes half of
+    the ``4 s h`` per token (flash) or all of it as batched ``s x s`` GEMMs whose
+    scores the softmax streams (unfused). Norms, activations, dropout and residual adds
+    stream ``22 h`` bytes per token forward (two norms ``8 h``, two bias-dropout-adds
+    ``14 h``) plus the activation (``4 f`` GELU, ``6 f`` SwiGLU), ``1 / tp`` of each
+    under sequence parallelism; backward twice that.
+    """
+    h, t, s = shape.hidden, par.tp, shape.seq
+    b = tokens / s
+    width = (2 if shape.gated else 1)
+    mats: list[tuple[float, float, float, int]] = [
+        (tokens, h, (h + 2 * shape.kv_dim) / t, 1), (tokens, h / t, h, 1)]
+    act_width: float = shape.ffn
+    if shape.moe:
+        per_expert = par.ep * tokens * shape.top_k * shape.capacity_factor / shape.experts
+        local = shape.experts // par.ep
+        mats += [(tokens, h, shape.experts, 1), (per_expert, h, width * shape.expert_ffn / t, local),
+                 (per_expert, shape.expert_ffn / t, h, local)]
+        act_width = shape.top_k * shape.capacity_factor * shape.expert_ffn
+        if shape.shared_experts:
+            f = shape.shared_experts * shape.ffn
+            mats += [(tokens, h, width * f / t, 1), (tokens, f / t, h, 1)]
+            act_width += f
+    else:
+        mats += [(tokens, h, width * shape.ffn / t, 1), (tokens, shape.ffn / t, h, 1)]
+    g_fwd, g_bwd = _gemms(mats, gpu, precision)
+    heads = b * shape.heads / t
+    if par.flash_attention:
+        core = 2.0 * s * h * tokens / t    # causal: half of 4 s h per token
+        a_fwd, a_bwd = attention_time(core, gpu, precision), attention_time(2 * core, gpu,
+                                                                              precision)
+        ag_fwd = ag_bwd = 0.0
+    else:
+        d = shape.head_dim
+        ag_fwd, ag_bwd = _gemms([(s * heads, d, s, 1), (s * heads, s, d, 1)], gpu, precision)
+        scores = heads * s * s
+        a_fwd = ag_fwd + memory_time(SCORE_BYTES_FWD * scores, gpu, 2)
+        a_bwd = ag_bwd + memory_time(SCORE_BYTES_BWD * scores, gpu, 2)
+    stream = tokens * (22.0 * h + (6.0 if shape.gated else 4.0) * act_width) / t
+    e_fwd = memory_time(stream, gpu, 6)
+    fwd, bwd = g_fwd + a_fwd + e_fwd, g_bwd + a_bwd + 2 * e_fwd
+    rec = {"none": 0.0, "full": fwd,
+           "selective": 0.0 if par.flash_attention else a_fwd}[par.recompute]
+    gemm = g_fwd + g_bwd + ag_fwd + ag_bwd + (g_fwd + ag_fwd if par.recompute == "full" else 0.0)
+    return LayerTimes(fwd, bwd, rec, gemm)
+
+
+def _logit_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
+                 tokens: int) -> LayerTimes:
+    """The output projection ``h -> V / t`` and the fp32 cross-entropy over it."""
+    f, b = dense_layer_time(tokens, shape.hidden, shape.vocab / par.tp, gpu, precision)
+    ce = memory_time(tokens * shape.vocab / par.tp * 4.0 * 2, gpu, 2)
+    return LayerTimes(f + ce, b + ce, 0.0, f + b)
+
+
 @dataclass(frozen=True)
 class LLMIteration:
     """One iteration's time and its parts (seconds), and the utilizations.
@@ -117,13 +264,13 @@ class LLMIteration:
     micro_batch : float
         t_mb, the busiest stage's time per micro-batch (all of the below but DP).
     compute, tp, pp, ep : float
-        Per micro-batch parts of ``micro_batch``.
+        Per micro-batch parts of ``micro_batch`` (communication: its exposed part).
     bubble : float
         ``(p - 1) / v x t_mb``.
     dp : float
-        The gradient AllReduce after the pipeline flush.
+        The exposed gradient reduction (and parameter all-gather).
     mfu, hfu : float
-        Model and hardware FLOPs utilization of the GPUs' peak.
+        Model and hardware FLOPs utilization of the GPUs' 16-bit (or TF32) peak.
     """
 
     total: float
@@ -144,47 +291,72 @@ class LLMIteration:
                 "ep": m * self.ep, "bubble": self.bubble, "dp": self.dp}
 
 
+def _stage_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
+                 tokens: int) -> LayerTimes:
+    """The busiest stage's kernels per micro-batch (the last also runs the logits)."""
+    layer = layer_times(shape, par, gpu, precision, tokens)
+    logits = _logit_times(shape, par, gpu, precision, tokens)
+    layers = stage_layers(shape.layers, par.pp, par.virtual)
+    stages = [layer.scaled(n) + (logits if s == par.pp - 1 else LayerTimes(0, 0, 0, 0))
+              for s, n in enumerate(layers)]
+    return max(stages, key=lambda x: x.total)
+
+
 def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
                   global_batch: int, precision: str, traffic: LLMTraffic,
-                  comm: CommTimes) -> LLMIteration:
+                  comm: CommTimes, overlap: Overlap = Overlap()) -> LLMIteration:
     """The iteration time of ``shape`` under ``par`` with the network times ``comm``.
 
     Parameters
     ----------
     shape, par : TransformerShape, LLMParallel
     cluster : Cluster
-        GPUs (peak FLOP/s), ``compute_efficiency`` and NVLink bandwidth.
+        Its GPU (the kernel model, peak FLOP/s) and NVLink bandwidth.
     global_batch : int
         Sequences per iteration.
     precision : str
-        ``bf16``/``fp16`` (tensor-core peak) or ``fp32`` (TF32 peak).
+        ``bf16``/``fp16`` (tensor-core peak), ``fp8`` or ``fp32`` (TF32).
     traffic : LLMTraffic
         :func:`~topoopt.llm.traffic.llm_traffic` of the same inputs.
     comm : CommTimes
         Its events' network times (:func:`ideal_comm_times` or a fabric's).
+    overlap : Overlap
+        What runs under compute (default: Megatron-LM's).
 
     Returns
     -------
     LLMIteration
+
+    References
+    ----------
+    Narayanan et al. SC'21 §2.2 (the schedule and its bubble); Megatron-LM's
+    distributed optimizer and overlap flags (docs/llm-model.md).
     """
-    peak = cluster.gpu.tf32_flops if precision == "fp32" else cluster.gpu.fp16_flops
-    rate = peak * cluster.compute_efficiency
+    gpu = cluster.gpu
+    peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
     nv = nvlink_rate(cluster)
     tokens = global_batch * shape.seq
     mb_tokens = tokens // par.dp // par.micro_batches
-    layers = stage_layers(shape.layers, par.pp, par.virtual)
-    hw_layer = hardware_flops_per_token(shape, par.recompute) - 3.0 * shape.logit_flops()
-    hw_layer /= shape.layers
-    stage_flops = [n * hw_layer * mb_tokens for n in layers]
-    stage_flops[-1] += 3.0 * shape.logit_flops() * mb_tokens
-    compute = max(stage_flops) / par.tp / rate
+    stage = _stage_times(shape, par, gpu, precision, mb_tokens)
+    compute = stage.total
     tp = traffic.tp_nvlink_per_micro_batch / nv
+    if overlap.tp_comm and par.tp > 1:   # the first of tp chunks cannot overlap
+        tp = tp / par.tp + max(0.0, tp * (1 - 1 / par.tp) - stage.gemm)
     pp = par.virtual * (max(comm.pp_step, traffic.pp_nvlink / nv)
                         + max(comm.pp_step_back, traffic.pp_nvlink / nv)) if par.pp > 1 else 0.0
+    if overlap.pp_comm:
+        pp = max(0.0, pp - compute)
     ep = traffic.ep_steps_per_micro_batch * max(comm.ep_step, traffic.ep_nvlink / nv)
     t_mb = compute + tp + pp + ep
     bubble = (par.pp - 1) / par.virtual * t_mb
-    dp = max(comm.dp, traffic.dp_nvlink / nv)
+    reduce = max(comm.dp, traffic.dp_nvlink / nv)
+    # ZeRO-1 / the distributed optimizer: reduce-scatter + all-gather, half the bytes each
+    grad, gather = (reduce / 2, reduce / 2) if par.zero1 else (reduce, 0.0)
+    if overlap.dp_grad_reduce:
+        grad = max(0.0, grad - stage.backward - stage.recompute)
+    if overlap.dp_param_gather:
+        gather = max(0.0, gather - stage.forward)
+    dp = grad + gather
     total = par.micro_batches * t_mb + bubble + dp
     gpus = par.gpus
     mfu = tokens * shape.training_flops_per_token() / (total * gpus * peak)

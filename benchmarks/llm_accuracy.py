@@ -1,0 +1,125 @@
+"""Published Megatron-LM and Llama 3 runs against the LLM model's estimate.
+
+Each row is a run as its source describes it (shapes, GPUs, layout, global batch,
+recomputation, attention kernels, what overlapped), timed by
+:func:`topoopt.llm.llm_iteration` on an Ideal Switch with the run's NICs (the same path
+as ``topoopt estimate``). Throughput is compared as the source reports it: TFLOP/s per
+GPU as Megatron counts it (recomputation included) for Narayanan et al., BF16 MFU for
+Llama 3. Prints the ratios, their geometric mean and the correlation of log(ratio) with
+log(parameters). Nothing here is fitted to this table.
+
+Sources: D. Narayanan et al., SC'21, Table 1 (GPT, vocabulary 51,200, sequence 2,048,
+A100 80 GB, 8 x 200 Gb/s HDR per DGX, full recomputation, unfused attention, micro-batch
+1, no interleaving, nothing overlapped); Megatron-LM README and
+examples/pretrain_gpt3_175B.sh (GPT-3 175B, 1,024 A100, tp 8 pp 16, batch 1536); A.
+Grattafiori et al., arXiv 2407.21783, Table 4 (Llama 3 405B, 8,192 H100, tp 8 pp 16 dp 64,
+16M tokens of 8,192; 8 x 400 Gb/s per server; interleaved, v not given: v = 4 assumed;
+the 16,384-GPU row needs 2,048 servers, beyond the cluster's 1,024-server bound).
+
+Usage::
+
+    python benchmarks/llm_accuracy.py
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from topoopt.cluster import GPUS, Cluster  # noqa: E402
+from topoopt.llm import (  # noqa: E402
+    SC21,
+    LLMParallel,
+    Overlap,
+    check_parallel,
+    ideal_comm_times,
+    llm_iteration,
+    llm_traffic,
+    megatron_flops_per_token,
+    memory_per_gpu,
+)
+from topoopt.workloads import build_model  # noqa: E402
+from topoopt.workloads.gpt import TransformerShape, transformer_shape  # noqa: E402
+
+#: SC'21 Table 1: (params B, heads, hidden, layers, tp, pp, GPUs, batch, TFLOP/s per GPU).
+SC21_TABLE1 = (
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+)
+
+
+def gpt_sc21(heads: int, hidden: int, layers: int) -> TransformerShape:
+    """SC'21's GPT: GELU MLP of 4h, biases, learned positions, tied embeddings."""
+    return TransformerShape(layers, hidden, heads, heads, 4 * hidden, 2048, 51200,
+                            tied_embeddings=True, gated=False, bias=True,
+                            learned_positions=True, rms_norm=False)
+
+
+def estimate(shape, par, gpu, nic, batch, overlap):
+    """(iteration, memory) of a run on an Ideal Switch of 8-GPU servers."""
+    servers = par.gpus // 8
+    c = Cluster(servers=servers, nics=8, link_bandwidth=nic, gpus_per_server=8,
+                gpu=GPUS[gpu], intra_server_bandwidth=GPUS[gpu].nvlink_bandwidth)
+    check_parallel(par, shape, c, batch)
+    t = llm_traffic(shape, par, servers, 8, batch, 2)
+    it = llm_iteration(shape, par, c, batch, "bf16", t, ideal_comm_times(t, c), overlap)
+    return it, memory_per_gpu(shape, par, batch, 2, c.gpu.memory)
+
+
+def rows():
+    """(label, params, shape, par, gpu, nic, batch, overlap, published, metric)."""
+    out = []
+    for params, heads, hidden, layers, tp, pp, gpus, batch, tflops in SC21_TABLE1:
+        dp = gpus // tp // pp
+        par = LLMParallel(tp, pp, dp, micro_batches=batch // dp, recompute="full",
+                          flash_attention=False)
+        out.append((f"SC'21 {params}B", params, gpt_sc21(heads, hidden, layers), par,
+                    "A100", 200e9, batch, SC21, tflops, "tflops"))
+    gpt3 = transformer_shape(build_model("gpt3-175b"))
+    out.append(("GPT-3 175B (README)", 175.0, gpt3,
+                 LLMParallel(8, 16, 8, micro_batches=192, recompute="full",
+                             flash_attention=False), "A100", 200e9, 1536, SC21, 138, "tflops"))
+    llama = transformer_shape(build_model("llama3-405b"))
+    out.append(("Llama 3 405B, 8192 H100", 405.0, llama,
+                LLMParallel(8, 16, 64, micro_batches=32, virtual=4, zero1=True), "H100",
+                400e9, 2048, Overlap(), 0.43, "mfu"))
+    return out
+
+
+def main() -> int:
+    print(f"{'run':<26} {'layout':<28} {'published':>9} {'estimate':>9} {'ratio':>6} "
+          f"{'bubble':>6} {'dp':>5} {'mem GB':>7}")
+    ratios, sizes = [], []
+    for label, params, shape, par, gpu, nic, batch, overlap, published, metric in rows():
+        it, mem = estimate(shape, par, gpu, nic, batch, overlap)
+        if metric == "tflops":
+            got = (batch * shape.seq * megatron_flops_per_token(shape, par.recompute)
+                   / (it.total * par.gpus) / 1e12)
+            show = f"{published:>9.0f} {got:>9.1f}"
+        else:
+            got = it.mfu
+            show = f"{published:>9.0%} {got:>9.1%}"
+        r = got / published
+        ratios.append(r)
+        sizes.append(params)
+        print(f"{label:<26} {par.label():<28} {show} {r:>6.2f} "
+              f"{it.bubble / it.total:>6.1%} {it.dp / it.total:>5.1%} {mem.total / 1e9:>7.1f}")
+    lr = np.log(ratios)
+    corr = float(np.corrcoef(np.log(sizes), lr)[0, 1])
+    print(f"geometric mean {math.exp(lr.mean()):.3f}; within 10%: "
+          f"{sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)}; worst "
+          f"{max(ratios, key=lambda x: abs(math.log(x))):.2f}; corr(log ratio, log params) "
+          f"{corr:+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The kernel model: structure and invariants, not its fitted values."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from topoopt.cluster import GPUS, Cluster
+from topoopt.compute import dense_dims, op_time
+from topoopt.kernels import (
+    KERNEL_PROFILES,
+    attention_time,
+    dense_layer_time,
+    gemm_efficiency,
+    gemm_time,
+    kernel_profile,
+)
+from topoopt.strategy import OpConfig
+from topoopt.workloads.layers import dense
+
+SIZES = (1, 7, 64, 256, 1000, 4096, 18432, 65536)
+
+
+@pytest.mark.parametrize("gpu", sorted(KERNEL_PROFILES))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_larger_gemm_is_never_less_efficient(gpu, precision):
+    spec = GPUS[gpu]
+    for m, n, k in itertools.product(SIZES, repeat=3):
+        e = gemm_efficiency(m, n, k, spec, precision)
+        assert 0 < e <= kernel_profile(spec).gemm_peak_fraction[precision]
+        for grown in ((2 * m, n, k), (m, 2 * n, k), (m, n, 2 * k)):
+            assert gemm_efficiency(*grown, spec, precision) >= e
+
+
+def test_a_gemm_costs_at_least_a_launch_and_more_work_more_time():
+    spec = GPUS["A100"]
+    launch = kernel_profile(spec).launch
+    for m, n, k in itertools.product(SIZES, repeat=3):
+        t = gemm_time(m, n, k, spec, "bf16")
+        assert t > launch
+        assert gemm_time(2 * m, n, k, spec, "bf16") >= t
+    assert gemm_time(0, 10, 10, spec, "bf16") == 0.0
+
+
+def test_backward_is_two_gemms_of_the_transposed_shapes():
+    spec = GPUS["H100"]
+    fwd, bwd = dense_layer_time(512, 1024, 4096, spec, "bf16")
+    assert fwd == gemm_time(512, 4096, 1024, spec, "bf16")
+    assert bwd == pytest.approx(gemm_time(512, 1024, 4096, spec, "bf16")
+                                + gemm_time(1024, 4096, 512, spec, "bf16"))
+
+
+def test_attention_time_is_linear_in_flops_plus_launches():
+    spec = GPUS["A100"]
+    launch = kernel_profile(spec).launch
+    a, b = attention_time(1e12, spec, "bf16"), attention_time(2e12, spec, "bf16")
+    assert b - launch == pytest.approx(2 * (a - launch))
+    assert attention_time(0.0, spec, "bf16") == 0.0
+
+
+@pytest.mark.parametrize("d_in,d_out,tokens,bias", [(2048, 2048, 1, True), (4096, 1, 1, True),
+                                                    (1024, 4096, 64, False)])
+def test_dense_dims_reads_back_the_constructor(d_in, d_out, tokens, bias):
+    op = dense("x", d_in, d_out, ("y",), bias=bias, tokens=tokens)
+    assert dense_dims(op) == pytest.approx((d_in, d_out, tokens))
+
+
+def test_op_time_splits_a_dense_layer_over_gpus_and_shards():
+    """A server of 4 GPUs runs a quarter of its samples per GPU; an mp split narrows
+    the GEMM: never faster per FLOP."""
+    c1 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=1)
+    c4 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=4)
+    op = dense("x", 4096, 4096, ("y",))
+    a = op_time(op, OpConfig((0,), 1), c4, "fp32", 4, 4096)
+    b = op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 1024)
+    assert a == pytest.approx(b)
+    whole = sum(op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 4096))
+    half = sum(op_time(op, OpConfig((0, 1), 1, 2), c1, "fp32", 4, 4096))
+    assert whole / 2 <= half < whole
+
+
+def test_the_measurement_file_is_topoopts():
+    """The data the model was fitted on is there, unchanged in structure."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks/data/topoopt_dlrm_measure_32768_128.json"
+    doc = json.loads(path.read_text())
+    assert doc["batch_size"] == 32768 and doc["ngpus"] == 128
+    names = {m["name"] for m in doc["measurements"]}
+    assert {"Dense_2048_2048", "Dense_4096_4096", "Dense_18432_4096", "Dense_4096_1"} <= names

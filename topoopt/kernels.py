@@ -1,0 +1,180 @@
+"""Kernel efficiency of dense (GEMM) and attention layers on one GPU, per GPU generation.
+
+A GEMM ``C (m x n) = A (m x k) B (k x n)`` takes ``launch + 2 m n k / (peak x eff)``
+with
+
+    ``eff = e_max x min(1, tiles / SMs) x k / (k + k_half)``,
+    ``tiles = max(1, m / T) x max(1, n / T)``:
+
+``e_max`` is what a large GEMM reaches on this GPU and precision; a GEMM with fewer
+output tiles of ``T x T`` than the GPU has SMs leaves SMs idle (one wave, partly
+filled: the wave-quantization model of NVIDIA's "Matrix Multiplication Background"
+guide); a short reduction ``k`` spends a larger share of the kernel in its prologue and
+epilogue. ``launch`` is the fixed cost of a kernel (launch, framework dispatch and the
+fused epilogue), paid also by a GEMV. Every factor is nondecreasing in ``m``, ``n``
+and ``k``: a larger GEMM is never less efficient.
+
+The shape factors (``T``, ``k_half``, ``launch``) and A100's TF32 ``e_max`` are fitted
+on TopoOpt's published per-operator DLRM measurements
+(``benchmarks/data/topoopt_dlrm_measure_32768_128.json``, docs/llm-model.md gives the
+fit and its residuals); the 16-bit ``e_max`` of each GPU comes from published large-GEMM
+throughput (references). Attention is FlashAttention's published fraction of peak.
+
+References
+----------
+.. [1] NVIDIA, "Matrix Multiplication Background User's Guide" (GEMM tiles and wave
+   quantization), docs.nvidia.com/deeplearning/performance.
+.. [2] hipersys-team/TopoOpt, simulation/scripts/fig12_13_14_15/
+   dlrm_128_128table_batchsweep/measure_32768_128.json (Apache-2.0).
+.. [3] T. Dao, "FlashAttention-2", arXiv 2307.08691, Fig. 5-7: fwd+bwd 175-200 TFLOP/s on
+   A100 (56-64 % of 312); J. Shah et al., "FlashAttention-3", arXiv 2407.08608: 1.5-2x
+   that on H100 (about 45 % of 989 for fwd+bwd in bf16).
+.. [4] NVIDIA, "New cuBLAS 12.0 Features and Matrix Multiplication Performance on NVIDIA
+   Hopper GPUs" (2023): large bf16 GEMMs at about 70 % of H100 SXM's peak; A100 at
+   about 80 % of its 312 TFLOP/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from topoopt.cluster import GpuSpec
+
+__all__ = ["KernelProfile", "KERNEL_PROFILES", "kernel_profile", "gemm_efficiency",
+           "gemm_time", "attention_time", "dense_layer_time", "memory_time",
+           "STREAM_FRACTION"]
+
+#: Fraction of the HBM datasheet bandwidth that element-wise kernels (norms, activations,
+#: dropout, residual adds, softmax) stream at: NVIDIA's STREAM-like bandwidth tests reach
+#: about 90 % on A100 and H100 for large copies; 0.8 leaves room for the smaller,
+#: fused ones. An assumption, stated in docs/llm-model.md.
+STREAM_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """How close one GPU generation's kernels get to its peak.
+
+    Attributes
+    ----------
+    sms : int
+        Streaming multiprocessors (A100: 108, H100 SXM: 132).
+    gemm_peak_fraction : Mapping[str, float]
+        ``e_max`` per precision (``fp32`` means TF32 tensor cores, ``bf16``/``fp16``,
+        ``fp8``): a large GEMM's fraction of the datasheet peak.
+    attention_peak_fraction : Mapping[str, float]
+        Fused (flash) attention's forward+backward fraction of the 16-bit peak.
+    tile : int
+        T, the output tile of one SM's thread block (cuBLAS: 128 x 128).
+    k_half : float
+        Reduction length at which the main loop is half of a kernel's time.
+    launch : float
+        Seconds of fixed cost per kernel.
+    """
+
+    sms: int
+    gemm_peak_fraction: Mapping[str, float]
+    attention_peak_fraction: Mapping[str, float]
+    tile: int = 128
+    k_half: float = 73.5
+    launch: float = 19.6e-6
+
+
+#: Fitted on TopoOpt's DLRM measurements (A100, TF32: e_max 0.454, k_half 73.5,
+#: launch 19.6 us, T = 128 fixed); 16-bit and attention fractions from the references.
+_A100_TF32 = 0.454
+KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
+    "A100": KernelProfile(108, MappingProxyType({"fp32": _A100_TF32, "fp16": 0.80,
+                                                 "bf16": 0.80}),
+                          MappingProxyType({"fp16": 0.60, "bf16": 0.60, "fp32": 0.60})),
+    "H100": KernelProfile(132, MappingProxyType({"fp32": _A100_TF32 * 0.70 / 0.80,
+                                                 "fp16": 0.70, "bf16": 0.70, "fp8": 0.55}),
+                          MappingProxyType({"fp16": 0.45, "bf16": 0.45, "fp32": 0.45,
+                                            "fp8": 0.45})),
+})
+
+
+def kernel_profile(gpu: GpuSpec) -> KernelProfile:
+    """The profile of ``gpu`` (by name; an unknown GPU gets A100's shape factors)."""
+    return KERNEL_PROFILES.get(gpu.name, KERNEL_PROFILES["A100"])
+
+
+def _peak(gpu: GpuSpec, precision: str) -> float:
+    if precision == "fp32":
+        return gpu.tf32_flops
+    if precision == "fp8":
+        return 2.0 * gpu.fp16_flops
+    return gpu.fp16_flops
+
+
+def gemm_efficiency(m: float, n: float, k: float, gpu: GpuSpec, precision: str) -> float:
+    """Fraction of the peak a ``(m x k) (k x n)`` GEMM's main loop reaches.
+
+    Parameters
+    ----------
+    m, n, k : float
+        Rows and columns of the output, reduction length (after the layout's splits).
+    gpu : GpuSpec
+    precision : str
+        ``fp32`` (TF32), ``fp16``, ``bf16`` or ``fp8``.
+
+    Returns
+    -------
+    float
+        In (0, e_max]; nondecreasing in each of ``m``, ``n``, ``k``.
+    """
+    prof = kernel_profile(gpu)
+    e_max = prof.gemm_peak_fraction.get(precision, prof.gemm_peak_fraction["bf16"])
+    tiles = max(1.0, m / prof.tile) * max(1.0, n / prof.tile)
+    return e_max * min(1.0, tiles / prof.sms) * k / (k + prof.k_half)
+
+
+def gemm_time(m: float, n: float, k: float, gpu: GpuSpec, precision: str) -> float:
+    """Seconds of one ``(m x k) (k x n)`` GEMM: ``launch + 2 m n k / (peak x eff)``.
+
+    References
+    ----------
+    NVIDIA's "Matrix Multiplication Background User's Guide" (module notes).
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    eff = gemm_efficiency(m, n, k, gpu, precision)
+    return kernel_profile(gpu).launch + 2.0 * m * n * k / (_peak(gpu, precision) * eff)
+
+
+def dense_layer_time(tokens: float, d_in: float, d_out: float, gpu: GpuSpec,
+                     precision: str) -> tuple[float, float]:
+    """Forward and backward seconds of a dense layer ``d_in -> d_out`` on ``tokens`` rows.
+
+    Forward is ``Y = X W`` (``m = tokens, n = d_out, k = d_in``); backward the input
+    gradient ``dX = dY W^T`` (``n = d_in, k = d_out``) and the weight gradient ``dW =
+    X^T dY`` (``m = d_in, n = d_out, k = tokens``), two kernels.
+    """
+    fwd = gemm_time(tokens, d_out, d_in, gpu, precision)
+    bwd = (gemm_time(tokens, d_in, d_out, gpu, precision)
+           + gemm_time(d_in, d_out, tokens, gpu, precision))
+    return fwd, bwd
+
+
+def attention_time(flops: float, gpu: GpuSpec, precision: str, kernels: int = 1) -> float:
+    """Seconds of fused attention kernels executing ``flops`` (the FLOPs the kernel
+    actually runs: half of the full ``Q K^T`` and ``P V`` with a causal mask), at
+    FlashAttention's published fraction of the 16-bit peak (FP8 runs attention in
+    bf16), plus ``kernels`` launches."""
+    if flops <= 0:
+        return 0.0
+    prof = kernel_profile(gpu)
+    frac = prof.attention_peak_fraction.get(precision, prof.attention_peak_fraction["bf16"])
+    peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
+    return kernels * prof.launch + flops / (peak * frac)
+
+
+def memory_time(nbytes: float, gpu: GpuSpec, kernels: int = 1) -> float:
+    """Seconds of memory-bound kernels moving ``nbytes`` (read plus written) at
+    :data:`STREAM_FRACTION` of the HBM bandwidth, plus ``kernels`` launches."""
+    if nbytes <= 0:
+        return 0.0
+    return kernels * kernel_profile(gpu).launch + nbytes * 8.0 / (gpu.hbm_bandwidth
+                                                                  * STREAM_FRACTION)
