@@ -194,7 +194,7 @@ def write_chakra_traces(plan_dir: str | Path, out: str | Path | None = None) -> 
 
 def read_chakra_trace(path: str | Path) -> tuple[Any, list[Any]]:
     """Read one ``.et`` file with chakra's own decoder: ``(GlobalMetadata, nodes)``."""
-    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd  # type: ignore[import-untyped]
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
     pb = _pb()
     handle = openFileRd(str(path))
     try:
