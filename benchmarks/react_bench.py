@@ -31,14 +31,16 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     swap away (every global and chunk swap, run on the same epochs), against REACT's
     gain.
 ``fig5ns3``
-    A few of those tree scenarios on ns-3 (``--fig5-ns3`` epochs each) next to the flow
-    level: the baseline's slowdown over no congestion, and REACT's gain.
+    Tree scenarios (``--fig5-ns3-grid p:pairs,...``) on ns-3 with §7.3's settings,
+    ``--fig5-ns3`` epochs each (100, warm-up 25), through the sweep executor, next to
+    the fluid model: baseline time, REACT's gain and the wall time per scenario. At
+    MTU 1500 one epoch takes ~80 s of a loaded 2-core machine (docs/paper-comparison.md).
 
 Usage::
 
     python benchmarks/react_bench.py [--sections speed,shard,ns3,fig5,fig5ns3] [--base DIR]
         [--base-epochs 12] [--plan128 DIR] [--plan16 DIR] [--seeds 10] [--workers 2]
-        [--fig5-ns3 24] [--json OUT]
+        [--fig5-ns3 100] [--fig5-ns3-grid 2:1,4:1] [--json OUT]
 """
 
 from __future__ import annotations
@@ -344,28 +346,30 @@ def headroom(args, out: dict) -> None:
 
 
 def fig5_ns3(args, out: dict) -> None:
-    from topoopt.netsim.ns3.config import Ns3Config
-    from topoopt.react.packetsim import run_scenario_ns3
-
+    """Tree scenarios of Fig. 5 on ns-3 with §7.3's settings (Ns3Config defaults: DCTCP,
+    RED 32/60, 32 MB buffers, ACK priority, MTU 1500), through the sweep executor one
+    scenario at a time (its wall time is the row's), next to the fluid model."""
     rows = []
     e = args.fig5_ns3
-    for p, k in ((2, 1), (4, 1), (2, 3), (4, 3)):
-        sc = Scenario(collective="tree", p=p, congested=k, seed=0, epochs=e, warmup=e // 3)
-        flow = run_scenario(sc)
-        clean = run_scenario(replace(sc, kind="none", p=0, congested=0)).mean("baseline")
+    for item in args.fig5_ns3_grid.split(","):
+        p, k = (int(x) for x in item.split(":"))
+        sc = Scenario(collective="tree", p=p, congested=k, seed=0, epochs=e,
+                      warmup=min(25, e // 4))
         t = time.perf_counter()
-        pkt = run_scenario_ns3(sc, config=Ns3Config(mtu=9000))
-        pkt_clean = run_scenario_ns3(replace(sc, kind="none", p=0, congested=0, epochs=6,
-                                             warmup=2), config=Ns3Config(mtu=9000))
-        rows.append([f"p={p}, pairs={k}", f"{flow.mean('baseline') / clean:.2f}",
-                     f"{pkt.mean('baseline') / pkt_clean.mean('baseline'):.2f}",
-                     f"{100 * flow.improvement:+.1f}", f"{100 * pkt.improvement:+.1f}",
-                     f"{time.perf_counter() - t:.0f}"])
+        (flow,) = run_sweep([sc])
+        t_flow = time.perf_counter() - t
+        t = time.perf_counter()
+        (pkt,) = run_sweep([sc], workers=1, backend="ns3")
+        wall = time.perf_counter() - t
+        rows.append([f"p={p}, pairs={k}", f"{flow.mean('baseline') * 1e3:.2f}",
+                     f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * flow.improvement:+.1f}",
+                     f"{100 * pkt.improvement:+.1f}", f"{t_flow:.0f}", f"{wall:.0f}"])
         out.setdefault("fig5_ns3", {})[rows[-1][0]] = rows[-1][1:]
-    print(f"tree, 8 nodes, 20 MB, k = 8 Fat-tree, seed 0, {e} epochs: slowdown of the baseline "
-          "over clean, and REACT's gain, flow level against ns-3")
-    table(["scenario", "slowdown flow", "slowdown ns-3", "gain flow %", "gain ns-3 %",
-           "ns-3 wall s"], rows)
+        print(" | ".join(rows[-1]), flush=True)
+    print(f"tree, 8 nodes, 20 MB, k = 8 Fat-tree, seed 0, {e} epochs: baseline time and "
+          "REACT's gain, fluid model against ns-3 (both runs of a scenario in its wall)")
+    table(["scenario", "base flow ms", "base ns-3 ms", "gain flow %", "gain ns-3 %",
+           "flow wall s", "ns-3 wall s"], rows)
 
 
 def main(argv=None) -> int:
@@ -380,7 +384,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ns3-epochs", type=int, default=12)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--fig5-ns3", type=int, default=24, help="epochs per ns-3 Fig. 5 run")
+    ap.add_argument("--fig5-ns3", type=int, default=100,
+                    help="epochs per ns-3 Fig. 5 run (warm-up: a quarter, at most 25)")
+    ap.add_argument("--fig5-ns3-grid", default="2:1,4:1,2:3,4:3",
+                    help="p:pairs of the tree scenarios run on ns-3")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))

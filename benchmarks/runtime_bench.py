@@ -3,7 +3,9 @@ slowed rank.
 
 Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and of
 RCollective running the NCCL double binary tree and the ring pattern, 1-64 MB of
-float32, 4 and 8 ranks. Each rank times every call after a barrier; a call's time is the
+float32, 4 and 8 ranks (flows cut into 1 MiB pieces, RCollective's default). Then a swap
+as it happens: compiling the swapped tree's schedule, and the first call with it (the
+tree's own median is the steady-state time to compare with). Each rank times every call after a barrier; a call's time is the
 slowest rank's, and the table shows the median over the timed calls and the ratio to
 torch (> 1: RCollective is slower).
 
@@ -75,6 +77,23 @@ def bench_worker(rank: int, world: int, sizes_mb, iters: int, warm: int) -> dict
             t = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)       # a call lasts until its last rank
             rows[(mb, name)] = float(t.median())
+        # a swap when it happens: compiling the swapped tree, and its first call
+        from topoopt.react.transforms import Swap, apply_swap
+
+        q = apply_swap(double_binary_tree_allreduce(world, 4 * n), Swap("global", 0, world - 1))
+        dist.barrier()
+        t0 = time.perf_counter()
+        rc.schedule(q)
+        compile_s = time.perf_counter() - t0
+        x.fill_(1.0)
+        dist.barrier()
+        t0 = time.perf_counter()
+        rc.all_reduce(x, q)
+        first = time.perf_counter() - t0
+        assert float(x[0]) == world
+        t = torch.tensor([compile_s, first], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        rows[(mb, "swap")] = (float(t[0]), float(t[1]))
         dist.barrier()
     rc.close()
     return rows
@@ -86,7 +105,7 @@ def part1(sizes, ranks, iters, warm) -> list[dict]:
     out = []
     print("Part 1: AllReduce on gloo, 127.0.0.1 (median of the slowest rank's call time)\n")
     head = (f"{'ranks':>5} {'size':>6} {'torch':>10} {'RColl tree':>11} {'RColl ring':>11}"
-            f" {'tree/torch':>11} {'ring/torch':>11}")
+            f" {'tree/torch':>11} {'ring/torch':>11} {'swap: compile':>14} {'1st call':>9}")
     print(head)
     print("-" * len(head))
     for n in ranks:
@@ -94,10 +113,12 @@ def part1(sizes, ranks, iters, warm) -> list[dict]:
         rows = launch(bench_worker, n, (tuple(sizes), iters, warm), timeout=3600)[0]
         for mb in sizes:
             tt, tr, ri = rows[(mb, "torch")], rows[(mb, "tree")], rows[(mb, "ring")]
+            comp, first = rows[(mb, "swap")]
             print(f"{n:>5} {mb:>4g}MB {tt * 1e3:>8.1f}ms {tr * 1e3:>9.1f}ms "
-                  f"{ri * 1e3:>9.1f}ms {tr / tt:>11.2f} {ri / tt:>11.2f}", flush=True)
+                  f"{ri * 1e3:>9.1f}ms {tr / tt:>11.2f} {ri / tt:>11.2f} "
+                  f"{comp * 1e3:>12.1f}ms {first * 1e3:>7.0f}ms", flush=True)
             out.append({"ranks": n, "size_mb": mb, "torch_s": tt, "rcoll_tree_s": tr,
-                        "rcoll_ring_s": ri})
+                        "rcoll_ring_s": ri, "swap_compile_s": comp, "swap_first_call_s": first})
         print(f"      ({time.perf_counter() - t0:.0f} s)", flush=True)
     return out
 

@@ -167,3 +167,16 @@ def test_cli_simulate_bad_input_is_one_line():
     assert r.exit_code == 2 and "fabric" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["react", "simulate", "--fabric", "plan:/nonexistent"])
     assert r.exit_code == 2 and "plan.json" in r.output
+
+
+def test_run_sweep_runs_the_flow_backend_and_refuses_an_unknown_one():
+    from topoopt.errors import ConfigError
+    from topoopt.react.scenarios import Scenario, run_scenario
+    from topoopt.react.sweep import run_sweep
+
+    sc = Scenario(collective="tree", fabric="star", size=1e6, epochs=3, warmup=1)
+    (got,) = run_sweep([sc], backend="flow")
+    want = run_scenario(sc)
+    assert (got.baseline == want.baseline).all() and (got.react == want.react).all()
+    with pytest.raises(ConfigError, match="backend"):
+        run_sweep([sc], backend="packets")

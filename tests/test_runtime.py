@@ -246,6 +246,39 @@ def test_every_flow_is_timed_by_both_ends():
     assert checked >= E - 3
 
 
+def pieces_worker(rank, world):
+    """Flows cut into pieces (tiny ``piece_bytes``): the healthy tree and ring and their
+    swaps against torch's all_reduce, and flow times per flow of the pattern."""
+    import torch.distributed as dist
+
+    from topoopt.collectives import double_binary_tree_allreduce, ring_allreduce
+    from topoopt.react.runtime.collective import RCollective
+    from topoopt.react.transforms import Swap, apply_swap
+
+    rc = RCollective(piece_bytes=4 * 300)
+    out = []
+    for p in (double_binary_tree_allreduce(world, 4 * 2001), ring_allreduce(range(world), 4 * 2003)):
+        for q in (p, apply_swap(p, Swap("global", 0, world - 1)),
+                  apply_swap(p, Swap("chunk", 0, world // 2, chunk=1))):
+            g = torch.Generator().manual_seed(rank)
+            x = torch.randint(-10 ** 6, 10 ** 6, (q.elements,), generator=g, dtype=torch.int64)
+            ref = x.clone()
+            dist.all_reduce(ref)
+            t = rc.all_reduce(x, q)
+            pieces = rc.schedule(q).edges // q.edges_count
+            out.append((bool(torch.equal(x, ref)), pieces, t.send_post.shape[0] == q.edges_count))
+    rc.close()
+    return out
+
+
+def test_pieces_keep_all_reduce_after_a_swap():
+    out = launch(pieces_worker, 4, timeout=LAUNCH_TIMEOUT)
+    for rows in out:
+        assert all(same for same, _, _ in rows)
+        assert all(pieces > 1 for _, pieces, _ in rows)      # the flows really were cut
+        assert all(per_flow for _, _, per_flow in rows)
+
+
 # ---------------------------------------------------------------------- RTuner
 def tuner_worker(rank, world, mode):
     """ReactCollective + RTuner; ``mode``: hook (a leader that swaps every batch), slow

@@ -219,3 +219,27 @@ def test_leader_logic_matches_leader_step_on_one_run():
         state, dec = leader_step(state, r2.fct, r2.epoch_time)
         assert q.signature() == dec.pattern.signature()
         current = q
+
+
+@pytest.mark.parametrize("pieces", [2, 3])
+def test_split_chunks_keeps_the_collective(pieces):
+    from topoopt.collectives import (
+        double_binary_tree_allreduce,
+        recursive_doubling_allgather,
+        ring_allreduce,
+    )
+    from topoopt.collectives.check import semantic_ok
+    from topoopt.react.runtime.schedule import split_chunks
+    from topoopt.react.transforms import Swap, apply_swap
+
+    for p in (double_binary_tree_allreduce(6, 4 * 1001), ring_allreduce(range(5), 4 * 1003),
+              recursive_doubling_allgather(4, 4 * 13 * 4)):
+        for q in (p, apply_swap(p, Swap("global", 0, p.ranks - 1))):
+            s = split_chunks(q, pieces)
+            assert semantic_ok(s)
+            assert s.edges_count == pieces * q.edges_count and s.elements == q.elements
+            # piece k of edge e keeps e's endpoints, step and op, and the bytes add up
+            for arr in ("src", "dst", "step", "reduce"):
+                assert (getattr(s, arr).reshape(-1, pieces) == getattr(q, arr)[:, None]).all()
+            assert (s.nbytes.reshape(-1, pieces).sum(axis=1) == q.nbytes).all()
+            check_local_schedules(s, [local_schedule(s, r) for r in range(s.ranks)])

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Sequence
 
+from topoopt._require import require_choice
 from topoopt.executor import make_executor
 from topoopt.react.loop import ReactParams
+from topoopt.react.packetsim import run_scenario_ns3
 from topoopt.react.scenarios import Scenario, ScenarioResult, run_scenario, summarize
 
 __all__ = ["figure5_grid", "run_sweep", "sweep_table"]
@@ -31,20 +33,27 @@ def figure5_grid(collectives: Sequence[str] = ("tree", "rd-allgather"),
     return out
 
 
-def _run(task: tuple[Scenario, ReactParams]) -> ScenarioResult:
-    return run_scenario(*task)
+def _run(task: tuple[Scenario, ReactParams, str]) -> ScenarioResult:
+    sc, params, backend = task
+    if backend == "ns3":
+        return run_scenario_ns3(sc, params)
+    return run_scenario(sc, params)
 
 
 def run_sweep(scenarios: Sequence[Scenario], params: ReactParams = ReactParams(),
-              workers: int = 1, ray: str | bool | None = None) -> list[ScenarioResult]:
+              workers: int = 1, ray: str | bool | None = None, backend: str = "flow"
+              ) -> list[ScenarioResult]:
     """Run every scenario (baseline and REACT) on a task executor; results in order.
 
     This is the one place that fans scenarios out: ``workers`` local processes (1 = in
     this process) or Ray (``ray=True`` local, or ``"host:port"``), via
-    :func:`planners.executor.make_executor`.
+    :func:`planners.executor.make_executor`. ``backend``: ``flow`` (the fluid model)
+    or ``ns3`` (:func:`topoopt.react.packetsim.run_scenario_ns3` with REACT §7.3's
+    transport settings, :class:`topoopt.netsim.ns3.config.Ns3Config`).
     """
+    require_choice("backend", backend, ("flow", "ns3"))
     with make_executor(workers, ray) as ex:
-        return ex.map(_run, [(s, params) for s in scenarios])
+        return ex.map(_run, [(s, params, backend) for s in scenarios])
 
 
 def sweep_table(results: Sequence[ScenarioResult]) -> list[dict]:

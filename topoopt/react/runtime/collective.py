@@ -40,7 +40,14 @@ import torch.distributed as dist
 
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
-from topoopt.react.runtime.schedule import LocalSchedule, Step, local_schedule, lockstep_order
+from topoopt.react.runtime.schedule import (
+    LocalSchedule,
+    Step,
+    local_schedule,
+    lockstep_order,
+    pipeline_depth,
+    split_chunks,
+)
 
 __all__ = ["FlowTimes", "RCollective", "all_reduce", "all_gather_into_tensor", "all_gather",
            "default_collective", "clock"]
@@ -112,6 +119,12 @@ class RCollective:
     batched : bool, optional
         Post each global step's sends and receives as one ``batch_isend_irecv`` group
         (default on NCCL; needs ``threads=False``).
+    piece_bytes : float, optional
+        With ``threads``, flows are cut into pieces of about this many bytes, each
+        chunk into as many independent sub-chunks (:func:`~topoopt.react.runtime.
+        schedule.split_chunks`, at most 32 threads), so that a rank forwards one piece
+        while the next arrives (1 MiB; 0: whole flows). Flow times stay per flow of
+        the pattern: posted when its first piece is, done when its last piece is.
 
     Examples
     --------
@@ -128,7 +141,7 @@ class RCollective:
     """
 
     def __init__(self, group=None, *, threads: bool | None = None,
-                 batched: bool | None = None) -> None:
+                 batched: bool | None = None, piece_bytes: float = 1 << 20) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed", "not initialised",
                               "call torch.distributed.init_process_group first")
@@ -142,6 +155,7 @@ class RCollective:
         if self._batched and self.threads:
             raise ConfigError("batched", True, "batched p2p needs threads=False (one "
                               "group per global step)")
+        self.piece_bytes = float(piece_bytes) if self.threads else 0.0
         self._peers = [r if group is None else dist.get_global_rank(group, r)
                        for r in range(self.size)]
         self._schedules: "weakref.WeakKeyDictionary[Pattern, LocalSchedule]" = \
@@ -154,13 +168,16 @@ class RCollective:
 
     # ------------------------------------------------------------------ set-up
     def schedule(self, pattern: Pattern) -> LocalSchedule:
-        """This rank's compiled part of ``pattern`` (cached per pattern object)."""
+        """This rank's compiled part of ``pattern`` (cached per pattern object); with
+        pieces, of the pattern cut into sub-chunks (edge ``e * pieces + k`` is piece
+        ``k`` of edge ``e``, ``pieces = schedule.edges // pattern.edges_count``)."""
         s = self._schedules.get(pattern)
         if s is None:
             if pattern.ranks != self.size:
                 raise ConfigError("pattern.ranks", pattern.ranks,
                                   f"must equal the group size {self.size}")
-            s = local_schedule(pattern, self.rank)
+            pieces = pipeline_depth(pattern, self.piece_bytes) if self.threads else 1
+            s = local_schedule(split_chunks(pattern, pieces), self.rank)
             self._schedules[pattern] = s
         return s
 
@@ -296,7 +313,7 @@ class RCollective:
         sched = self.schedule(pattern)
         scratch = self._scratch_for(sched, buf)
         chunk_pool, wait_pool = self._pools(sched)
-        rec = FlowTimes.empty(pattern.edges_count)
+        rec = FlowTimes.empty(sched.edges)
         rec.begin = clock()
         if self.threads:
             futures = [chunk_pool.submit(self._chunk, steps, buf, scratch, rec, wait_pool)
@@ -313,7 +330,7 @@ class RCollective:
             for steps in lockstep_order(sched):
                 self._step(steps, buf, scratch, rec, wait_pool)
         rec.end = clock()
-        return rec
+        return _per_flow(rec, pattern.edges_count)
 
     def all_reduce(self, tensor, pattern: Pattern) -> FlowTimes:
         """Sum ``tensor`` over the group in place with an AllReduce pattern
@@ -366,6 +383,15 @@ class RCollective:
                                   f"rank {r} contributes {data.numel()} elements")
             t.copy_(data.view_as(t))
         return rec
+
+
+def _per_flow(rec: FlowTimes, edges: int) -> FlowTimes:
+    """Fold the times of pieces (edge ``e * K + k``) into flows: first post, last arrival."""
+    if rec.send_post.shape[0] == edges:
+        return rec
+    fold = lambda a, op: op.reduce(a.reshape(edges, -1), axis=1)  # noqa: E731 NaN-aware
+    return FlowTimes(rec.begin, rec.end, fold(rec.send_post, np.fmin),
+                     fold(rec.recv_post, np.fmin), fold(rec.recv_done, np.fmax))
 
 
 _DEFAULT: dict = {}

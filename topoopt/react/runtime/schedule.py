@@ -25,6 +25,7 @@ from topoopt._require import require_int
 from topoopt.collectives.ten import Pattern, PatternError
 
 __all__ = ["Transfer", "Step", "LocalSchedule", "local_schedule", "check_local_schedules",
+           "split_chunks", "pipeline_depth",
            "lockstep_order", "pattern_fingerprint"]
 
 
@@ -262,3 +263,65 @@ def pattern_fingerprint(pattern: Pattern) -> int:
         h = zlib.crc32(np.ascontiguousarray(a).tobytes(), h)
     h = zlib.crc32(f"{pattern.collective}/{pattern.ranks}/{pattern.elements}".encode(), h)
     return h & 0x7FFFFFFF
+
+
+def split_chunks(pattern: Pattern, pieces: int) -> Pattern:
+    """``pattern`` with every chunk cut into ``pieces`` independent sub-chunks (pipelining).
+
+    Segment ``j`` becomes ``pieces`` consecutive sub-segments ``j * pieces + k``; edge
+    ``e`` becomes edges ``e * pieces + k`` (same step, endpoints and op) carrying the
+    ``k``-th sub-segment of each of its segments, in sub-chunk ``chunk * pieces + k``.
+    Every element is reduced and copied along exactly the same edges as before, so the
+    result is the same collective; but a rank can forward piece ``k`` of a flow while
+    piece ``k + 1`` is still arriving, as NCCL and gloo pipeline their rings and trees
+    (without it a tree waits for a whole flow at every level).
+
+    Parameters
+    ----------
+    pattern : Pattern
+    pieces : int
+        Sub-chunks per chunk, at most the smallest segment's element count.
+
+    Returns
+    -------
+    Pattern
+        Edge ``e * pieces + k`` is piece ``k`` of ``pattern``'s edge ``e``.
+
+    References
+    ----------
+    NCCL pipelines each channel's ring and tree in slices of a chunk (Jeaugey, "Massively
+    scale your deep learning training with NCCL 2.4", 2019).
+    """
+    K = int(pieces)
+    seg_len = pattern.segments[:, 1] - pattern.segments[:, 0]
+    require_int("pieces", K, minimum=1, maximum=max(int(seg_len.min()) if seg_len.size else 1, 1))
+    if K == 1:
+        return pattern
+    cuts = pattern.segments[:, :1] + (seg_len[:, None] * np.arange(K + 1)) // K
+    segs = np.stack([cuts[:, :-1], cuts[:, 1:]], axis=-1).reshape(-1, 2)
+    if pattern.edges_count and np.any(np.diff(pattern.step) < 0):
+        raise PatternError("split_chunks needs edges in non-decreasing step order")
+    edges = []
+    for e in range(pattern.edges_count):
+        segs_e = pattern.edge_segments(e)
+        t, a, b, c = (int(pattern.step[e]), int(pattern.src[e]), int(pattern.dst[e]),
+                      int(pattern.chunk[e]))
+        red, ph = bool(pattern.reduce[e]), int(pattern.phase[e])
+        edges += [(t, a, b, c * K + k, tuple(j * K + k for j in segs_e), red, ph)
+                  for k in range(K)]
+    owners = None if pattern.owners is None else np.repeat(pattern.owners, K)
+    return Pattern.from_edges(pattern.name, pattern.collective, pattern.ranks, segs, edges,
+                              itemsize=pattern.itemsize, owners=owners,
+                              phase_names=pattern.phase_names, sort=False)
+
+
+def pipeline_depth(pattern: Pattern, piece_bytes: float, max_threads: int = 32) -> int:
+    """Pieces per chunk for :func:`split_chunks`: flows cut into pieces of about
+    ``piece_bytes``, at most ``max_threads`` sub-chunks in all (one thread each), never
+    more pieces than the smallest segment has elements."""
+    if pattern.edges_count == 0 or piece_bytes <= 0:
+        return 1
+    want = int(np.ceil(float(pattern.nbytes.max()) / piece_bytes))
+    seg_len = int((pattern.segments[:, 1] - pattern.segments[:, 0]).min())
+    cap = max(max_threads // max(pattern.chunks, 1), 1)
+    return max(1, min(want, cap, seg_len))
