@@ -44,7 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt.commands", "topoopt.cli", "topoopt.__main__"),
 )
 #: Imported lazily, where they are needed: optional extras and their heavy cores.
-OPTIONAL = {"ns", "cppyy", "torch", "ray", "matplotlib", "numba", "ortools", "sympy"}
+OPTIONAL = {"ns", "cppyy", "torch", "ray", "matplotlib", "numba", "ortools", "sympy", "chakra",
+            "transformers", "torchvision"}
 
 
 #: Where each package's files are: pyproject.toml maps the design card's top-level

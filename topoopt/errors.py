@@ -31,6 +31,10 @@ class ConfigError(TopoOptError):
         self.allowed = allowed
         super().__init__(f"{field} = {value!r}: {allowed}")
 
+    def __reduce__(self):
+        # pickled across process-pool and Ray workers: rebuild from the three fields
+        return (type(self), (self.field, self.value, self.allowed))
+
 
 class PlanCheckError(TopoOptError):
     """A plan (topology, rings, routes) violates an invariant."""

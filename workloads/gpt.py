@@ -503,6 +503,10 @@ def _check(name: str, shape: TransformerShape) -> None:
                               f"must be 1 to experts = {shape.experts}")
         if shape.expert_ffn < 1:
             raise ConfigError("job.size.expert_ffn", shape.expert_ffn, "must be >= 1")
+        cf = shape.capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 < cf < float("inf"):
+            raise ConfigError("job.size.capacity_factor", cf,
+                              "must be a finite number > 0 (1.0 drops no tokens when balanced)")
         if shape.dense_layers >= shape.layers:
             raise ConfigError("job.size.dense_layers", shape.dense_layers,
                               f"must be below layers = {shape.layers} (a MoE model)")

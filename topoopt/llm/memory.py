@@ -74,8 +74,13 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
     """
     layers = stage_layers(shape.layers, par.pp, par.virtual)
     dense, expert = [], []
+    start = 0
     for s, n in enumerate(layers):
-        d = n * shape.layer_dense_params
+        if par.virtual == 1:  # contiguous layers: exact, dense-then-MoE models included
+            d, e = shape.layers_params(start, start + n)
+            start += n
+        else:  # interleaved chunks: the per-layer mean
+            d, e = n * shape.layer_dense_params, n * shape.layer_expert_params
         if s == 0:
             d += shape.embedding_params
         if s == par.pp - 1:
@@ -83,7 +88,7 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
             if shape.tied_embeddings and par.pp > 1:
                 d += shape.vocab * shape.hidden
         dense.append(d / par.tp)
-        expert.append(n * shape.layer_expert_params / (par.tp * par.ep))
+        expert.append(e / (par.tp * par.ep))
     return dense, expert
 
 
