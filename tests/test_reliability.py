@@ -308,3 +308,20 @@ def test_paths_with_a_newline_stay_on_one_line(world, tmp_path):
     assert ok.exit_code == 0 and len(ok.output.strip().splitlines()) == 1
     (out / "plan.json").write_text(json.dumps({"format": "nope"}))
     assert_one_line(cli("plan", "--check", out), 1)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["react", "pattern", "--collective", "ring", "--nodes", "4", "--order", "0,1,2"], "--order"),
+    (["react", "pattern", "--collective", "ring", "--nodes", "4", "--order", "0,1,1,2"],
+     "--order"),
+    (["react", "estimate", "--nodes", "4", "--congest", "1:99999999"], "--congest"),
+    (["react", "run", "--nprocs", "4", "--collective", "ring", "--ring", "0,1,2"], "--ring"),
+])
+def test_react_orders_and_loads_are_refused_before_any_work(args, option):
+    """An order that is not a permutation of the ranks, or an absurd p, is one line
+    naming the option, exit 2; `react run` refuses before it starts a rank."""
+    from topoopt.cli import main as cli_main
+    result = CliRunner().invoke(cli_main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option} = ")

@@ -136,6 +136,9 @@ def pattern(collective: str, nodes: int, size: str, order: str | None, as_json: 
             raise ConfigError("--order", order, "give ranks separated by commas") from None
         if collective != "ring":
             raise ConfigError("--order", order, "is for --collective ring only")
+        if sorted(ring) != list(range(nodes)):
+            raise ConfigError("--order", order,
+                              f"must list every rank 0..{nodes - 1} once (--nodes {nodes})")
     p = build_pattern(collective, nodes, _size(size), order=ring)
     check_pattern(p)
     if as_json or output:
@@ -159,6 +162,10 @@ _PAIR = re.compile(r"^(\d+):(\d+)$")
 _SWAP = re.compile(r"^(\d+):(\d+)(?:@(\d+))?$")
 
 
+#: External flows per congested node, the bound simulate's --p has.
+MAX_EXTERNAL_FLOWS = 1024
+
+
 def _pairs(values, option: str) -> dict[int, int]:
     out: dict[int, int] = {}
     for v in values:
@@ -166,6 +173,9 @@ def _pairs(values, option: str) -> dict[int, int]:
         if not m:
             raise ConfigError(option, v, "use NODE:P, e.g. 3:2 (p external flows at node 3)")
         out[int(m[1])] = out.get(int(m[1]), 0) + int(m[2])
+        if out[int(m[1])] > MAX_EXTERNAL_FLOWS:
+            raise ConfigError(option, v, f"p is at most {MAX_EXTERNAL_FLOWS} external flows "
+                                         "per node (as simulate's --p)")
     return out
 
 
@@ -269,7 +279,7 @@ def _plot(result, path: str) -> None:
 @click.option("--congested", type=click.IntRange(0, MAX_NODES), default=1,
               help="Congested pairs (failed links, NICs or servers for failures, nic, "
                    "slow-server; degraded fibres for forwarded).")
-@click.option("--p", "p", type=click.IntRange(0, 1024), default=2,
+@click.option("--p", "p", type=click.IntRange(0, MAX_EXTERNAL_FLOWS), default=2,
               help="External flows per congested pair.")
 @click.option("--capacity", default="50Gbps",
               help="Bandwidth of a failed link or NIC (e.g. 30Gbps for a fibre at 30%).")

@@ -21,12 +21,16 @@ __all__ = ["run"]
 MAX_NPROCS = 64
 
 
-def _rings(values: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
+def _rings(values: tuple[str, ...], nprocs: int) -> tuple[tuple[int, ...], ...] | None:
     out = []
     for v in values:
         if not re.fullmatch(r"\s*\d+(\s*,\s*\d+)+\s*", v):
             raise ConfigError("--ring", v, "give ranks separated by commas, e.g. 0,2,1,3")
-        out.append(tuple(int(x) for x in v.split(",")))
+        ring = tuple(int(x) for x in v.split(","))
+        if sorted(ring) != list(range(nprocs)):  # checked before any rank starts
+            raise ConfigError("--ring", v, f"must list every rank 0..{nprocs - 1} once "
+                                           f"(--nprocs {nprocs})")
+        out.append(ring)
     return tuple(out) or None
 
 
@@ -92,7 +96,7 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
                           slack="--slack", rings="--ring", collective="--collective")
     with named:
         spec = RunSpec(collective=collective, nprocs=nprocs, size=parse_size(size, "--size"),
-                       epochs=epochs, warmup=warmup, rings=_rings(rings),
+                       epochs=epochs, warmup=warmup, rings=_rings(rings, nprocs),
                        params=ReactParams(batch=batch, seed=seed), slack=slack)
         slow = None
         if slow_rank is not None:
