@@ -75,6 +75,8 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
     layers = stage_layers(shape.layers, par.pp, par.virtual)
     dense, expert = [], []
     start = 0
+    d: float
+    e: float
     for s, n in enumerate(layers):
         if par.virtual == 1:  # contiguous layers: exact, dense-then-MoE models included
             d, e = shape.layers_params(start, start + n)
