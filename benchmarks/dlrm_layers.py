@@ -4,7 +4,8 @@ TopoOpt's repository publishes the per-operator times its simulations used
 (``benchmarks/data/topoopt_dlrm_measure_32768_128.json``, see ``SOURCES.md``): forward
 and backward milliseconds of each DLRM layer, global batch 32,768, split over ``d``
 data-parallel GPUs. For each dense layer and ``d`` this prints the measured time, the
-kernel model's (:func:`topoopt.compute.op_time`, A100, TF32) and, as the baseline in the
+kernel model's (:func:`topoopt.kernels.dense_layer_time`, A100, TF32; the estimator's
+`topoopt.compute.op_time` still uses the flat model, see docs/llm-model.md) and, as the baseline in the
 same run, the flat model it replaced (``FLOPs / (peak x compute_efficiency)``), then the
 geometric mean and the worst ratio of each over degrees 8-128.
 
@@ -24,8 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
-from topoopt.compute import op_time  # noqa: E402
-from topoopt.strategy import OpConfig  # noqa: E402
+from topoopt.kernels import dense_layer_time  # noqa: E402
 from topoopt.workloads.layers import dense  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "topoopt_dlrm_measure_32768_128.json"
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, list[float]] = {"model": [], "flat": []}
     for d_in, d_out, deg, fw, bw in rows():
         op = dense("layer", d_in, d_out, ("x",))
-        f, b = op_time(op, OpConfig(tuple(range(deg)), deg), cluster, "fp32", 4, batch)
+        f, b = dense_layer_time(batch / deg, d_in, d_out, cluster.gpu, "fp32")
         old = (op.fwd_flops + op.bwd_flops) * batch / deg / flat
         r, r_old = (f + b) / (fw + bw), old / (fw + bw)
         if deg in degrees:

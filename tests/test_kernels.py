@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from topoopt.cluster import GPUS, Cluster
-from topoopt.compute import dense_dims, op_time
+from topoopt.cluster import GPUS
 from topoopt.kernels import (
     KERNEL_PROFILES,
     attention_time,
@@ -18,8 +17,6 @@ from topoopt.kernels import (
     gemm_time,
     kernel_profile,
 )
-from topoopt.strategy import OpConfig
-from topoopt.workloads.layers import dense
 
 SIZES = (1, 7, 64, 256, 1000, 4096, 18432, 65536)
 
@@ -59,27 +56,6 @@ def test_attention_time_is_linear_in_flops_plus_launches():
     a, b = attention_time(1e12, spec, "bf16"), attention_time(2e12, spec, "bf16")
     assert b - launch == pytest.approx(2 * (a - launch))
     assert attention_time(0.0, spec, "bf16") == 0.0
-
-
-@pytest.mark.parametrize("d_in,d_out,tokens,bias", [(2048, 2048, 1, True), (4096, 1, 1, True),
-                                                    (1024, 4096, 64, False)])
-def test_dense_dims_reads_back_the_constructor(d_in, d_out, tokens, bias):
-    op = dense("x", d_in, d_out, ("y",), bias=bias, tokens=tokens)
-    assert dense_dims(op) == pytest.approx((d_in, d_out, tokens))
-
-
-def test_op_time_splits_a_dense_layer_over_gpus_and_shards():
-    """A server of 4 GPUs runs a quarter of its samples per GPU; an mp split narrows
-    the GEMM: never faster per FLOP."""
-    c1 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=1)
-    c4 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=4)
-    op = dense("x", 4096, 4096, ("y",))
-    a = op_time(op, OpConfig((0,), 1), c4, "fp32", 4, 4096)
-    b = op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 1024)
-    assert a == pytest.approx(b)
-    whole = sum(op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 4096))
-    half = sum(op_time(op, OpConfig((0, 1), 1, 2), c1, "fp32", 4, 4096))
-    assert whole / 2 <= half < whole
 
 
 def test_the_measurement_file_is_topoopts():
