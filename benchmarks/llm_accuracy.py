@@ -9,8 +9,11 @@ Llama 3. Prints the ratios, their geometric mean and the correlation of log(rati
 log(parameters). Nothing here is fitted to this table.
 
 Sources: D. Narayanan et al., SC'21, Table 1 (GPT, vocabulary 51,200, sequence 2,048,
-A100 80 GB, 8 x 200 Gb/s HDR per DGX, full recomputation, unfused attention, micro-batch
-1, no interleaving, nothing overlapped); Megatron-LM README and
+A100 80 GB, 8 x 200 Gb/s HDR per DGX, full recomputation, unfused attention, fp16), each
+row run as NVIDIA/Megatron-LM's ``examples/sc21/run_table_1.sh`` (the paper's artifact)
+runs it: its micro-batch size, ``--num-layers-per-virtual-pipeline-stage`` (v) and
+``--DDP-impl`` (``torch``: the gradient all-reduce overlaps the backward; ``local``: it
+follows it), and Megatron-LM 2021's unfused gradient accumulation; Megatron-LM README and
 examples/pretrain_gpt3_175B.sh (GPT-3 175B, 1,024 A100, tp 8 pp 16, batch 1536); A.
 Grattafiori et al., arXiv 2407.21783, Table 4 (Llama 3 405B, 8,192 H100, tp 8 pp 16 dp 64,
 16M tokens of 8,192; 8 x 400 Gb/s per server; interleaved, v not given: v = 4 assumed;
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +59,14 @@ SC21_TABLE1 = (
     (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
 )
 
+#: The same rows in ``examples/sc21/run_table_1.sh``: (micro-batch size, layers per
+#: virtual stage or None, DDP implementation).
+SC21_RUN_TABLE_1 = (
+    (16, None, "torch"), (16, None, "torch"), (16, None, "torch"), (8, None, "torch"),
+    (4, None, "local"), (2, 5, "local"), (2, 5, "local"), (1, 3, "local"), (1, 1, "local"),
+    (1, None, "local"),
+)
+
 
 def gpt_sc21(heads: int, hidden: int, layers: int) -> TransformerShape:
     """SC'21's GPT: GELU MLP of 4h, biases, learned positions, tied embeddings."""
@@ -77,12 +89,15 @@ def estimate(shape, par, gpu, nic, batch, overlap):
 def rows():
     """(label, params, shape, par, gpu, nic, batch, overlap, published, metric)."""
     out = []
-    for params, heads, hidden, layers, tp, pp, gpus, batch, tflops in SC21_TABLE1:
+    for row, (mbs, per_chunk, ddp) in zip(SC21_TABLE1, SC21_RUN_TABLE_1):
+        params, heads, hidden, layers, tp, pp, gpus, batch, tflops = row
         dp = gpus // tp // pp
-        par = LLMParallel(tp, pp, dp, micro_batches=batch // dp, recompute="full",
-                          flash_attention=False)
+        par = LLMParallel(tp, pp, dp, micro_batches=batch // dp // mbs, recompute="full",
+                          flash_attention=False,
+                          virtual=layers // pp // per_chunk if per_chunk else 1)
+        overlap = replace(SC21, dp_grad_reduce=ddp == "torch")
         out.append((f"SC'21 {params}B", params, gpt_sc21(heads, hidden, layers), par,
-                    "A100", 200e9, batch, SC21, tflops, "tflops"))
+                    "A100", 200e9, batch, overlap, tflops, "tflops"))
     gpt3 = transformer_shape(build_model("gpt3-175b"))
     out.append(("GPT-3 175B (README)", 175.0, gpt3,
                  LLMParallel(8, 16, 8, micro_batches=192, recompute="full",

@@ -65,3 +65,17 @@ def test_the_measurement_file_is_topoopts():
     assert doc["batch_size"] == 32768 and doc["ngpus"] == 128
     names = {m["name"] for m in doc["measurements"]}
     assert {"Dense_2048_2048", "Dense_4096_4096", "Dense_18432_4096", "Dense_4096_1"} <= names
+
+
+@pytest.mark.parametrize("gpu", sorted(KERNEL_PROFILES))
+def test_sustained_clock_and_nccl_share_never_exceed_the_datasheet(gpu):
+    """Both scale a datasheet rate down (power-limited clock, NCCL's bus bandwidth)."""
+    prof = KERNEL_PROFILES[gpu]
+    assert 0 < prof.sustained_clock <= 1 and 0 < prof.collective_fraction <= 1
+    spec = GPUS[gpu]
+    big = gemm_efficiency(65536, 65536, 65536, spec, "bf16")
+    assert big == pytest.approx(prof.gemm_peak_fraction["bf16"] * prof.sustained_clock,
+                                rel=1e-2)
+    # TF32 was fitted on sustained measurements: not scaled again
+    assert gemm_efficiency(65536, 65536, 65536, spec, "fp32") == pytest.approx(
+        prof.gemm_peak_fraction["fp32"], rel=1e-2)

@@ -32,6 +32,11 @@ References
 .. [4] NVIDIA, "New cuBLAS 12.0 Features and Matrix Multiplication Performance on NVIDIA
    Hopper GPUs" (2023): large bf16 GEMMs at about 70 % of H100 SXM's peak; A100 at
    about 80 % of its 312 TFLOP/s.
+.. [5] G. Lockwood, "Peak FLOPS" (glennklockwood.com/garden/peak-FLOPS): NVIDIA states
+   A100's HPL peak at 1305 MHz, the clock an A100 sustains at its power limit under
+   tensor-core load, not its 1410 MHz boost (the datasheet's 312 TFLOP/s).
+.. [6] NVIDIA/nccl-tests issue #149 (2023): ``all_reduce_perf`` on 8 A100-SXM4-80GB over
+   NVSwitch reaches a bus bandwidth of about 200 GB/s of NVLink's 300 GB/s per direction.
 """
 
 from __future__ import annotations
@@ -66,6 +71,15 @@ class KernelProfile:
         ``fp8``): a large GEMM's fraction of the datasheet peak.
     attention_peak_fraction : Mapping[str, float]
         Fused (flash) attention's forward+backward fraction of the 16-bit peak.
+    sustained_clock : float
+        Clock the GPU holds at its power limit through a training run, over the clock
+        of the datasheet peak: scales the 16-bit (and FP8) tensor-core fractions, which
+        were measured in short benchmarks; TF32 was fitted on sustained training
+        measurements and is not scaled.
+    collective_fraction : float
+        Bus bandwidth NCCL's collectives reach over NVLink, over NVLink's bandwidth per
+        direction (A100: 200 of 300 GB/s, nccl-tests; H100: 1.0, no comparable
+        published figure here, NVLink SHARP passes the link rate).
     tile : int
         T, the output tile of one SM's thread block (cuBLAS: 128 x 128).
     k_half : float
@@ -77,6 +91,8 @@ class KernelProfile:
     sms: int
     gemm_peak_fraction: Mapping[str, float]
     attention_peak_fraction: Mapping[str, float]
+    sustained_clock: float = 1.0
+    collective_fraction: float = 1.0
     tile: int = 128
     k_half: float = 73.5
     launch: float = 19.6e-6
@@ -88,7 +104,8 @@ _A100_TF32 = 0.454
 KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
     "A100": KernelProfile(108, MappingProxyType({"fp32": _A100_TF32, "fp16": 0.80,
                                                  "bf16": 0.80}),
-                          MappingProxyType({"fp16": 0.60, "bf16": 0.60, "fp32": 0.60})),
+                          MappingProxyType({"fp16": 0.60, "bf16": 0.60, "fp32": 0.60}),
+                          sustained_clock=1305.0 / 1410.0, collective_fraction=200.0 / 300.0),
     "H100": KernelProfile(132, MappingProxyType({"fp32": _A100_TF32 * 0.70 / 0.80,
                                                  "fp16": 0.70, "bf16": 0.70, "fp8": 0.55}),
                           MappingProxyType({"fp16": 0.45, "bf16": 0.45, "fp32": 0.45,
@@ -99,6 +116,10 @@ KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
 def kernel_profile(gpu: GpuSpec) -> KernelProfile:
     """The profile of ``gpu`` (by name; an unknown GPU gets A100's shape factors)."""
     return KERNEL_PROFILES.get(gpu.name, KERNEL_PROFILES["A100"])
+
+
+def _sustained(prof: KernelProfile, precision: str) -> float:
+    return 1.0 if precision == "fp32" else prof.sustained_clock
 
 
 def _peak(gpu: GpuSpec, precision: str) -> float:
@@ -123,10 +144,11 @@ def gemm_efficiency(m: float, n: float, k: float, gpu: GpuSpec, precision: str) 
     Returns
     -------
     float
-        In (0, e_max]; nondecreasing in each of ``m``, ``n``, ``k``.
+        In (0, e_max x sustained_clock]; nondecreasing in each of ``m``, ``n``, ``k``.
     """
     prof = kernel_profile(gpu)
-    e_max = prof.gemm_peak_fraction.get(precision, prof.gemm_peak_fraction["bf16"])
+    e_max = (prof.gemm_peak_fraction.get(precision, prof.gemm_peak_fraction["bf16"])
+             * _sustained(prof, precision))
     tiles = max(1.0, m / prof.tile) * max(1.0, n / prof.tile)
     return e_max * min(1.0, tiles / prof.sms) * k / (k + prof.k_half)
 
@@ -166,7 +188,8 @@ def attention_time(flops: float, gpu: GpuSpec, precision: str, kernels: int = 1)
     if flops <= 0:
         return 0.0
     prof = kernel_profile(gpu)
-    frac = prof.attention_peak_fraction.get(precision, prof.attention_peak_fraction["bf16"])
+    frac = (prof.attention_peak_fraction.get(precision, prof.attention_peak_fraction["bf16"])
+            * _sustained(prof, precision))
     peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
     return kernels * prof.launch + flops / (peak * frac)
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from topoopt.cluster import Cluster, GpuSpec
-from topoopt.kernels import attention_time, dense_layer_time, memory_time
+from topoopt.kernels import attention_time, dense_layer_time, kernel_profile, memory_time
+from topoopt.llm.memory import stage_params
 from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.llm.traffic import LLMTraffic
 from topoopt.workloads.gpt import TransformerShape
@@ -69,16 +70,23 @@ class Overlap:
     pp_comm : bool
         Pipeline sends and receives under the next micro-batch's compute (Megatron's
         overlapped P2P communication).
+    fused_grad_accumulation : bool
+        Not an overlap but a fusion of the same vintage: the weight-gradient GEMMs
+        accumulate into the gradient buffer (Megatron-core's
+        ``--gradient-accumulation-fusion``). False: every micro-batch's backward ends
+        with an add of each gradient into the buffer (Megatron-LM 2021's DDP hook
+        ``main_grad.add_(grad)``), ``3 x dtype`` bytes per parameter at HBM speed.
     """
 
     dp_grad_reduce: bool = True
     dp_param_gather: bool = True
     tp_comm: bool = False
     pp_comm: bool = True
+    fused_grad_accumulation: bool = True
 
 
-#: Nothing overlapped: Megatron-LM as Narayanan et al. SC'21 ran it.
-SC21 = Overlap(False, False, False, False)
+#: Nothing overlapped nor fused: Megatron-LM as Narayanan et al. SC'21 ran it.
+SC21 = Overlap(False, False, False, False, False)
 
 
 @dataclass(frozen=True)
@@ -128,10 +136,12 @@ def ideal_comm_times(traffic: LLMTraffic, cluster: Cluster) -> CommTimes:
 
 
 def nvlink_rate(cluster: Cluster) -> float:
-    """Bytes/s one GPU sends over NVLink: half of ``intra_server_bandwidth``, which (as
-    the datasheets' 600 and 900 GB/s) counts both directions, while a ring or an
-    all-to-all sends and receives at once."""
-    return cluster.intra_server_bandwidth / 8.0 / 2.0
+    """Bytes/s one GPU's collectives send over NVLink: half of
+    ``intra_server_bandwidth``, which (as the datasheets' 600 and 900 GB/s) counts both
+    directions, while a ring or an all-to-all sends and receives at once; times the
+    share of it NCCL reaches (:attr:`~topoopt.kernels.KernelProfile.collective_fraction`)."""
+    return (cluster.intra_server_bandwidth / 8.0 / 2.0
+            * kernel_profile(cluster.gpu).collective_fraction)
 
 
 def hardware_flops_per_token(shape: TransformerShape, recompute: str) -> float:
@@ -292,13 +302,20 @@ class LLMIteration:
 
 
 def _stage_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
-                 tokens: int) -> LayerTimes:
-    """The busiest stage's kernels per micro-batch (the last also runs the logits)."""
+                 tokens: int, fused_grad_accumulation: bool = True) -> LayerTimes:
+    """The busiest stage's kernels per micro-batch (the last also runs the logits;
+    unfused gradient accumulation adds ``3 x dtype`` bytes per parameter of the stage)."""
     layer = layer_times(shape, par, gpu, precision, tokens)
     logits = _logit_times(shape, par, gpu, precision, tokens)
     layers = stage_layers(shape.layers, par.pp, par.virtual)
-    stages = [layer.scaled(n) + (logits if s == par.pp - 1 else LayerTimes(0, 0, 0, 0))
-              for s, n in enumerate(layers)]
+    dense, expert = stage_params(shape, par)
+    dtype = 4.0 if precision == "fp32" else 2.0
+    stages = []
+    for s, n in enumerate(layers):
+        t = layer.scaled(n) + (logits if s == par.pp - 1 else LayerTimes(0, 0, 0, 0))
+        if not fused_grad_accumulation:
+            t += LayerTimes(0.0, memory_time(3 * dtype * (dense[s] + expert[s]), gpu), 0, 0)
+        stages.append(t)
     return max(stages, key=lambda x: x.total)
 
 
@@ -337,7 +354,7 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
     nv = nvlink_rate(cluster)
     tokens = global_batch * shape.seq
     mb_tokens = tokens // par.dp // par.micro_batches
-    stage = _stage_times(shape, par, gpu, precision, mb_tokens)
+    stage = _stage_times(shape, par, gpu, precision, mb_tokens, overlap.fused_grad_accumulation)
     compute = stage.total
     tp = traffic.tp_nvlink_per_micro_batch / nv
     if overlap.tp_comm and par.tp > 1:   # the first of tp chunks cannot overlap
