@@ -166,3 +166,29 @@ def test_ideal_comm_times_dp_ring_by_hand():
     assert comm.dp == pytest.approx(ring)
     act = 1536 // 16 // 96 * 2048 * 12288 * 2       # one micro-batch's activations
     assert comm.pp_step == pytest.approx(act * 8 / c.server_bandwidth + c.link_latency)
+
+
+def test_activations_term_by_term_gqa_and_dropout():
+    """Korthikanti's 34 h for GPT-3 (LayerNorm, dropout, full multi-head attention);
+    K and V at kv width and no dropout masks for Llama (GQA, RMSNorm)."""
+    from topoopt.llm.memory import activation_bytes_per_token, has_dropout
+    gpt = shape("gpt3-175b")
+    assert has_dropout(gpt)
+    assert activation_bytes_per_token(gpt, "none") == pytest.approx(34 * gpt.hidden)
+    llama = shape("llama3-405b")
+    assert not has_dropout(llama) and llama.kv_dim < llama.hidden
+    h, kv, f = llama.hidden, llama.kv_dim, llama.ffn
+    assert activation_bytes_per_token(llama, "none") == pytest.approx(12 * h + 4 * kv + 6 * f)
+
+
+def test_in_flight_micro_batches_of_1f1b_and_interleaved():
+    from topoopt.llm.memory import in_flight
+    for p, m in ((4, 8), (8, 3), (16, 32)):
+        par = LLMParallel(8, p, 1, micro_batches=m)
+        assert [in_flight(par, s) for s in range(p)] == [min(m, p - s) for s in range(p)]
+    for p, v in ((4, 2), (16, 4), (8, 3)):
+        par = LLMParallel(8, p, 1, micro_batches=64, virtual=v)
+        # the first stage: p (1 + (p - 1) / (p v)) micro-batches (Korthikanti §4.2.3)
+        assert in_flight(par, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+        assert all(in_flight(par, s) >= in_flight(par, s + 1) for s in range(p - 1))
+    assert in_flight(LLMParallel(8, 16, 1, micro_batches=2, virtual=4), 0) == 2

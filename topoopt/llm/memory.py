@@ -22,7 +22,7 @@ from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["HBM_USABLE", "MemoryBreakdown", "stage_params", "memory_per_gpu",
-           "activation_bytes_per_token"]
+           "activation_bytes_per_token", "has_dropout", "in_flight"]
 
 #: Fraction of HBM a training process can fill: the rest is the CUDA context, NCCL
 #: buffers and allocator fragmentation. An assumption (PyTorch reserves ~1-3 GB of an
@@ -94,28 +94,56 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
     return dense, expert
 
 
+def has_dropout(shape: TransformerShape) -> bool:
+    """Whether ``shape`` trains with dropout (its masks are activations): LayerNorm GPTs
+    (GPT-2/3, Megatron-LM's, OPT, BLOOM: 0.1) do; RMSNorm models (Llama, Mistral, Qwen,
+    DeepSeek) train without it in their published recipes. An assumption on the
+    shape's family, stated in docs/llm-model.md."""
+    return not shape.rms_norm
+
+
 def activation_bytes_per_token(shape: TransformerShape, recompute: str,
                                flash_attention: bool = True) -> float:
     """Bytes of 16-bit activations one layer keeps per token for its backward, before
-    tensor/sequence parallelism (Korthikanti et al. Table 2, generalised).
+    tensor/sequence parallelism (Korthikanti et al. §4.1 and Table 2, term by term).
 
-    Korthikanti's ``34 h``: attention block ``11 h`` (+ ``5 a s`` for the scores,
-    softmax and its dropout mask), two LayerNorms ``4 h``, MLP ``19 h`` = input
-    ``2 h``, two ``4h``-wide 16-bit tensors ``16 h`` and a dropout mask ``h``. For
-    another MLP width the ``16 h`` becomes ``4 f`` (GELU) or ``6 f`` (SwiGLU: gate, up
+    Korthikanti's ``34 h``: attention block ``11 h`` = the QKV input ``2 h``, Q and K
+    ``4 h``, V ``2 h``, the output projection's input ``2 h``, its dropout mask ``h``
+    (+ ``5 a s`` for the scores, softmax and its dropout mask); two LayerNorms ``4 h``;
+    MLP ``19 h`` = input ``2 h``, two ``4h``-wide 16-bit tensors ``16 h``, a dropout
+    mask ``h``. Generalised term by term: K and V are ``kv_dim`` wide (grouped-query
+    attention), the MLP's ``16 h`` becomes ``4 f`` (GELU) or ``6 f`` (SwiGLU: gate, up
     and their product), with ``f`` the width a token goes through (``top_k x
-    capacity_factor`` experts in a MoE layer, plus the shared ones). Fused
-    (flash) attention keeps no scores: the ``5 a s`` term goes.
+    capacity_factor`` experts in a MoE layer, plus the shared ones), and the two
+    ``h`` dropout masks go with the dropout (:func:`has_dropout`). Fused (flash)
+    attention keeps no scores: the ``5 a s`` term goes.
     """
     h = shape.hidden
     if recompute == "full":
         return 2.0 * h
     width = (shape.top_k * shape.capacity_factor * shape.expert_ffn
              + shape.shared_experts * shape.ffn) if shape.moe else shape.ffn
-    per = 15.0 * h + 3.0 * h + (6.0 if shape.gated else 4.0) * width
+    masks = 2.0 * h if has_dropout(shape) else 0.0
+    attention = 6.0 * h + 4.0 * shape.kv_dim
+    per = attention + 4.0 * h + 2.0 * h + (6.0 if shape.gated else 4.0) * width + masks
     if recompute == "none" and not flash_attention:
         per += 5.0 * shape.heads * shape.seq
     return per
+
+
+def in_flight(par: LLMParallel, stage: int) -> float:
+    """Micro-batches of its layers stage ``stage`` keeps activations for, at most.
+
+    1F1B: the ``p - s - 1`` warm-up forwards and the one in flight (SC'21 §2.2.1). The
+    interleaved schedule runs ``2 (p - s - 1) + (v - 1) p + 1`` chunk forwards before
+    its first backward (Megatron-LM's ``get_forward_backward_func`` warm-up count),
+    each ``1 / v`` of the stage's layers: ``p (1 + (p - 1) / (p v))`` micro-batches on
+    the first stage (Korthikanti et al. §4.2.3). Never more than the ``m`` of them.
+    """
+    p, v, m = par.pp, par.virtual, par.micro_batches
+    if v == 1:
+        return float(min(m, p - stage))
+    return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1) / v
 
 
 def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
@@ -161,10 +189,7 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     for s in range(par.pp):
         params = dense[s] + expert[s]
         opt = opt_per_param * (dense[s] / par.dp + expert[s] / edp if par.zero1 else params)
-        # 1F1B: stage s keeps min(m, p - s) micro-batches in flight (the interleaved
-        # schedule a little more on the first stage; not modelled)
-        flight = min(par.micro_batches, par.pp - s)
-        act = layers[s] * flight * mb_tokens * act_token
+        act = layers[s] * in_flight(par, s) * mb_tokens * act_token
         if s == par.pp - 1:   # fp32 logits of one micro-batch for the loss
             act += mb_tokens * shape.vocab * 4.0 / par.tp
         stages.append(MemoryBreakdown(s, params, params * dtype_bytes, params * dtype_bytes,
