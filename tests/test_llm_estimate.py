@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
+from topoopt.config import load_config, parse_config
+from topoopt.errors import ConfigError
 from topoopt.llm import (
     SC21,
     CommTimes,
@@ -118,8 +120,10 @@ def test_estimate_gives_the_planners_time(config, tmp_path):
     assert doc["megatron_tflops_per_gpu"] > doc["model_tflops_per_gpu"]   # full recompute
 
 
-@pytest.mark.parametrize("layout,field", [("tp=16,pp=4,dp=2", "parallel.tp"),
-                                          ("tp=8,pp=4,dp=2", "parallel"),
+@pytest.mark.parametrize("layout,field", [("tp=16,pp=4,dp=2", "--parallel tp"),
+                                          ("tp=8,pp=4,dp=2", "--parallel dp"),
+                                          ("tp=8,pp=8,dp=2,ep=2", "--parallel ep"),
+                                          ("tp=1,pp=128,dp=1", "--parallel pp"),
                                           ("tp=8,pp=8,dp=2,v=5", "--parallel v"),
                                           ("tp=8,pp=8,dp=2,mbs=3", "--parallel mbs"),
                                           ("tp=8,pp=8,dp=2,cp=2", "--parallel cp"),
@@ -129,3 +133,37 @@ def test_estimate_refuses_bad_layouts_in_one_line(config, layout, field):
     assert res.exit_code == 2
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), res.output
+
+
+def test_a_global_batch_in_sequences_with_gradient_accumulation(tmp_path):
+    """GPT-3's 1536 sequences on 1,024 GPUs (1.5 per GPU): the micro-batch count is
+    derived from the layout; a pair that disagrees is refused in one line."""
+    path = tmp_path / "gpt3.toml"
+    text = CONFIG.replace("servers = 16", "servers = 128").replace(
+        "batch_per_gpu = 1", "global_batch = 1536")
+    path.write_text(text)
+    cfg = load_config(path)
+    assert cfg.job.global_batch(cfg.cluster) == 1536
+    out = tmp_path / "e.json"
+    res = CliRunner().invoke(main, ["estimate", str(path), "--parallel",
+                                    "tp=8,pp=16,dp=8,mbs=1,recompute=full", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["parallel"]["micro_batches"] == 1536 // 8
+    path.write_text(text.replace("global_batch = 1536", "global_batch = 1536\nbatch_per_gpu = 2"))
+    res = CliRunner().invoke(main, ["estimate", str(path), "--parallel", "tp=8,pp=16,dp=8"])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith("error: job.global_batch = 1536")
+
+
+def test_a_data_parallel_job_takes_a_global_batch_of_whole_samples_per_gpu():
+    doc = {"cluster": {"servers": 4, "nics": 4, "link_bandwidth": "100Gbps",
+                       "gpus_per_server": 8},
+           "job": {"model": "dlrm", "global_batch": 4 * 8 * 16}}
+    job = parse_config(doc).job
+    assert job.batch_per_gpu == 16
+    doc["job"]["global_batch"] = 100
+    with pytest.raises(ConfigError, match="job.global_batch"):
+        parse_config(doc)
+    with pytest.raises(ConfigError, match="job.batch_per_gpu"):
+        parse_config({**doc, "job": {"model": "dlrm"}})

@@ -64,6 +64,7 @@ LIMITS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "cluster.gpus_per_server": (1, 72),      # the largest NVLink domain: NVL72
     "cluster.intra_server_bandwidth": (1e6, 1e14),  # NVLink 5: 14.4 Tb/s per GPU
     "job.batch_per_gpu": (1, 2 ** 20),       # TopoOpt's largest DLRM batch: 2048 (§5.3)
+    "job.global_batch": (1, 2 ** 36),        # every GPU of the largest cluster at the above
 })
 
 
@@ -149,13 +150,20 @@ class Job:
     model : str
         Built-in model name or ``"custom"``.
     batch_per_gpu : int
-        Local batch per GPU; the global batch is servers x GPUs x this.
+        Local batch per GPU; the global batch is servers x GPUs x this. 0 when
+        ``global_batch_size`` is given alone (an LLM's batch, which tensor and pipeline
+        parallelism do not split per GPU).
     precision : str
         ``"fp32"``, ``"fp16"`` or ``"bf16"``.
     size : Mapping
         Overrides of the model's size parameters.
     operators : tuple
         For ``model = "custom"``: the operator tables from the config.
+    global_batch_size : int
+        ``[job] global_batch``: samples (an LLM's sequences) per iteration, with
+        gradient accumulation: the micro-batch count is derived from it and the layout
+        (Megatron-LM's ``--global-batch-size``; GPT-3's 1536 on 1,024 GPUs). 0: servers
+        x GPUs x ``batch_per_gpu``. Given with ``batch_per_gpu``, the two must agree.
     """
 
     model: str
@@ -163,13 +171,19 @@ class Job:
     precision: str = "fp32"
     size: Mapping[str, object] = field(default_factory=dict)
     operators: tuple = ()
+    global_batch_size: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", FrozenDict(self.size))
         object.__setattr__(self, "operators", tuple(FrozenDict(o) if isinstance(o, dict) else o
                                                     for o in self.operators))
-        require_int("job.batch_per_gpu", self.batch_per_gpu, minimum=1)
-        _within("job.batch_per_gpu", self.batch_per_gpu)
+        require_int("job.global_batch", self.global_batch_size, minimum=0)
+        if self.global_batch_size:
+            _within("job.global_batch", self.global_batch_size)
+        require_int("job.batch_per_gpu", self.batch_per_gpu,
+                    minimum=0 if self.global_batch_size else 1)
+        if self.batch_per_gpu:
+            _within("job.batch_per_gpu", self.batch_per_gpu)
         require_choice("job.precision", self.precision, tuple(PRECISION_BYTES))
 
     @property
@@ -178,5 +192,19 @@ class Job:
         return PRECISION_BYTES[self.precision]
 
     def global_batch(self, cluster: Cluster) -> int:
-        """Samples per iteration over the whole shard."""
-        return cluster.servers * cluster.gpus_per_server * self.batch_per_gpu
+        """Samples per iteration over the whole shard.
+
+        Raises
+        ------
+        ConfigError
+            ``job.global_batch`` disagrees with ``batch_per_gpu`` on this cluster.
+        """
+        gpus = cluster.servers * cluster.gpus_per_server
+        if not self.global_batch_size:
+            return gpus * self.batch_per_gpu
+        if self.batch_per_gpu and gpus * self.batch_per_gpu != self.global_batch_size:
+            raise ConfigError("job.global_batch", self.global_batch_size,
+                              f"disagrees with batch_per_gpu = {self.batch_per_gpu} on "
+                              f"{gpus} GPUs ({gpus * self.batch_per_gpu} samples); give "
+                              f"one of the two")
+        return self.global_batch_size

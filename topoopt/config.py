@@ -38,6 +38,7 @@ from topoopt.errors import ConfigError
 from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_defaults, model_of
+from topoopt.workloads.gpt import is_transformer
 
 __all__ = ["Config", "PlanSettings", "load_config", "parse_config", "read_toml",
            "cluster_from_table", "job_from_table", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS",
@@ -46,7 +47,7 @@ __all__ = ["Config", "PlanSettings", "load_config", "parse_config", "read_toml",
 
 CLUSTER_KEYS = ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server", "gpu",
                 "intra_server_bandwidth", "compute_efficiency", "memory_efficiency")
-JOB_KEYS = ("model", "batch_per_gpu", "precision", "size", "operators")
+JOB_KEYS = ("model", "batch_per_gpu", "precision", "size", "operators", "global_batch")
 #: Top-level tables; a config can carry all of them (``cost`` and ``react`` are
 #: validated by the stage that reads them: the cost model, REACT).
 SECTIONS = ("cluster", "job", "plan", "cost", "react")
@@ -239,9 +240,11 @@ def _cluster(table: dict) -> Cluster:
 
 def _job(table: dict) -> Job:
     require_keys("job", table, JOB_KEYS)
-    for key in ("model", "batch_per_gpu"):
-        if key not in table:
-            raise ConfigError(f"job.{key}", None, "is required")
+    if "model" not in table:
+        raise ConfigError("job.model", None, "is required")
+    if "batch_per_gpu" not in table and "global_batch" not in table:
+        raise ConfigError("job.batch_per_gpu", None, "is required (or job.global_batch, "
+                                                     "the samples per iteration)")
     size = table.get("size", {})
     if not isinstance(size, dict):
         raise ConfigError("job.size", size, "must be a table of size parameters")
@@ -262,10 +265,25 @@ def _job(table: dict) -> Job:
             raise ConfigError("job.size", size, "a custom model takes no size overrides")
     elif operators:
         raise ConfigError("job.operators", "...", "operators are only for model = 'custom'")
-    job = Job(model=model, batch_per_gpu=table["batch_per_gpu"],
-              precision=table.get("precision", "fp32"), size=size, operators=tuple(operators))
+    job = Job(model=model, batch_per_gpu=table.get("batch_per_gpu", 0),
+              precision=table.get("precision", "fp32"), size=size, operators=tuple(operators),
+              global_batch_size=table.get("global_batch", 0))
     _require_work(model_of(job))  # validates the model name, size overrides, operators
     return job
+
+
+def _with_batch_per_gpu(job: Job, cluster: Cluster) -> Job:
+    """Check ``global_batch`` against ``batch_per_gpu`` and, for a data-parallel model
+    given only ``global_batch``, derive the whole samples per GPU it needs."""
+    job.global_batch(cluster)   # the pair must agree
+    if job.batch_per_gpu or is_transformer(model_of(job)):
+        return job
+    gpus = cluster.servers * cluster.gpus_per_server
+    if job.global_batch_size % gpus:
+        raise ConfigError("job.global_batch", job.global_batch_size,
+                          f"must be a multiple of the {gpus} GPUs for a data-parallel "
+                          f"model (or give batch_per_gpu)")
+    return replace(job, batch_per_gpu=job.global_batch_size // gpus)
 
 
 def _require_work(model: Model) -> None:
@@ -295,7 +313,7 @@ def parse_config(doc: Mapping[str, Any], source: str = "<memory>") -> Config:
                         "document (read_toml), or call load_config(path) with a file")
     require_keys("", doc, SECTIONS)
     cluster = _cluster(_table(doc, "cluster", True))
-    job = _job(_table(doc, "job", True))
+    job = _with_batch_per_gpu(_job(_table(doc, "job", True)), cluster)
     plan = _table(doc, "plan", False)
     return Config(cluster=cluster, job=job, plan=FrozenDict(plan),
                   cost=FrozenDict(_table(doc, "cost", False)),

@@ -21,6 +21,10 @@ __all__ = ["estimate", "parse_layout", "STATIC_FABRICS"]
 #: Fabrics timed without a search (the TopoOpt shard needs TopologyFinder: ``plan``).
 STATIC_FABRICS = ("ideal", "fattree", "oversub", "expander")
 _KEYS = ("tp", "pp", "dp", "ep", "cp", "mbs", "v", "recompute", "zero1")
+#: The library's field of each degree (``parallel``: the GPU count, fixed by dp).
+_DEGREE = {"parallel": "dp", "parallel.tp": "tp", "parallel.pp": "pp", "parallel.dp": "dp",
+           "parallel.ep": "ep", "parallel.micro_batches": "mbs", "parallel.virtual": "v",
+           "parallel.recompute": "recompute", "parallel.order": "order"}
 
 
 def parse_layout(text: str) -> dict:
@@ -59,9 +63,16 @@ def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
     if v > 1 and shape.layers % (pp * v):
         raise ConfigError("--parallel v", v, f"pp x v = {pp * v} must divide the "
                                              f"{shape.layers} layers")
-    par = LLMParallel(layout["tp"], pp, dp, layout["ep"], batch // (dp * mbs),
-                      bool(layout["zero1"]), layout["recompute"], virtual=v)
-    check_parallel(par, shape, cluster, batch)
+    try:
+        par = LLMParallel(layout["tp"], pp, dp, layout["ep"], batch // (dp * mbs),
+                          bool(layout["zero1"]), layout["recompute"], virtual=v)
+        check_parallel(par, shape, cluster, batch)
+    except ConfigError as exc:   # name the degree as the user wrote it
+        key = _DEGREE.get(exc.field)
+        if key is None:
+            raise
+        value = layout[key] if key in layout else exc.value
+        raise ConfigError(f"--parallel {key}", value, exc.allowed) from None
     return par
 
 

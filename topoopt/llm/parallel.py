@@ -139,8 +139,15 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
     g = cluster.gpus_per_server
     total = cluster.servers * g
     if par.gpus != total:
+        fix = (f"; dp = {total // (par.tp * par.pp)}" if total % (par.tp * par.pp) == 0
+               else "")
         raise ConfigError("parallel", par.label(),
-                          f"tp x pp x dp = {par.gpus} must equal the cluster's {total} GPUs")
+                          f"tp x pp x dp = {par.tp} x {par.pp} x {par.dp} = {par.gpus} must "
+                          f"equal the cluster's {total} GPUs{fix}")
+    if par.tp > g:
+        raise ConfigError("parallel.tp", par.tp,
+                          f"tp must not exceed the server's {g} GPUs (tensor parallelism "
+                          f"stays on NVLink)")
     if g % par.tp:
         raise ConfigError("parallel.tp", par.tp,
                           f"must divide the {g} GPUs of a server (tensor parallelism on NVLink)")

@@ -158,8 +158,9 @@ def rings_of(doc: dict) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
 def cluster_job_of(doc: dict) -> tuple[Cluster, Job]:
     """The cluster and job of a plan document, validated as a config's would be."""
     c = as_table(required(doc, "cluster", "cluster"), "cluster")
-    j = {k: v for k, v in as_table(required(doc, "job", "job"), "job").items()
-         if k != "global_batch"}
+    j = dict(as_table(required(doc, "job", "job"), "job"))
+    if j.get("batch_per_gpu"):   # derived from it; else the config gave global_batch alone
+        j.pop("global_batch", None)
     if not j.get("size"):
         j.pop("size", None)
     try:
