@@ -18,7 +18,9 @@ The shape factors (``T``, ``k_half``, ``launch``) and A100's TF32 ``e_max`` are 
 on TopoOpt's published per-operator DLRM measurements
 (``benchmarks/data/topoopt_dlrm_measure_32768_128.json``, docs/llm-model.md gives the
 fit and its residuals); the 16-bit ``e_max`` of each GPU comes from published large-GEMM
-throughput (references). Attention is FlashAttention's published fraction of peak.
+throughput (references), at the clock the GPU sustains at its power limit. Attention is
+FlashAttention's published fraction of peak. NCCL's share of NVLink is here too: the
+collectives are kernels of the same GPU.
 
 References
 ----------
