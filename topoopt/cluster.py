@@ -50,7 +50,12 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType({
 })
 
 #: Bytes per element of parameters, activations and gradients.
-PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2})
+#: Bytes per element of weights, activations and gradients. FP8 training (Transformer
+#: Engine on H100) runs its GEMMs in FP8 but keeps bf16 weights, activations and the
+#: tensors it sends: 2 bytes; only the LLM kernel model times FP8 (other operators
+#: take the 16-bit peak).
+PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2,
+                                                       "fp8": 2})
 
 
 #: Bounds of every cluster and job field (docs/limits.md gives each one's source): the
@@ -154,7 +159,8 @@ class Job:
         ``global_batch_size`` is given alone (an LLM's batch, which tensor and pipeline
         parallelism do not split per GPU).
     precision : str
-        ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        ``"fp32"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (FP8 GEMMs with bf16 tensors,
+        on a GPU with FP8 tensor cores: H100).
     size : Mapping
         Overrides of the model's size parameters.
     operators : tuple

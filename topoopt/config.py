@@ -35,6 +35,7 @@ from topoopt._require import (
 )
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
+from topoopt.kernels import kernel_profile
 from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_defaults, model_of
@@ -273,9 +274,14 @@ def _job(table: dict) -> Job:
 
 
 def _with_batch_per_gpu(job: Job, cluster: Cluster) -> Job:
-    """Check ``global_batch`` against ``batch_per_gpu`` and, for a data-parallel model
-    given only ``global_batch``, derive the whole samples per GPU it needs."""
+    """Check the job against the cluster (``global_batch`` against ``batch_per_gpu``,
+    FP8 against the GPU) and, for a data-parallel model given only ``global_batch``,
+    derive the whole samples per GPU it needs."""
     job.global_batch(cluster)   # the pair must agree
+    if job.precision == "fp8" and "fp8" not in kernel_profile(cluster.gpu).gemm_peak_fraction:
+        raise ConfigError("job.precision", job.precision,
+                          f"{cluster.gpu.name} has no FP8 tensor cores: use bf16, or "
+                          f"gpu = \"H100\"")
     if job.batch_per_gpu or is_transformer(model_of(job)):
         return job
     gpus = cluster.servers * cluster.gpus_per_server
