@@ -200,10 +200,27 @@ def test_cli_shows_the_mapping_and_refuses_in_one_line(tmp_path, monkeypatch):
 
 
 def test_the_example_config_plans_end_to_end_and_checks(tmp_path, monkeypatch):
+    """From another directory: the config's hf: path is relative to the config's folder,
+    and the plan records it absolute so that --check finds it from anywhere."""
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["plan", str(ROOT / "configs/qwen2.5-7b.toml"), "-o",
+                                    "plan"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert doc["job"]["model"] == f"hf:{ROOT / 'configs/hf/qwen2.5-7b.json'}"
+    monkeypatch.chdir(ROOT / "docs")
+    out = CliRunner().invoke(main, ["plan", "--check", str(tmp_path / "plan")])
+    assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("model", ["hf:hf/missing.json", "torch:torch/missing.py:f"])
+def test_a_config_path_that_is_not_there_is_one_line(tmp_path, monkeypatch, model):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[cluster]\nservers = 4\nnics = 2\nlink_bandwidth = "100Gbps"\n'
+                      f'[job]\nmodel = "{model}"\nbatch_per_gpu = 1\n')
     monkeypatch.chdir(ROOT)
-    out = CliRunner().invoke(main, ["plan", "configs/qwen2.5-7b.toml", "-o", str(tmp_path)])
-    assert out.exit_code == 0, out.output
-    doc = json.loads((tmp_path / "plan.json").read_text())
-    assert doc["job"]["model"] == "hf:configs/hf/qwen2.5-7b.json"
-    out = CliRunner().invoke(main, ["plan", "--check", str(tmp_path)])
-    assert out.exit_code == 0, out.output
+    out = CliRunner().invoke(main, ["plan", str(config), "-o", str(tmp_path / "out")])
+    assert out.exit_code == 2
+    assert out.output.strip().count("\n") == 0
+    assert "job.model" in out.output and str(tmp_path / model.split(":")[1]) in out.output
+    assert not (tmp_path / "out").exists()
