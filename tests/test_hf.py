@@ -224,3 +224,48 @@ def test_a_config_path_that_is_not_there_is_one_line(tmp_path, monkeypatch, mode
     assert out.output.strip().count("\n") == 0
     assert "job.model" in out.output and str(tmp_path / model.split(":")[1]) in out.output
     assert not (tmp_path / "out").exists()
+
+
+def _plan(config, out):
+    result = CliRunner().invoke(main, ["plan", str(config), "-o", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "plan.json").read_text())
+
+
+def test_an_imported_decoder_plans_as_its_source(tmp_path, monkeypatch):
+    """import-model writes an hf: decoder as its shape (model = "transformer"), which the
+    LLM planner plans as it does the source: plan.json is the same but for the config's
+    path and the job's model and size, and every other file but the report's (whose
+    titles name the model) is byte-equal."""
+    source = tmp_path / "source.toml"
+    source.write_text('[cluster]\nservers = 4\nnics = 4\nlink_bandwidth = "400Gbps"\n'
+                      'gpus_per_server = 8\ngpu = "H100"\n[job]\n'
+                      f'model = "hf:{ROOT / "configs/hf/deepseek-v2-lite.json"}"\n'
+                      'batch_per_gpu = 1\nprecision = "bf16"\nsize = {seq = 2048}\n')
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["import-model", str(source), "-o", "imported.toml"])
+    assert out.exit_code == 0, out.output
+    text = (tmp_path / "imported.toml").read_text()
+    assert 'model = "transformer"' in text and "kv_lora_rank = 512" in text
+    a, b = _plan(source, tmp_path / "a"), _plan(tmp_path / "imported.toml", tmp_path / "b")
+    assert "llm" in a
+    assert b["job"]["model"] == "transformer" and b["job"]["size"]["seq"] == 2048
+    for doc in (a, b):
+        doc.pop("config"), doc["job"].pop("model"), doc["job"].pop("size")
+    assert a == b
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*")
+                   if p.is_file() and p.name != "plan.json" and p.suffix not in (".png", ".html"))
+    assert files
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_transformer_model_takes_shape_fields_only():
+    base = dict(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, seq=16, vocab=100)
+    assert transformer_shape(build_model("transformer", base)) == TransformerShape(**base)
+    with pytest.raises(ConfigError, match="job.size.tables"):
+        build_model("transformer", {**base, "tables": 2})
+    with pytest.raises(ConfigError, match="job.size.vocab"):
+        build_model("transformer", {k: v for k, v in base.items() if k != "vocab"})
+    with pytest.raises(ConfigError, match="job.size.kv_heads"):
+        build_model("transformer", {**base, "kv_heads": 3})
