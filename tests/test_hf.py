@@ -101,6 +101,74 @@ def test_flops_per_token_are_6n_plus_attention(path):
     assert shape.training_flops_per_token() == pytest.approx(expected, rel=1e-12)
 
 
+#: One config per family for the counted run (the smallest of each).
+COUNTED = {"llama": "llama-3.2-1b", "mistral": "mistral-7b-v0.1", "qwen2": "qwen2.5-0.5b",
+           "qwen3": "qwen3-0.6b", "gemma2": "gemma-2-2b", "phi3": "phi-3-mini-4k",
+           "gpt2": "gpt2", "gpt_neox": "pythia-160m", "mixtral": "mixtral-8x7b",
+           "qwen2_moe": "qwen1.5-moe-a2.7b", "qwen3_moe": "qwen3-30b-a3b",
+           "deepseek_v2": "deepseek-v2-lite", "deepseek_v3": "deepseek-v3",
+           "bert": "bert-base-uncased", "roberta": "roberta-base"}
+
+
+def _counted(config: dict, seq: int, backward: bool) -> float:
+    """FLOPs torch's own counter (``torch.utils.flop_counter``: matmuls and attention)
+    counts for one sequence of ``seq`` tokens through transformers' module, run on the
+    meta device (shapes only), forward and, with ``backward``, backward."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    module = _hf_module(config)
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        out = module(input_ids=ids)
+        if backward:
+            out.logits.sum().backward()
+    return counter.get_total_flops()
+
+
+def test_the_counted_families_are_every_family():
+    assert set(COUNTED) == set(HF_FAMILIES)
+    assert {_load(p)["model_type"]: p.stem for p in CONFIGS if p.stem in COUNTED.values()
+            } == COUNTED
+
+
+@pytest.mark.parametrize("family", [f for f in COUNTED if f not in ("bert", "roberta")])
+def test_flops_per_token_equal_the_counted_module(family):
+    """Training FLOPs per token (forward and backward) equal torch's count of the module
+    itself, up to 4 layers of it (the count is per layer; the parameters are checked
+    on the whole model above). A meta-device run routes no token to a routed expert, so
+    for MoE families the count leaves them out, and so does the comparison: their
+    share is the active-parameter test's."""
+    config = _load(next(p for p in CONFIGS if p.stem == COUNTED[family]))
+    key = "n_layer" if family == "gpt2" else "num_hidden_layers"
+    layers = min(4, config[key])
+    config = {**config, key: layers, **(
+        {"layer_types": config["layer_types"][:layers]} if "layer_types" in config else {})}
+    seq = min(64, config.get("sliding_window") or 64)
+    shape = hf_shape(config, seq=seq)
+    routed = 6.0 * shape.moe_layers * shape.top_k * shape.expert_params
+    counted = _counted(config, seq, backward=True)
+    assert counted / seq == pytest.approx(shape.training_flops_per_token() - routed, rel=1e-12)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_encoder_matmul_flops_equal_the_counted_module(family, monkeypatch):
+    """BERT and RoBERTa: the dense and attention operators' forward FLOPs less what they
+    fold in besides matmuls (the GELU and tanh activations and the attention softmax,
+    ``workloads/layers.py``) equal torch's count of the module's forward."""
+    from topoopt.workloads.layers import ACTIVATION_FLOPS_PER_ELEM, SOFTMAX_FLOPS_PER_ELEM
+    path = next(p for p in CONFIGS if p.stem == COUNTED[family])
+    config, seq = _load(path), 64
+    monkeypatch.chdir(ROOT)
+    model = build_model("hf:" + _rel(path), {"seq": seq})
+    h, layers, heads = config["hidden_size"], config["num_hidden_layers"], \
+        config["num_attention_heads"]
+    matmuls = sum(op.fwd_flops for op in model if op.kind in ("dense", "attention"))
+    folded = ACTIVATION_FLOPS_PER_ELEM * (layers * seq * config["intermediate_size"] + seq * h
+                                          + (h if family == "bert" else 0)) \
+        + SOFTMAX_FLOPS_PER_ELEM * layers * heads * seq * seq
+    assert _counted(config, seq, backward=False) == pytest.approx(matmuls - folded, rel=1e-12)
+
+
 @pytest.mark.parametrize("path", [p for p in CONFIGS if _load(p)["model_type"]
                                   in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3")],
                          ids=lambda p: p.stem)
@@ -200,10 +268,73 @@ def test_cli_shows_the_mapping_and_refuses_in_one_line(tmp_path, monkeypatch):
 
 
 def test_the_example_config_plans_end_to_end_and_checks(tmp_path, monkeypatch):
+    """From another directory: the config's hf: path is relative to the config's folder,
+    and the plan records it absolute so that --check finds it from anywhere."""
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["plan", str(ROOT / "configs/qwen2.5-7b.toml"), "-o",
+                                    "plan"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert doc["job"]["model"] == f"hf:{ROOT / 'configs/hf/qwen2.5-7b.json'}"
+    monkeypatch.chdir(ROOT / "docs")
+    out = CliRunner().invoke(main, ["plan", "--check", str(tmp_path / "plan")])
+    assert out.exit_code == 0, out.output
+
+
+@pytest.mark.parametrize("model", ["hf:hf/missing.json", "torch:torch/missing.py:f"])
+def test_a_config_path_that_is_not_there_is_one_line(tmp_path, monkeypatch, model):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[cluster]\nservers = 4\nnics = 2\nlink_bandwidth = "100Gbps"\n'
+                      f'[job]\nmodel = "{model}"\nbatch_per_gpu = 1\n')
     monkeypatch.chdir(ROOT)
-    out = CliRunner().invoke(main, ["plan", "configs/qwen2.5-7b.toml", "-o", str(tmp_path)])
+    out = CliRunner().invoke(main, ["plan", str(config), "-o", str(tmp_path / "out")])
+    assert out.exit_code == 2
+    assert out.output.strip().count("\n") == 0
+    assert "job.model" in out.output and str(tmp_path / model.split(":")[1]) in out.output
+    assert not (tmp_path / "out").exists()
+
+
+def _plan(config, out):
+    result = CliRunner().invoke(main, ["plan", str(config), "-o", str(out), "--seed", "3",
+                                       "--no-plots", "--no-report"])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "plan.json").read_text())
+
+
+def test_an_imported_decoder_plans_as_its_source(tmp_path, monkeypatch):
+    """import-model writes an hf: decoder as its shape (model = "transformer"), which the
+    LLM planner plans as it does the source: plan.json is the same but for the config's
+    path and the job's model and size, and every export is byte-equal (the report and
+    plots, whose titles name the model, are left out)."""
+    source = tmp_path / "source.toml"
+    source.write_text('[cluster]\nservers = 4\nnics = 4\nlink_bandwidth = "400Gbps"\n'
+                      'gpus_per_server = 8\ngpu = "H100"\n[job]\n'
+                      f'model = "hf:{ROOT / "configs/hf/deepseek-v2-lite.json"}"\n'
+                      'batch_per_gpu = 1\nprecision = "bf16"\nsize = {seq = 2048}\n')
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(main, ["import-model", str(source), "-o", "imported.toml"])
     assert out.exit_code == 0, out.output
-    doc = json.loads((tmp_path / "plan.json").read_text())
-    assert doc["job"]["model"] == "hf:configs/hf/qwen2.5-7b.json"
-    out = CliRunner().invoke(main, ["plan", "--check", str(tmp_path)])
-    assert out.exit_code == 0, out.output
+    text = (tmp_path / "imported.toml").read_text()
+    assert 'model = "transformer"' in text and "kv_lora_rank = 512" in text
+    a, b = _plan(source, tmp_path / "a"), _plan(tmp_path / "imported.toml", tmp_path / "b")
+    assert "llm" in a
+    assert b["job"]["model"] == "transformer" and b["job"]["size"]["seq"] == 2048
+    for doc in (a, b):
+        doc.pop("config"), doc["job"].pop("model"), doc["job"].pop("size")
+    assert a == b
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*")
+                   if p.is_file() and p.name != "plan.json")
+    assert files
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_transformer_model_takes_shape_fields_only():
+    base = dict(layers=2, hidden=64, heads=4, kv_heads=4, ffn=128, seq=16, vocab=100)
+    assert transformer_shape(build_model("transformer", base)) == TransformerShape(**base)
+    with pytest.raises(ConfigError, match="job.size.tables"):
+        build_model("transformer", {**base, "tables": 2})
+    with pytest.raises(ConfigError, match="job.size.vocab"):
+        build_model("transformer", {k: v for k, v in base.items() if k != "vocab"})
+    with pytest.raises(ConfigError, match="job.size.kv_heads"):
+        build_model("transformer", {**base, "kv_heads": 3})

@@ -19,6 +19,7 @@ from topoopt.workloads.torch_trace import torch_model, trace_module  # noqa: E40
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = "tests/data/torch/models.py"
+DLRM = "configs/torch/dlrm_small.py"
 
 
 def _same(traced, builtin):
@@ -41,13 +42,15 @@ def test_torchvision_equals_the_builtin(name):
 
 
 def test_plain_torch_dlrm_equals_the_builtin(monkeypatch):
+    """The example config's module (configs/torch/dlrm_small.py) at its sizes."""
     monkeypatch.chdir(ROOT)
-    traced = torch_model(f"{MODELS}:dlrm_small")
-    builtin = build_model("dlrm", dict(tables=8, rows=1000, dim=16, bag=20, bottom_layers=2,
-                                       bottom_width=64, top_layers=3, top_width=128))
+    traced = torch_model(f"{DLRM}:dlrm")
+    builtin = build_model("dlrm", dict(tables=8, rows=1_000_000, dim=64, bag=32,
+                                       bottom_layers=3, bottom_width=512, top_layers=4,
+                                       top_width=1024))
     _same(traced, builtin)
     embeddings = [op for op in traced if op.kind == "embedding"]
-    assert [op.mem_elems for op in embeddings] == [20 * 16] * 8
+    assert [op.mem_elems for op in embeddings] == [32 * 64] * 8
     assert sum(op.kind == "interaction" for op in traced) == 1
 
 
@@ -71,7 +74,7 @@ def test_a_module_that_does_not_trace_is_one_line(monkeypatch, capfd):
     ("no_colon", "write torch:package.module:factory"),
     ("tests/data/torch/missing.py:f", "cannot import"),
     (f"{MODELS}:nothing", "has no callable 'nothing'"),
-    (f"{MODELS}:DLRM", "the factory failed"),
+    (f"{DLRM}:DLRM", "the factory failed"),
 ])
 def test_bad_sources_name_the_model(source, message, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -83,27 +86,28 @@ def test_bad_sources_name_the_model(source, message, monkeypatch):
 def test_size_overrides_are_refused(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError, match="job.size"):
-        build_model(f"torch:{MODELS}:dlrm_small", {"tables": 2})
+        build_model(f"torch:{DLRM}:dlrm", {"tables": 2})
 
 
 def test_import_model_writes_the_same_operators(tmp_path, monkeypatch):
     """The written config reads back as the same operator graph, cluster and job (the
     plan is a function of these: `plan` on both gave identical plan.json files but for
-    the config's path, measured on configs/torch-dlrm.toml)."""
+    the config's path and job.model, measured on configs/torch-dlrm.toml). Run from
+    another directory: the config's torch: path is relative to the config."""
     from click.testing import CliRunner
 
     from topoopt.cli import main
     from topoopt.config import load_config
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs/torch-dlrm.toml"
     out_path = tmp_path / "model.toml"
-    out = CliRunner().invoke(main, ["import-model", "configs/torch-dlrm.toml", "-o",
-                                    str(out_path)])
+    out = CliRunner().invoke(main, ["import-model", str(config), "-o", str(out_path)])
     assert out.exit_code == 0, out.output
-    source, written = load_config("configs/torch-dlrm.toml"), load_config(out_path)
+    source, written = load_config(config), load_config(out_path)
     assert written.cluster == source.cluster
     assert written.job.model == "custom"
     assert written.model.operators == source.model.operators
-    out = CliRunner().invoke(main, ["import-model", "hf:tests/data/hf/gpt2.json", "-o",
-                                    str(tmp_path / "gpt2.toml")])
+    gpt2 = f"hf:{ROOT / 'tests/data/hf/gpt2.json'}"
+    out = CliRunner().invoke(main, ["import-model", gpt2, "-o", "gpt2.toml", "--operators"])
     assert out.exit_code == 0, out.output
     assert "[[job.operators]]" in (tmp_path / "gpt2.toml").read_text()

@@ -349,7 +349,30 @@ def load_config(path: str | Path) -> Config:
     >>> cfg.cluster.servers, cfg.job.model
     (16, 'dlrm')
     """
-    return parse_config(read_toml(path), source=str(path))
+    doc = read_toml(path)
+    job = doc.get("job")
+    if isinstance(job, dict) and isinstance(job.get("model"), str):
+        doc["job"] = {**job, "model": _model_beside(job["model"], Path(path).parent)}
+    return parse_config(doc, source=str(path))
+
+
+def _model_beside(model: str, folder: Path) -> str:
+    """``hf:PATH`` and ``torch:FILE.py:factory`` with a relative path made absolute
+    against the config's ``folder`` (a path in a config means beside the config, from
+    whatever directory topoopt runs in); a path that is not there is refused here."""
+    prefix, _, rest = model.partition(":")
+    if prefix == "hf":
+        path, tail = rest, ""
+    elif prefix == "torch" and rest.rpartition(":")[0].endswith(".py"):
+        path, _, name = rest.rpartition(":")
+        tail = ":" + name
+    else:
+        return model
+    where = folder / Path(path).expanduser()
+    if not where.exists():
+        raise ConfigError("job.model", model, f"no such path {where} (a path in a config is "
+                          "relative to the config's folder)")
+    return f"{prefix}:{where.resolve()}{tail}"
 
 
 def read_toml(path: str | Path) -> dict:

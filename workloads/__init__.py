@@ -2,8 +2,9 @@
 
 Besides the built-in names (:data:`MODEL_NAMES`), a job's model may be ``"custom"`` (its
 ``[[job.operators]]``), ``"hf:PATH"`` (a Hugging Face ``config.json``:
-:mod:`topoopt.workloads.hf`) or ``"torch:module:factory"`` (a PyTorch module traced on
-the meta device: :mod:`topoopt.workloads.torch_trace`).
+:mod:`topoopt.workloads.hf`), ``"torch:module:factory"`` (a PyTorch module traced on
+the meta device: :mod:`topoopt.workloads.torch_trace`) or ``"transformer"`` (a decoder's
+whole shape in ``[job.size]``: :func:`topoopt.workloads.hf.shape_model`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from topoopt.workloads.candle import candle
 from topoopt.workloads.custom import custom_model
 from topoopt.workloads.dlrm import dlrm
 from topoopt.workloads.gpt import PRESETS, gpt, moe
-from topoopt.workloads.hf import hf_defaults, hf_model
+from topoopt.workloads.hf import SHAPE_MODEL, hf_defaults, hf_model, shape_defaults, shape_model
 from topoopt.workloads.ncf import ncf
 from topoopt.workloads.resnet import resnet50
 from topoopt.workloads.torch_trace import torch_defaults, torch_model
@@ -60,8 +61,8 @@ def _builder(name: str) -> Callable[..., Model]:
     if name not in _REGISTRY:
         raise ConfigError("job.model", name,
                           f"use one of {', '.join(MODEL_NAMES)}, 'custom' with "
-                          "[[job.operators]], 'hf:PATH' (a Hugging Face config.json) or "
-                          "'torch:module:factory'")
+                          "[[job.operators]], 'hf:PATH' (a Hugging Face config.json), "
+                          "'torch:module:factory' or 'transformer' (a shape in [job.size])")
     return _REGISTRY[name]
 
 
@@ -72,6 +73,8 @@ def model_defaults(name: str) -> dict[str, Any]:
         return hf_defaults(name[len(HF_PREFIX):])
     if name.startswith(TORCH_PREFIX):
         return torch_defaults(name[len(TORCH_PREFIX):])
+    if name == SHAPE_MODEL:
+        return shape_defaults()
     sig = inspect.signature(_builder(name))
     return {k: p.default for k, p in sig.parameters.items() if k != "name"}
 
@@ -82,7 +85,8 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
     Parameters
     ----------
     name : str
-        One of :data:`MODEL_NAMES`, ``"hf:PATH"`` or ``"torch:module:factory"``.
+        One of :data:`MODEL_NAMES`, ``"hf:PATH"``, ``"torch:module:factory"`` or
+        ``"transformer"``.
     size : mapping, optional
         Overrides of the builder's keyword defaults, e.g. ``{"tables": 4}``. Every
         override must be a known parameter: a positive integer (true/false for a switch, a number > 0 for a ratio).
@@ -100,6 +104,8 @@ def build_model(name: str, size: Mapping[str, Any] | None = None) -> Model:
         return hf_model(name[len(HF_PREFIX):], size)
     if name.startswith(TORCH_PREFIX):
         return torch_model(name[len(TORCH_PREFIX):], size)
+    if name == SHAPE_MODEL:
+        return shape_model(size)
     defaults = model_defaults(name)
     size = dict(size or {})
     for key, value in size.items():

@@ -15,7 +15,7 @@ model was pre-trained with (a rope scaling's ``original_max_position_embeddings`
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -25,8 +25,8 @@ from topoopt.workloads.bert import bert
 from topoopt.workloads.gpt import TransformerShape, transformer
 from topoopt.workloads.layers import softmax_loss
 
-__all__ = ["HF_FAMILIES", "ROPE_TYPES", "HF_SIZE_KEYS", "read_hf_config", "hf_shape",
-           "hf_model", "hf_defaults"]
+__all__ = ["HF_FAMILIES", "ROPE_TYPES", "HF_SIZE_KEYS", "SHAPE_MODEL", "read_hf_config",
+           "hf_shape", "hf_model", "hf_defaults", "shape_model", "shape_defaults"]
 
 #: Rope scalings that change positions only (no parameters, no FLOPs): accepted.
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "su", "llama3")
@@ -391,3 +391,60 @@ def hf_model(path: str | Path, size: Mapping[str, Any] | None = None) -> Model:
     if family in _ENCODERS:
         return _encoder(f, family, seq, name)
     return transformer(hf_shape(f.config, seq, str(path)), name)
+
+
+#: The model name of a decoder written out as its whole shape in ``[job.size]``.
+SHAPE_MODEL = "transformer"
+
+_SHAPE_FIELDS = {f.name: f for f in fields(TransformerShape)}
+
+
+def shape_defaults() -> dict[str, Any]:
+    """The ``[job.size]`` keys of ``model = "transformer"`` that have defaults (every
+    :class:`TransformerShape` field but ``layers``, ``hidden``, ``heads``, ``kv_heads``,
+    ``ffn``, ``seq`` and ``vocab``, which it requires)."""
+    return {k: f.default for k, f in _SHAPE_FIELDS.items() if f.default is not MISSING}
+
+
+def shape_model(size: Mapping[str, Any] | None = None) -> Model:
+    """A decoder given as its :class:`TransformerShape`, field by field, in ``[job.size]``
+    (``model = "transformer"``).
+
+    This is what ``topoopt import-model`` writes for an ``hf:`` decoder (or a ``gpt`` or
+    ``moe`` model): the shape, editable, which the LLM planner plans like the source.
+
+    Parameters
+    ----------
+    size : mapping
+        :class:`TransformerShape`'s fields; ``layers``, ``hidden``, ``heads``,
+        ``kv_heads``, ``ffn``, ``seq`` and ``vocab`` required.
+
+    Returns
+    -------
+    Model
+        :func:`~topoopt.workloads.gpt.transformer` of the shape, named ``transformer``.
+
+    Raises
+    ------
+    ConfigError
+        ``job.size.KEY`` for a key that is no shape field, a required one missing, or a
+        value out of range.
+
+    Examples
+    --------
+    Two Llama-style layers (``4 h^2`` attention, ``3 h f`` SwiGLU, two RMSNorms each),
+    untied embeddings and a final norm: ``2 (4 64^2 + 3 64 128 + 2 64) + 2 100 64 + 64``.
+
+    >>> shape_model({"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn": 128,
+    ...              "seq": 16, "vocab": 100}).params
+    95040
+    """
+    size = dict(size or {})
+    for key, value in size.items():
+        if key not in _SHAPE_FIELDS:
+            raise ConfigError(f"job.size.{key}", value, "a transformer model's size holds "
+                              f"TransformerShape's fields: {', '.join(_SHAPE_FIELDS)}")
+    for key in _SHAPE_FIELDS:
+        if key not in size and key not in shape_defaults():
+            raise ConfigError(f"job.size.{key}", None, "is required for a transformer model")
+    return transformer(TransformerShape(**size), SHAPE_MODEL)

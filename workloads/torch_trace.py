@@ -375,7 +375,8 @@ def torch_model(source: str, size: Mapping[str, Any] | None = None) -> Model:
     ----------
     source : str
         ``package.module:factory`` or ``path/to/file.py:factory`` (relative to the
-        directory topoopt runs in).
+        directory topoopt runs in; in a config file, to the config's folder:
+        :func:`topoopt.config.load_config` resolves it).
     size : mapping, optional
         Must be empty: the example input sets the sizes.
 

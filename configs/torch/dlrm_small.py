@@ -1,6 +1,8 @@
-"""A DLRM written in plain PyTorch for `model = "torch:configs/torch/dlrm_small.py:dlrm"`:
-the factory returns the module (built on the meta device: no memory) and an example
-input whose first dimension is the batch."""
+"""A DLRM written in plain PyTorch for `model = "torch:torch/dlrm_small.py:dlrm"` (in
+configs/torch-dlrm.toml; the path is relative to the config's folder): the factory
+returns the module (built on the meta device: no memory) and an example input whose
+first dimension is the batch. The tests trace it against the built-in ``dlrm`` at the
+same sizes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from torch import nn
 
 
 class DLRM(nn.Module):
-    """Sum-pooled embedding bags, a bottom MLP, concatenation, a top MLP, a CTR output."""
+    """DLRM (Naumov et al. 2019) as the built-in ``dlrm`` sizes it: sum-pooled embedding
+    bags, a bottom MLP on the dense features, concatenation, a top MLP and a CTR output."""
 
     def __init__(self, tables: int, rows: int, dim: int, dense_features: int,
                  bottom: list[int], top: list[int]):

@@ -1,10 +1,17 @@
-"""``topoopt import-model``: a model's operators as an editable ``[[job.operators]]``
-list (a TOML custom model)."""
+"""``topoopt import-model``: a model as an editable TOML model that plans like its source.
+
+A decoder LLM (an ``hf:`` decoder, a ``gpt`` or ``moe`` model) is written as its shape,
+``model = "transformer"`` with every :class:`~topoopt.workloads.gpt.TransformerShape`
+field in ``[job.size]``, so that ``plan`` takes it to the LLM planner as it does the
+source; any other model (or a decoder with ``--operators``) as its ``[[job.operators]]``
+list, which the operator planner searches.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -14,13 +21,17 @@ from topoopt.config import load_config, read_toml
 from topoopt.errors import ConfigError
 from topoopt.model import Model, Operator
 from topoopt.workloads import build_model
+from topoopt.workloads.gpt import TransformerShape, is_transformer
+from topoopt.workloads.hf import SHAPE_MODEL
 
-__all__ = ["import_model", "operators_toml"]
+__all__ = ["import_model", "operators_toml", "shape_toml"]
 
 _KEYS = ("params", "fwd_flops", "bwd_flops", "out_elems", "mem_elems")
 
 
 def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return str(int(value)) + ".0" if value.is_integer() and abs(value) < 1e15 \
             else repr(value)
@@ -55,6 +66,17 @@ def operators_toml(model: Model, source: str) -> str:
     return head + "\n\n".join(_operator(op) for op in model.operators) + "\n"
 
 
+def shape_toml(model: Model, source: str) -> str:
+    """A decoder ``model``'s shape as ``[job.size]`` of ``model = "transformer"`` (the
+    ``[job]`` keys after ``model`` are the caller's to write before it)."""
+    names = {f.name for f in fields(TransformerShape)}
+    size = {k: v for k, v in model.size.items() if k in names}
+    return (f"\n# the shape of {source} ({model.params:,} parameters), written by topoopt "
+            "import-model;\n# edit freely: the fields of topoopt.workloads.gpt."
+            "TransformerShape\n[job.size]\n" + "".join(f"{k} = {_value(v)}\n"
+                                                     for k, v in size.items()))
+
+
 def _cluster_toml(table: dict) -> str:
     return "[cluster]\n" + "".join(f"{k} = {_value(v)}\n" for k, v in table.items()) + "\n"
 
@@ -63,28 +85,39 @@ def _cluster_toml(table: dict) -> str:
 @click.argument("source")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The TOML file to write.")
-def import_model(source: str, output: str) -> None:
-    """Write a model's operator list as an editable TOML custom model.
+@click.option("--operators", is_flag=True, default=False,
+              help="Write a decoder LLM as its [[job.operators]] list too (default: as its "
+                   "shape, model = \"transformer\", which plans through the LLM planner "
+                   "like the source; the list plans through the operator planner).")
+def import_model(source: str, output: str, operators: bool) -> None:
+    """Write a model as an editable TOML model that plans like SOURCE.
 
     SOURCE is a model (hf:PATH, torch:module:factory or a built-in name), or a config
-    .toml: then the whole config is written with model = "custom" and its operators,
-    and `topoopt plan` on the file plans the same operator graph as on SOURCE.
+    .toml: then the whole config is written with the model replaced. A decoder LLM
+    becomes model = "transformer" with its shape in [job.size] (the LLM planner plans it
+    as SOURCE); any other model becomes model = "custom" with its [[job.operators]]
+    (per sample: FLOPs, output elements, elements read). `topoopt plan` on the written
+    file gives the plan it gives on SOURCE, but for the config path and job.model/size.
     """
+    job_keys = ""
     if source.endswith(".toml") and Path(source).is_file():
         config = load_config(source)
         doc = read_toml(source)
-        model = config.model
-        job = config.job
-        text = (_cluster_toml(doc["cluster"])
-                + f"[job]\nmodel = \"custom\"\nbatch_per_gpu = {job.batch_per_gpu}\n"
-                + f"precision = {_value(job.precision)}\n\n")
         extra = {k: v for k, v in doc.items() if k not in ("cluster", "job")}
         if extra:
             raise ConfigError("config", sorted(extra), "import-model copies [cluster] and "
                               "[job] only; move the other tables by hand")
-        text += operators_toml(model, f"{job.model} ({source})")
+        model, job = config.model, config.job
+        head = _cluster_toml(doc["cluster"])
+        job_keys = f"batch_per_gpu = {job.batch_per_gpu}\nprecision = {_value(job.precision)}\n"
+        label = f"{job.model} ({source})"
     else:
-        model = build_model(source)
-        text = ("[job]\nmodel = \"custom\"\n\n" + operators_toml(model, source))
+        model, head, label = build_model(source), "", source
+    if is_transformer(model) and not operators:
+        text = head + f"[job]\nmodel = \"{SHAPE_MODEL}\"\n" + job_keys + shape_toml(model, label)
+        what = "the shape"
+    else:
+        text = head + "[job]\nmodel = \"custom\"\n" + job_keys + "\n" + operators_toml(model, label)
+        what = f"{len(model.operators)} operators"
     atomic_write_text(output, text)
-    click.echo(f"wrote {len(model.operators)} operators to {output}")
+    click.echo(f"wrote {what} of {label} to {output}")

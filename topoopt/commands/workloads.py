@@ -53,7 +53,9 @@ def workloads(hf_path: str | None) -> None:
 
     Sizes are the defaults of the TopoOpt evaluation; override any of them in a
     config's [job.size] table. A model of your own is `hf:PATH` (a Hugging Face
-    config.json) or `torch:module:factory` (a PyTorch module), see --hf.
+    config.json; in a config, relative to the config's folder), `torch:module:factory`
+    (a PyTorch module) or `transformer` (a decoder's whole shape in [job.size], as
+    `topoopt import-model` writes it), see --hf.
     """
     if hf_path is not None:
         model = build_model(HF_PREFIX + hf_path)

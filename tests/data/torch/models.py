@@ -1,42 +1,11 @@
-"""Modules written in plain torch (and one Hugging Face BERT) for the torch: import tests
-and examples; each factory returns ``(module, example_inputs)``."""
+"""Modules for the torch: import tests (Hugging Face's BERT, one that does not trace);
+each factory returns ``(module, example_inputs)``. The plain-torch DLRM is the example's,
+configs/torch/dlrm_small.py."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-
-class DLRM(nn.Module):
-    """DLRM (Naumov et al. 2019) as the built-in ``dlrm`` sizes it: sum-pooled embedding
-    bags, a bottom MLP on the dense features, concatenation, a top MLP and a CTR output."""
-
-    def __init__(self, tables: int, rows: int, dim: int, dense_features: int,
-                 bottom: list[int], top: list[int]):
-        super().__init__()
-        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum")
-                                        for _ in range(tables))
-        widths = [dense_features, *bottom]
-        self.bottom = nn.Sequential(*(layer for a, b in zip(widths, widths[1:])
-                                      for layer in (nn.Linear(a, b), nn.ReLU())))
-        widths = [bottom[-1] + tables * dim, *top]
-        self.top = nn.Sequential(*(layer for a, b in zip(widths, widths[1:])
-                                   for layer in (nn.Linear(a, b), nn.ReLU())))
-        self.out = nn.Linear(top[-1], 1)
-
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        pooled = [emb(sparse[:, t]) for t, emb in enumerate(self.embeddings)]
-        x = torch.cat([self.bottom(dense), *pooled], dim=1)
-        return torch.sigmoid(self.out(self.top(x)))
-
-
-def dlrm_small(batch: int = 4) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """The built-in ``dlrm`` at tables=8, rows=1000, dim=16, bag=20, bottom 2 x 64,
-    top 3 x 128."""
-    with torch.device("meta"):
-        module = DLRM(tables=8, rows=1000, dim=16, dense_features=13, bottom=[64] * 2,
-                      top=[128] * 3)
-    return module, (torch.zeros(batch, 13), torch.zeros(batch, 8, 20, dtype=torch.long))
 
 
 def bert_base(batch: int = 2, seq: int = 64) -> tuple[nn.Module, torch.Tensor]:
