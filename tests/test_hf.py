@@ -338,3 +338,23 @@ def test_a_transformer_model_takes_shape_fields_only():
         build_model("transformer", {k: v for k, v in base.items() if k != "vocab"})
     with pytest.raises(ConfigError, match="job.size.kv_heads"):
         build_model("transformer", {**base, "kv_heads": 3})
+
+
+def test_a_cluster_mix_reads_its_hf_path_beside_the_config(tmp_path, monkeypatch):
+    """``[[mix]]`` entries of a shared-cluster config resolve ``hf:`` paths as ``plan``
+    does: beside the config, from any directory; a missing one names its entry."""
+    from topoopt.multijob.config import load_cluster_config
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "q.json").write_text((ROOT / "configs/hf/qwen2.5-7b.json").read_text())
+    config = tmp_path / "c.toml"
+    body = ('[cluster]\nservers = 32\nnics = 4\nlink_bandwidth = "100Gbps"\n'
+            '[plan]\nstrategy = "dp"\n[[mix]]\nmodel = "dlrm"\nbatch_per_gpu = 64\ncount = 1\n'
+            '[[mix]]\nmodel = "{}"\nbatch_per_gpu = 1\ncount = 1\n')
+    config.write_text(body.format("hf:hf/q.json"))
+    monkeypatch.chdir(ROOT / "docs")
+    cfg = load_cluster_config(config)
+    assert cfg.mix[1].job.model == f"hf:{tmp_path / 'hf' / 'q.json'}"
+    config.write_text(body.format("hf:hf/missing.json"))
+    with pytest.raises(ConfigError) as err:
+        load_cluster_config(config)
+    assert err.value.field == "mix[1].model"

@@ -44,7 +44,7 @@ from topoopt.workloads.gpt import is_transformer
 __all__ = ["Config", "PlanSettings", "load_config", "parse_config", "read_toml",
            "cluster_from_table", "job_from_table", "CLUSTER_KEYS", "JOB_KEYS", "SECTIONS",
            "PLAN_KEYS", "PLAN_BOUNDS", "FINDER_KEYS", "ROUTINGS", "PLAN_DEFAULTS", "MAX_SEED",
-           "require_finder_kwargs"]
+           "require_finder_kwargs", "model_beside"]
 
 CLUSTER_KEYS = ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server", "gpu",
                 "intra_server_bandwidth", "compute_efficiency", "memory_efficiency")
@@ -352,14 +352,15 @@ def load_config(path: str | Path) -> Config:
     doc = read_toml(path)
     job = doc.get("job")
     if isinstance(job, dict) and isinstance(job.get("model"), str):
-        doc["job"] = {**job, "model": _model_beside(job["model"], Path(path).parent)}
+        doc["job"] = {**job, "model": model_beside(job["model"], Path(path).parent)}
     return parse_config(doc, source=str(path))
 
 
-def _model_beside(model: str, folder: Path) -> str:
+def model_beside(model: str, folder: Path, field: str = "job.model") -> str:
     """``hf:PATH`` and ``torch:FILE.py:factory`` with a relative path made absolute
     against the config's ``folder`` (a path in a config means beside the config, from
-    whatever directory topoopt runs in); a path that is not there is refused here."""
+    whatever directory topoopt runs in); a path that is not there is refused here, as
+    ``field``."""
     prefix, _, rest = model.partition(":")
     if prefix == "hf":
         path, tail = rest, ""
@@ -370,7 +371,7 @@ def _model_beside(model: str, folder: Path) -> str:
         return model
     where = folder / Path(path).expanduser()
     if not where.exists():
-        raise ConfigError("job.model", model, f"no such path {where} (a path in a config is "
+        raise ConfigError(field, model, f"no such path {where} (a path in a config is "
                           "relative to the config's folder)")
     return f"{prefix}:{where.resolve()}{tail}"
 

@@ -52,7 +52,14 @@ from topoopt._require import (
     require_table,
 )
 from topoopt.cluster import Cluster, Job
-from topoopt.config import JOB_KEYS, PlanSettings, cluster_from_table, job_from_table, read_toml
+from topoopt.config import (
+    JOB_KEYS,
+    PlanSettings,
+    cluster_from_table,
+    job_from_table,
+    model_beside,
+    read_toml,
+)
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import FABRICS
 from topoopt.multijob.placement import PLACEMENTS
@@ -319,4 +326,11 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
     >>> cfg.cluster.servers, [c.name for c in cfg.mix], len(cfg.job_list())
     (432, ['dlrm', 'bert', 'candle', 'vgg16'], 27)
     """
-    return parse_cluster_config(read_toml(path), source=str(path))
+    doc = read_toml(path)
+    mix = doc.get("mix")
+    if isinstance(mix, list):   # hf: and torch: paths mean beside the config, as in plan's
+        doc["mix"] = [{**t, "model": model_beside(t["model"], Path(path).parent,
+                                                  f"mix[{i}].model")}
+                      if isinstance(t, dict) and isinstance(t.get("model"), str) else t
+                      for i, t in enumerate(mix)]
+    return parse_cluster_config(doc, source=str(path))
