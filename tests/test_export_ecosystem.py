@@ -1,0 +1,162 @@
+"""Chakra traces, ASTRA-sim inputs and NCCL graph files, written by write_plan for an
+operator (DLRM) and an LLM plan and read back: the traces with mlc-chakra's own
+decoder, the NCCL graphs by NCCL's reader rules (NVIDIA/nccl master 5067397,
+src/graph/search.cc and xml.cc lines cited in topoopt.export.nccl_graph), the ns-3
+topology as astra-network-ns3's SetupNetwork reads it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+
+from topoopt.cluster import GPUS, Cluster, Job  # noqa: E402
+from topoopt.config import load_config  # noqa: E402
+from topoopt.errors import PlanCheckError  # noqa: E402
+from topoopt.export.astra_sim import parse_ns3_topology  # noqa: E402
+from topoopt.export.chakra import read_chakra_trace  # noqa: E402
+from topoopt.export.nccl_graph import check_nccl_graph  # noqa: E402
+from topoopt.export.plan_dir import check_plan_dir, write_plan  # noqa: E402
+from topoopt.planners.llm import plan_llm  # noqa: E402
+from topoopt.planners.planner import plan  # noqa: E402
+from topoopt.workloads import model_of  # noqa: E402
+from topoopt.workloads.gpt import transformer_shape  # noqa: E402
+
+LLM_CLUSTER = Cluster(servers=8, nics=4, link_bandwidth=100e9, gpus_per_server=4,
+                      gpu=GPUS["H100"], intra_server_bandwidth=GPUS["H100"].nvlink_bandwidth,
+                      compute_efficiency=0.52)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    cfg = load_config(Path(__file__).parents[1] / "configs/dlrm-16.toml")  # DLRM-16, a short search: rings of 8
+    dlrm = plan(cfg.cluster, cfg.job, budget=2, rounds=1, chains=1, seed=0,
+                baselines=("ideal",))
+    llm = plan_llm(LLM_CLUSTER, Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512}),
+                   top=2, fixed={"tp": 4, "pp": 2})
+    out = {}
+    for name, p in (("dlrm", dlrm), ("llm", llm)):
+        d = tmp_path_factory.mktemp(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            write_plan(p, d, plots=False, report=False)
+        out[name] = d
+    return out
+
+
+def _doc(d):
+    return json.loads((d / "plan.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["dlrm", "llm"])
+def test_listed_and_checked(folders, name):
+    d = folders[name]
+    doc = _doc(d)
+    n = doc["cluster"]["servers"]
+    for rel in [f"chakra/et.{r}.et" for r in range(n)] + [
+            "chakra/comm_groups.json", "astra_sim/system.json", "astra_sim/analytical.yml",
+            "astra_sim/ns3/topology.txt", "astra_sim/ns3/config.txt", "nccl/launch.json"]:
+        assert rel in doc["files"]
+    checked = check_plan_dir(d, simulate=False)
+    assert "chakra/et.0.et" in checked and "nccl/launch.json" in checked
+
+
+@pytest.mark.parametrize("name", ["dlrm", "llm"])
+def test_traces_carry_the_models_flops_and_the_plans_bytes(folders, name):
+    d = folders[name]
+    doc = _doc(d)
+    c = doc["cluster"]
+    flops = wire = 0.0
+    for r in range(c["servers"]):
+        _, nodes = read_chakra_trace(d / f"chakra/et.{r}.et")
+        g = nx.DiGraph()
+        g.add_nodes_from(x.id for x in nodes)
+        g.add_edges_from((p, x.id) for x in nodes for p in x.data_deps)
+        assert nx.is_directed_acyclic_graph(g)
+        for x in nodes:
+            a = {y.name: y for y in x.attr}
+            if x.type == 4:  # COMP_NODE
+                flops += a["num_ops"].uint64_val if "num_ops" in a else 0
+            if "topoopt_wire_bytes" in a:
+                wire += a["topoopt_wire_bytes"].double_val
+    model = model_of(Job(**{k: v for k, v in doc["job"].items()
+                            if k in ("model", "batch_per_gpu", "precision", "size")}))
+    batch = c["servers"] * c["gpus_per_server"] * doc["job"]["batch_per_gpu"]
+    if name == "dlrm":  # independent: global batch x FLOPs per sample of every operator
+        want = batch * sum(op.fwd_flops + op.bwd_flops for op in model.operators)
+        b = doc["breakdown"]["topoopt"]
+        want_bytes = b["mp_bytes"] + b["allreduce_bytes"]
+    else:  # 6 N-style FLOPs per token from the model's shape x tokens
+        shape = transformer_shape(model)
+        want = shape.training_flops_per_token() * batch * shape.seq
+        want_bytes = sum(doc["llm"]["fabrics"]["topoopt"]["network_bytes"].values())
+    assert flops == pytest.approx(want, rel=1e-6)
+    assert wire == pytest.approx(want_bytes, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["dlrm", "llm"])
+def test_ns3_topology_is_the_plans(folders, name):
+    d = folders[name]
+    doc = _doc(d)
+    nodes, switches, links = parse_ns3_topology((d / "astra_sim/ns3/topology.txt").read_text())
+    assert nodes == doc["cluster"]["servers"] and switches == []
+    got = nx.Graph((a, b) for a, b, _, _ in links)
+    want = nx.Graph((a, b) for a, _, b, _ in doc["topology"]["links"])
+    assert nx.utils.graphs_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["dlrm", "llm"])
+def test_nccl_channels_use_the_planned_fibres(folders, name):
+    d = folders[name]
+    doc = _doc(d)
+    c = doc["cluster"]
+    tx = {(a, pa): b for a, pa, b, _ in doc["topology"]["links"]}
+    launch = json.loads((d / "nccl/launch.json").read_text())
+    assert launch["communicators"]
+    for comm, env in launch["communicators"].items():
+        for server, e in env.items():
+            text = (d / e["NCCL_GRAPH_FILE"]).read_text()
+            assert check_nccl_graph(text, c["gpus_per_server"], c["nics"]) >= 1
+            assert e["NCCL_CROSS_NIC"] == "1"
+            # each channel leaves through a NIC whose fibre reaches another server
+            for ch in ET.fromstring(text).iter("channel"):
+                out = int(list(ch)[-1].get("dev"), 16)
+                assert tx.get((int(server), out)) is not None
+
+
+_GOOD = ('<graphs version="1"><graph id="0" pattern="4" crossnic="1" nchannels="1" '
+         'speedintra="20" speedinter="12" latencyinter="0" typeintra="NVL" typeinter="PIX" '
+         'samechannels="0"><channel><net dev="0"/><gpu dev="0"/><gpu dev="1"/>'
+         '<net dev="1"/></channel></graph></graphs>')
+
+
+@pytest.mark.parametrize("edit, rule", [
+    (('version="1"', 'version="2"'), "xml.cc line 1240"),
+    (('pattern="4"', 'pattern="3"'), "pattern"),
+    (('nchannels="1"', 'nchannels="2"'), "nchannels"),
+    ((' samechannels="0"', ''), "samechannels"),
+    (('typeinter="PIX"', 'typeinter="ETH"'), "kvDictLinkType"),
+    (('<gpu dev="1"/>', '<gpu dev="1" rank="5"/>'), "rank"),
+    (('<gpu dev="1"/>', '<gpu dev="9"/>'), "local GPUs"),
+    (('crossnic="1"', 'crossnic="0"'), "crossnic"),
+    (('<net dev="0"/><gpu', '<gpu'), "net, GPUs, net"),
+])
+def test_nccl_rules_refuse(edit, rule):
+    assert check_nccl_graph(_GOOD, 2, 2) == 1
+    with pytest.raises(PlanCheckError, match=rule):
+        check_nccl_graph(_GOOD.replace(*edit), 2, 2)
+
+
+def test_an_edited_trace_fails_the_check(folders, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(folders["llm"], bad)
+    (bad / "chakra/et.1.et").write_bytes((bad / "chakra/et.0.et").read_bytes())
+    with pytest.raises(PlanCheckError, match="chakra/et.1.et"):
+        check_plan_dir(bad, simulate=False)
