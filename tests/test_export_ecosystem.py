@@ -22,6 +22,7 @@ from topoopt.config import load_config  # noqa: E402
 from topoopt.errors import PlanCheckError  # noqa: E402
 from topoopt.export.astra_sim import parse_ns3_topology  # noqa: E402
 from topoopt.export.chakra import read_chakra_trace  # noqa: E402
+from topoopt.export.msccl import parse_msccl_xml  # noqa: E402
 from topoopt.export.nccl_graph import check_nccl_graph  # noqa: E402
 from topoopt.export.plan_dir import check_plan_dir, write_plan  # noqa: E402
 from topoopt.planners.llm import plan_llm  # noqa: E402
@@ -42,11 +43,13 @@ def folders(tmp_path_factory):
     llm = plan_llm(LLM_CLUSTER, Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512}),
                    top=2, fixed={"tp": 4, "pp": 2})
     out = {}
-    for name, p in (("dlrm", dlrm), ("llm", llm)):
+    for name, p, runtime in (("dlrm", dlrm, "msccl-executor-nccl"),
+                             ("llm", llm, "msccl-executor-nccl"),
+                             ("dlrm-msccl", dlrm, "msccl")):
         d = tmp_path_factory.mktemp(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            write_plan(p, d, plots=False, report=False)
+            write_plan(p, d, plots=False, report=False, msccl_runtime=runtime)
         out[name] = d
     return out
 
@@ -159,4 +162,18 @@ def test_an_edited_trace_fails_the_check(folders, tmp_path):
     shutil.copytree(folders["llm"], bad)
     (bad / "chakra/et.1.et").write_bytes((bad / "chakra/et.0.et").read_bytes())
     with pytest.raises(PlanCheckError, match="chakra/et.1.et"):
+        check_plan_dir(bad, simulate=False)
+
+
+def test_msccl_runtime_option_is_written_and_checked(folders, tmp_path):
+    legacy = parse_msccl_xml((folders["dlrm-msccl"] / "msccl_allreduce.xml").read_text())
+    executor = parse_msccl_xml((folders["dlrm"] / "msccl_allreduce.xml").read_text())
+    assert (executor.maxBytes, legacy.maxBytes, legacy.inplace) == (0, 2**40, 1)
+    assert "msccl_allreduce.xml" in check_plan_dir(folders["dlrm-msccl"], simulate=False)
+    bad = tmp_path / "bad"
+    shutil.copytree(folders["dlrm-msccl"], bad)
+    text = (bad / "msccl_allreduce.xml").read_text()
+    (bad / "msccl_allreduce.xml").write_text(text.replace('minBytes="0"',
+                                                          f'minBytes="{2**40}"', 1))
+    with pytest.raises(PlanCheckError, match="maxBytes"):
         check_plan_dir(bad, simulate=False)

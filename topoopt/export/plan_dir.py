@@ -45,6 +45,7 @@ from topoopt.export.ecosystem import (
     is_ecosystem_file,
     render_ecosystem,
 )
+from topoopt.export.msccl_runtime import DEFAULT_RUNTIME
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
@@ -158,7 +159,7 @@ def _doc_text(doc: dict) -> str:
 
 
 def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,
-               report: bool = True) -> list[Path]:
+               report: bool = True, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
     (``report.html``, :func:`~topoopt.export.report.build_report`) into ``directory``.
 
@@ -168,6 +169,8 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
     user's file or folder in the way raises before anything moves. An export the
     plan does not fit (OCS, MSCCL) is listed in ``plan.json``'s ``skipped`` with the
     reason, and an :class:`~topoopt.export.bundle.ExportSkipped` warning says so.
+    ``msccl_runtime`` is the MSCCL runtime ``msccl_allreduce.xml`` targets
+    (:mod:`topoopt.export.msccl_runtime`).
 
     Returns
     -------
@@ -176,11 +179,11 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
     """
     directory = Path(directory)
     with folder_lock(directory):
-        return _write_plan(p, directory, exports, plots, report)
+        return _write_plan(p, directory, exports, plots, report, msccl_runtime)
 
 
 def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
-                report: bool) -> list[Path]:
+                report: bool, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """:func:`write_plan` with the folder's lock held."""
     owned = owned_files(directory)
     doc = p.to_json()
@@ -188,7 +191,7 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     with staging_dir(directory, owned) as stage:
         if exports:
             rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
-                                      p.cluster)
+                                      p.cluster, msccl_runtime=msccl_runtime)
             for rel, text in rendered.files.items():
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 (stage / rel).write_text(text, encoding="utf-8")
