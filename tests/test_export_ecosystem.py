@@ -65,10 +65,11 @@ def test_listed_and_checked(folders, name):
     n = doc["cluster"]["servers"]
     for rel in [f"chakra/et.{r}.et" for r in range(n)] + [
             "chakra/comm_groups.json", "astra_sim/system.json", "astra_sim/analytical.yml",
-            "astra_sim/ns3/topology.txt", "astra_sim/ns3/config.txt", "nccl/launch.json"]:
+            "astra_sim/ns3/topology.txt", "astra_sim/ns3/config.txt", "nccl/launch.json",
+            "mscclpp_allreduce.json"]:
         assert rel in doc["files"]
     checked = check_plan_dir(d, simulate=False)
-    assert "chakra/et.0.et" in checked and "nccl/launch.json" in checked
+    assert {"chakra/et.0.et", "nccl/launch.json", "mscclpp_allreduce.json"} <= set(checked)
 
 
 @pytest.mark.parametrize("name", ["dlrm", "llm"])

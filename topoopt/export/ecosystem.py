@@ -1,11 +1,13 @@
-"""The exports other tools run: Chakra traces, ASTRA-sim inputs, NCCL graph files.
+"""The exports other tools run: Chakra traces, ASTRA-sim inputs, NCCL graphs, MSCCL++.
 
 :func:`render_ecosystem` renders them from a plan's ``plan.json`` document (either
 kind of plan); :func:`check_ecosystem` reads them back: the Chakra traces with
 mlc-chakra's own decoder (bytes and FLOPs adding up to the plan's, each rank's graph
 acyclic, every send met by its receive), the NCCL graphs by NCCL's reader rules
 (:func:`~topoopt.export.nccl_graph.check_nccl_graph`), the ns-3 topology as ASTRA-sim's
-ns-3 backend reads it, and every file the same bytes the plan renders.
+ns-3 backend reads it, the MSCCL++ execution plan by its executor's rules and (with
+``simulate``) run on integers to a correct AllReduce, and every file the same bytes the
+plan renders.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from topoopt.errors import PlanCheckError
 from topoopt.export.astra_sim import ASTRA_SIM_FILES, astra_sim_files, parse_ns3_topology
@@ -28,14 +32,23 @@ from topoopt.export.chakra import (
     operator_plan_flops,
 )
 from topoopt.export.chakra_llm import llm_chakra_traces, llm_plan_flops
+from topoopt.export.mscclpp import (
+    MSCCLPP_FILE,
+    format_mscclpp_plan,
+    parse_mscclpp_plan,
+    plan_mscclpp_allreduce,
+    simulate_mscclpp,
+)
 from topoopt.export.nccl_graph import NCCL_LAUNCH, check_nccl_graph, nccl_graph_files
-from topoopt.plans.common import cluster_job_of
+from topoopt.plans.common import cluster_job_of, rings_of
 
-__all__ = ["CHAKRA_SKIPPED", "EcosystemExports", "is_ecosystem_file", "ecosystem_names",
+__all__ = ["CHAKRA_SKIPPED", "ECOSYSTEM_SKIPS", "EcosystemExports", "is_ecosystem_file", "ecosystem_names",
            "render_ecosystem", "check_ecosystem", "chakra_available", "plan_wire_bytes"]
 
 #: ``plan.json`` ``skipped`` key of the Chakra traces (written only with mlc-chakra).
 CHAKRA_SKIPPED = "chakra/"
+#: The ``skipped`` keys of these exports (the MSCCL++ plan: no group of 3 servers).
+ECOSYSTEM_SKIPS = (CHAKRA_SKIPPED, MSCCLPP_FILE)
 _CHAKRA_REASON = ("mlc-chakra is not installed (pip install --no-deps mlc-chakra "
                   "protobuf, or the chakra extra)")
 _NAMES = re.compile(r"chakra/(et\.(0|[1-9][0-9]*)\.et|comm_groups\.json)"
@@ -60,7 +73,8 @@ def chakra_available() -> bool:
 
 def is_ecosystem_file(rel: str) -> bool:
     """Whether ``rel`` is a name :func:`render_ecosystem` writes."""
-    return rel in ASTRA_SIM_FILES or _NAMES.fullmatch(rel) is not None
+    return (rel in ASTRA_SIM_FILES or rel == MSCCLPP_FILE
+            or _NAMES.fullmatch(rel) is not None)
 
 
 def ecosystem_names(servers: int) -> list[str]:
@@ -78,11 +92,21 @@ def plan_wire_bytes(doc: dict) -> float:
     return float(b["mp_bytes"]) + float(b["allreduce_bytes"])
 
 
-def render_ecosystem(doc: dict) -> EcosystemExports:
-    """The ecosystem files of the plan ``doc`` (a checked ``plan.json`` document)."""
+def _plain_files(doc: dict) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Every file but the Chakra traces, and the MSCCL++ plan's skip reason."""
     files = {k: v.encode() for k, v in astra_sim_files(doc).items()}
     files.update({k: v.encode() for k, v in nccl_graph_files(doc).items()})
     skipped = {}
+    try:
+        files[MSCCLPP_FILE] = format_mscclpp_plan(plan_mscclpp_allreduce(rings_of(doc))).encode()
+    except PlanCheckError as exc:
+        skipped[MSCCLPP_FILE] = str(exc)
+    return files, skipped
+
+
+def render_ecosystem(doc: dict) -> EcosystemExports:
+    """The ecosystem files of the plan ``doc`` (a checked ``plan.json`` document)."""
+    files, skipped = _plain_files(doc)
     if chakra_available():
         traces = llm_chakra_traces(doc) if "llm" in doc else operator_chakra_traces(doc)
         files.update(encode_chakra_traces(traces))
@@ -91,7 +115,7 @@ def render_ecosystem(doc: dict) -> EcosystemExports:
     return EcosystemExports(files, skipped)
 
 
-def check_ecosystem(directory: str | Path, doc: dict) -> list[str]:
+def check_ecosystem(directory: str | Path, doc: dict, simulate: bool = True) -> list[str]:
     """Read the ecosystem files ``plan.json`` lists back against the plan.
 
     Without mlc-chakra the traces are not decoded, and a warning says so.
@@ -117,8 +141,11 @@ def check_ecosystem(directory: str | Path, doc: dict) -> list[str]:
         raise PlanCheckError("plan.json must either list the chakra/ traces or skip them")
     if CHAKRA_SKIPPED in skipped and skipped[CHAKRA_SKIPPED] != _CHAKRA_REASON:
         raise PlanCheckError("plan.json skips chakra/ for an unknown reason")
-    want = {k: v.encode() for k, v in astra_sim_files(doc).items()}
-    want.update({k: v.encode() for k, v in nccl_graph_files(doc).items()})
+    want, want_skip = _plain_files(doc)
+    if skipped.get(MSCCLPP_FILE) != want_skip.get(MSCCLPP_FILE):
+        raise PlanCheckError(f"plan.json skipped {MSCCLPP_FILE}: "
+                             f"{skipped.get(MSCCLPP_FILE)!r}, the plan: "
+                             f"{want_skip.get(MSCCLPP_FILE)!r}")
     checked = []
     decode = has_chakra and chakra_available()
     if decode:
@@ -149,6 +176,17 @@ def check_ecosystem(directory: str | Path, doc: dict) -> list[str]:
                                  cluster.gpus_per_server, cluster.nics)
             except (PlanCheckError, ValueError) as exc:
                 raise PlanCheckError(f"{rel}: {exc}") from None
+    if MSCCLPP_FILE in listed:
+        try:
+            pp = parse_mscclpp_plan((directory / MSCCLPP_FILE).read_text(encoding="utf-8"))
+            if simulate:
+                gpu = pp.doc["gpus"][0]
+                x = np.arange(len(pp.doc["gpus"]) * gpu["input_chunks"]).reshape(
+                    len(pp.doc["gpus"]), -1) ** 2
+                if not (simulate_mscclpp(pp, x) == x.sum(axis=0)).all():
+                    raise PlanCheckError("its simulation does not end in an AllReduce")
+        except PlanCheckError as exc:
+            raise PlanCheckError(f"{MSCCLPP_FILE}: {exc}") from None
     try:
         nodes, _, links = parse_ns3_topology(
             (directory / "astra_sim/ns3/topology.txt").read_text(encoding="utf-8"))

@@ -39,7 +39,7 @@ from topoopt.export.communicators import (
     is_communicator_file,
 )
 from topoopt.export.ecosystem import (
-    CHAKRA_SKIPPED,
+    ECOSYSTEM_SKIPS,
     check_ecosystem,
     ecosystem_names,
     is_ecosystem_file,
@@ -262,7 +262,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     topo, rings = topology_of(doc), rings_of(doc)
     exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT)
                      and not is_communicator_file(f) and not is_ecosystem_file(f))
-    plain_skipped = {k: v for k, v in doc["skipped"].items() if k != CHAKRA_SKIPPED}
+    plain_skipped = {k: v for k, v in doc["skipped"].items() if k not in ECOSYSTEM_SKIPS}
     if not llm and any(is_communicator_file(f) for f in files):
         raise PlanCheckError("plan.json files lists communicator files, which only an LLM "
                              "plan writes")
@@ -296,7 +296,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         if par is not None:
             checked += check_communicators(directory, files, par, rings, cluster,
                                            simulate=simulate, rendered=comm)
-        checked += check_ecosystem(directory, doc)
+        checked += check_ecosystem(directory, doc, simulate=simulate)
     for rel in files:
         if rel in PLOTS:
             data = (directory / rel).read_bytes()
