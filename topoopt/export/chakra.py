@@ -130,7 +130,7 @@ def chakra_traces(graph: IterationGraph, fabric: Any, servers: int,
         recs[rank].append([name, kind, attrs, [], dur])
 
     for i in range(t):
-        attrs = {"is_cpu_op": False}
+        attrs: dict[str, Any] = {"is_cpu_op": False}
         if flops is not None:
             attrs["num_ops"] = int(round(flops[i]))
         add(i, int(graph.task_server[i]), f"task{i}", "COMP_NODE", attrs,

@@ -55,7 +55,8 @@ MAX_DEVICE_SEMAPHORES = 16  # line 20
 def _segments(ops: list[dict], first_sem: int) -> list[list[dict]]:
     """``ops`` cut into threadblocks of at most MAX_OPERATION ops, each after the
     first starting with ``sem_acquire`` of the semaphore the one before releases."""
-    out, at, sem = [], 0, first_sem
+    out: list[list[dict]] = []
+    at, sem = 0, first_sem
     while at < len(ops):
         head = [{"name": "sem_acquire", "semaphore_ids": [sem - 1]}] if out else []
         room = MAX_OPERATION - len(head)
@@ -91,7 +92,8 @@ def mscclpp_ring_allreduce(rings: list[list[int]], name: str = "topoopt_ring_all
     hops = [(c, r[j], r[(j + 1) % k]) for c, r in enumerate(rings) for j in range(k)]
     gpus = []
     for q in range(k):
-        peers, index = [], {}
+        peers: list[int] = []
+        index: dict[tuple[int, int, int], int] = {}
         for c, a, b in hops:        # one global order: paired channels match up
             if q in (a, b):
                 index[(c, a, b)] = len(peers)
@@ -348,13 +350,13 @@ def simulate_mscclpp(plan: MscclppPlan, inputs: np.ndarray) -> np.ndarray:
                         key = slot(r, chans[0])
                         pending[key] = pending.get(key, 0) + 1
                 elif op["name"] == "sem_acquire":
-                    key = (r, op["semaphore_ids"][0])
-                    if sem.get(key, 0) == 0:
+                    held = (r, op["semaphore_ids"][0])
+                    if sem.get(held, 0) == 0:
                         break
-                    sem[key] -= 1
+                    sem[held] -= 1
                 elif op["name"] == "sem_release":
-                    key = (r, op["semaphore_ids"][0])
-                    sem[key] = sem.get(key, 0) + 1
+                    held = (r, op["semaphore_ids"][0])
+                    sem[held] = sem.get(held, 0) + 1
                 elif op["name"] == "re":
                     d = op["dst_buff"][0]
                     total = sum(bufs[r][s["type"]][s["index"]:s["index"] + s["size"]]
