@@ -19,9 +19,13 @@ pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
 
 from topoopt.cluster import GPUS, Cluster, Job  # noqa: E402
 from topoopt.config import load_config  # noqa: E402
-from topoopt.errors import PlanCheckError  # noqa: E402
+from topoopt.errors import (
+    ConfigError,  # noqa: E402
+    PlanCheckError,  # noqa: E402
+)
 from topoopt.export.astra_sim import parse_ns3_topology  # noqa: E402
-from topoopt.export.chakra import read_chakra_trace  # noqa: E402
+from topoopt.export.chakra import ChakraTraces, encode_chakra_traces, read_chakra_trace  # noqa: E402
+from topoopt.export.chakra_import import chakra_workload  # noqa: E402
 from topoopt.export.msccl import parse_msccl_xml  # noqa: E402
 from topoopt.export.nccl_graph import check_nccl_graph  # noqa: E402
 from topoopt.export.plan_dir import check_plan_dir, write_plan  # noqa: E402
@@ -40,12 +44,14 @@ def folders(tmp_path_factory):
     cfg = load_config(Path(__file__).parents[1] / "configs/dlrm-16.toml")  # DLRM-16, a short search: rings of 8
     dlrm = plan(cfg.cluster, cfg.job, budget=2, rounds=1, chains=1, seed=0,
                 baselines=("ideal",))
-    llm = plan_llm(LLM_CLUSTER, Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512}),
-                   top=2, fixed={"tp": 4, "pp": 2})
+    dense = Job("llama3-8b", 2, "bf16", size={"layers": 4, "seq": 512})
+    llm = plan_llm(LLM_CLUSTER, dense, top=2, fixed={"tp": 4, "pp": 2})
+    llm_dp = plan_llm(LLM_CLUSTER, dense, top=1, fixed={"tp": 4, "pp": 1})
     out = {}
     for name, p, runtime in (("dlrm", dlrm, "msccl-executor-nccl"),
                              ("llm", llm, "msccl-executor-nccl"),
-                             ("dlrm-msccl", dlrm, "msccl")):
+                             ("dlrm-msccl", dlrm, "msccl"),
+                             ("llm-dp", llm_dp, "msccl-executor-nccl")):
         d = tmp_path_factory.mktemp(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -178,3 +184,57 @@ def test_msccl_runtime_option_is_written_and_checked(folders, tmp_path):
                                                           f'minBytes="{2**40}"', 1))
     with pytest.raises(PlanCheckError, match="maxBytes"):
         check_plan_dir(bad, simulate=False)
+
+
+def test_an_llm_trace_imports_as_its_data_parallel_workload(folders):
+    with pytest.raises(ConfigError, match="point to point"):   # pp = 2: not data parallel
+        chakra_workload(folders["llm"] / "chakra/et.0.et", samples=8)
+    d = folders["llm-dp"]
+    doc = _doc(d)
+    c = doc["cluster"]
+    samples = doc["job"]["batch_per_gpu"] * c["gpus_per_server"]
+    model = chakra_workload(d / "chakra/et.0.et", samples=samples, dtype_bytes=2)
+    shape = transformer_shape(model_of(Job(**{k: v for k, v in doc["job"].items() if k in
+                                              ("model", "batch_per_gpu", "precision", "size")})))
+    # every rank's FLOPs back, and the DP AllReduce's bytes as the gradients' parameters
+    total = (model.fwd_flops + model.bwd_flops) * samples * c["servers"]
+    assert total == pytest.approx(shape.training_flops_per_token() * samples * c["servers"]
+                                  * shape.seq, rel=1e-6)
+    groups = json.loads((d / "chakra/comm_groups.json").read_text())
+    assert groups and model.params > 0
+
+
+def _trace(tmp_path, nodes):
+    files = encode_chakra_traces(ChakraTraces(1, (tuple(nodes),), {"1": [0]}))
+    (tmp_path / "chakra").mkdir(exist_ok=True)
+    (tmp_path / "chakra/et.0.et").write_bytes(files["chakra/et.0.et"])
+    return tmp_path / "chakra/et.0.et"
+
+
+COMP = ("fwd", "COMP_NODE", {"num_ops": 1000}, (), 5)
+AR = ("ar", "COMM_COLL_NODE", {"comm_type": "ALL_REDUCE", "pg_name": "1", "comm_size": 400},
+      (0,), 0)
+
+
+@pytest.mark.parametrize("nodes, why", [
+    ([COMP, ("ag", "COMM_COLL_NODE", {"comm_type": "ALL_GATHER", "pg_name": "1",
+                                      "comm_size": 8}, (0,), 0)], "ALL_GATHER"),
+    ([COMP, ("s", "COMM_SEND_NODE", {"comm_src": 0, "comm_dst": 1, "comm_tag": 0,
+                                     "comm_size": 8}, (0,), 0)], "point to point"),
+    ([COMP], "has none"),
+    ([("fwd", "COMP_NODE", {}, (), 5), AR], "num_ops"),
+])
+def test_unusable_traces_are_refused_in_one_line(tmp_path, nodes, why):
+    with pytest.raises(ConfigError, match=why) as info:
+        chakra_workload(_trace(tmp_path, nodes), samples=4)
+    assert "\n" not in str(info.value)
+
+
+def test_a_tiny_trace_imports(tmp_path):
+    model = chakra_workload(_trace(tmp_path, [COMP, AR]), samples=4)
+    assert (model.fwd_flops, model.params) == (250.0, 100)
+    with pytest.raises(ConfigError, match="existing"):
+        chakra_workload(tmp_path / "missing.et", samples=4)
+    (tmp_path / "junk.et").write_bytes(b"\xff" * 64)
+    with pytest.raises(ConfigError, match="decode|nodes"):
+        chakra_workload(tmp_path / "junk.et", samples=4)
