@@ -23,7 +23,7 @@ def planned(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan")
     cluster = Cluster(servers=8, nics=2, link_bandwidth=100e9)
     job = Job("dlrm", batch_per_gpu=64)
-    p = plan(cluster, job, budget=10, rounds=1, chains=1, seed=0)
+    p = plan(cluster, job, budget=10, rounds=1, chains=1, seed=0, baselines=("ideal",))
     write_plan(p, out, exports=False, plots=False, report=False)
     write_chakra_traces(out)
     return out, json.loads((out / "plan.json").read_text())

@@ -24,6 +24,7 @@ from topoopt.commands._common import (
 from topoopt.errors import ConfigError, TopoOptError
 from topoopt.executor import make_executor
 from topoopt.export.bundle import ExportSkipped
+from topoopt.export.msccl_runtime import DEFAULT_RUNTIME, MSCCL_RUNTIMES
 from topoopt.export.plan_dir import check_plan_dir, check_plan_output, write_plan
 from topoopt.fabrics.cost import price_table
 from topoopt.interrupt import graceful_interrupt, reset_stop, stop_requested
@@ -195,10 +196,14 @@ def _check(directory: str) -> None:
 @click.option("--report/--no-report", "html_report", default=True,
               help="Write report.html: the plan as one self-contained page (topoopt report "
                    "DIR writes it again, with validation results).")
+@click.option("--msccl-runtime", type=click.Choice(MSCCL_RUNTIMES), default=DEFAULT_RUNTIME,
+              show_default=True,
+              help="MSCCL runtime msccl_allreduce.xml targets: msccl-executor-nccl (maxBytes=0, "
+                   "no limit) or msccl (microsoft/msccl: maxBytes=2^40, in place only).")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def plan(config: str | None, output: str | None, check_dir: str | None, budget, rounds,
          chains, tolerance, seed, workers: int, ray: str | None, exports: bool, plots: bool,
-         html_report: bool, quiet: bool) -> None:
+         html_report: bool, msccl_runtime: str, quiet: bool) -> None:
     """Plan CONFIG's job on a TopoOpt shard and compare it with other fabrics.
 
     Searches every fabric from the same structured strategies (tables x body
@@ -217,6 +222,9 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
       rank_order.txt         host order that makes NCCL's ring follow the plan
       hostfile               the same with slots= per host
       msccl_allreduce.xml    MSCCL AllReduce over all planned rings
+      chakra/                Chakra execution traces, one per server (mlc-chakra)
+      astra_sim/             ASTRA-sim system, analytical and ns-3 network inputs
+      nccl/                  NCCL ring graph files (NCCL_GRAPH_FILE) and launch.json
       *.png                  traffic before/after, topology, fabric comparison
       report.html            all of it as one page (topoopt report DIR)
     """
@@ -251,12 +259,12 @@ def plan(config: str | None, output: str | None, check_dir: str | None, budget, 
         if not llm:  # an LLM job's memory is checked per parallelism by its planner
             _require_batch_fits(cfg)
         _plan_and_write(cfg, config, output, settings, workers, ray, exports, plots,
-                        html_report, quiet, llm)
+                        html_report, quiet, llm, msccl_runtime)
 
 
 def _plan_and_write(cfg, config: str, output: str, settings, workers: int, ray: str | None,
                     exports: bool, plots: bool, html_report: bool, quiet: bool,
-                    llm: bool) -> None:
+                    llm: bool, msccl_runtime: str = DEFAULT_RUNTIME) -> None:
     """Search, then write the plan folder: a Ctrl-C in the search keeps the best so far;
     the first one while the files are written lets them finish (a second abandons them,
     leaving the previous plan), so a finished search is not lost to an impatient key."""
@@ -279,7 +287,7 @@ def _plan_and_write(cfg, config: str, output: str, settings, workers: int, ray: 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ExportSkipped)
             paths = write_plan(result, output, exports=exports, plots=plots,
-                               report=html_report)
+                               report=html_report, msccl_runtime=msccl_runtime)
         if stop_requested():
             click.echo("note: Ctrl-C while writing: the plan's files were finished first",
                        err=True)

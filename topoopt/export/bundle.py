@@ -37,6 +37,13 @@ from topoopt._require import require_choice, require_int
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import Rings, check_export_inputs, largest_group
+from topoopt.export.msccl_runtime import (
+    DEFAULT_RUNTIME,
+    MSCCL_RUNTIMES,
+    check_msccl_runtime,
+    for_runtime,
+    runtime_of,
+)
 from topoopt.export.ocs import (
     OCS_PORTS,
     check_cross_connects,
@@ -97,8 +104,13 @@ def render_exports(topology: Topology, rings: Rings, cluster: Cluster, *,
                    names: Sequence[str] | None = None, panel_ports: int = PANEL_PORTS,
                    ocs_ports: int = OCS_PORTS, ocs: bool | None = None,
                    msccl: bool | None = None, msccl_granularity: str = "server",
-                   msccl_proto: str = "Simple") -> RenderedExports:
+                   msccl_proto: str = "Simple",
+                   msccl_runtime: str = DEFAULT_RUNTIME) -> RenderedExports:
     """Validate the plan and render every export in memory (nothing touches the disk).
+
+    ``msccl_runtime`` is the MSCCL runtime ``msccl_allreduce.xml`` targets
+    (:data:`~topoopt.export.msccl_runtime.MSCCL_RUNTIMES`: its byte range and
+    placement flags, :func:`~topoopt.export.msccl_runtime.for_runtime`).
 
     Raises
     ------
@@ -114,6 +126,7 @@ def render_exports(topology: Topology, rings: Rings, cluster: Cluster, *,
     require_int("ocs_ports", ocs_ports, minimum=1)
     require_choice("msccl_granularity", msccl_granularity, ("server", "gpu"))
     require_choice("msccl_proto", msccl_proto, _msccl.PROTOCOLS)
+    require_choice("msccl_runtime", msccl_runtime, MSCCL_RUNTIMES)
     files: dict[str, str] = {}
     skipped: dict[str, str] = {}
 
@@ -141,7 +154,9 @@ def render_exports(topology: Topology, rings: Rings, cluster: Cluster, *,
     def build_msccl():
         algo, _ = _msccl.plan_msccl_allreduce(rings, cluster.gpus_per_server, msccl_granularity,
                                               proto=msccl_proto)
+        algo = for_runtime(algo, msccl_runtime)
         _msccl.check_msccl_algo(algo)
+        check_msccl_runtime(algo, msccl_runtime)
         return {"msccl_allreduce.xml": _msccl.format_msccl_xml(algo)}
 
     files.update(_optional(msccl, "msccl_allreduce.xml", build_msccl, skipped) or {})
@@ -229,6 +244,7 @@ def _check_msccl_file(text: str, rings: Rings, order: Sequence[int], gpus_per_se
                       simulate: bool) -> None:
     algo = _msccl.parse_msccl_xml(text)
     _msccl.check_msccl_algo(algo)
+    check_msccl_runtime(algo, runtime_of(algo))
     largest = largest_group(rings)
     if largest is None:
         raise PlanCheckError("msccl_allreduce.xml exists but the plan has no AllReduce group")

@@ -23,8 +23,13 @@ Every node also carries ``topoopt_wire_bytes``: the bytes it puts on the wire (a
 AllReduce member's share, hop bytes x hops / k), so the traces of a rank sum to what
 the plan's ``breakdown`` says for the fabric. Dependencies are the task graph's edges
 between nodes on the same rank (``data_deps``); the exchange across ranks is what the
-sends, receives and collectives carry. FLOPs (``num_ops``) are not written yet: the
-task graph keeps compute times, not operator FLOPs.
+sends, receives and collectives carry. A compute node's ``num_ops`` is its FLOPs (the
+chakra schema's field, read by ASTRA-sim's roofline model): a forward task's
+operators' forward FLOPs per sample x the samples of its server
+(global batch / dp / mp, :func:`topoopt.compute.op_time`'s share), a backward task's
+backward FLOPs; weight updates and barriers 0. Summed over the ranks they give the
+model's FLOPs per iteration (global batch x forward and backward FLOPs per sample).
+An LLM plan's traces come from :mod:`topoopt.export.chakra_llm`.
 """
 
 from __future__ import annotations
@@ -39,10 +44,16 @@ import numpy as np
 
 from topoopt.errors import PlanCheckError
 from topoopt.estimate import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, build_iteration
-from topoopt.plans.replay import flow_endpoints, plan_fabric, plan_inputs
+from topoopt.fabrics import direct_connect
+from topoopt.model import Model
+from topoopt.plans.check import strategy_of
+from topoopt.plans.common import cluster_job_of, read_plan, rings_of, routes_of, topology_of
+from topoopt.plans.replay import flow_endpoints, plan_inputs
+from topoopt.workloads import model_of
 
-__all__ = ["CHAKRA_DIR", "COMM_GROUPS", "ChakraTraces", "chakra_traces",
-           "encode_chakra_traces", "write_chakra_traces", "read_chakra_trace",
+__all__ = ["CHAKRA_DIR", "COMM_GROUPS", "ChakraTraces", "task_flops", "chakra_traces",
+           "encode_chakra_traces", "operator_chakra_traces", "operator_plan_flops",
+           "write_chakra_traces", "read_chakra_trace",
            "check_chakra_traces"]
 
 CHAKRA_DIR = "chakra"
@@ -53,7 +64,8 @@ _VERSION = "0.0.4"  # the GlobalMetadata version ASTRA-sim's feeder accepts
 @dataclass(frozen=True)
 class ChakraTraces:
     """Per rank, the node records ``(name, type, attrs, deps, duration_us)``, and the
-    communicator groups (id -> ranks)."""
+    communicator groups (id -> ranks). A compute node's FLOPs are its ``num_ops``
+    attribute."""
 
     ranks: int
     nodes: tuple[tuple[tuple[str, str, dict, tuple[int, ...], int], ...], ...]
@@ -65,7 +77,32 @@ def _pb() -> Any:
     return et_def_pb2
 
 
-def chakra_traces(graph: IterationGraph, fabric: Any, servers: int) -> ChakraTraces:
+def task_flops(graph: IterationGraph, model: Model, global_batch: int) -> np.ndarray:
+    """FLOPs of each compute task of ``graph`` (see the module docstring).
+
+    Raises
+    ------
+    PlanCheckError
+        The graph's tasks are not laid out by segment (forward, backward in reverse
+        order, updates) as :class:`~topoopt.estimate.builder.IterationGraphBuilder` does.
+    """
+    fwd, bwd, servers = [], [], []
+    for seg in graph.segments:
+        per = global_batch / seg.config.dp / seg.config.mp
+        fwd.append(sum(model.operators[o].fwd_flops for o in seg.ops) * per)
+        bwd.append(sum(model.operators[o].bwd_flops for o in seg.ops) * per)
+        servers.append(list(seg.config.servers))
+    flops = [f for f, srv in zip(fwd, servers) for _ in srv]
+    flops += [b for b, srv in zip(bwd[::-1], servers[::-1]) for _ in srv]
+    order = [s for srv in servers for s in srv] + [s for srv in servers[::-1] for s in srv]
+    if graph.tasks < len(order) or graph.task_server[:len(order)].tolist() != order:
+        raise PlanCheckError("the task graph is not laid out by segment; cannot give its "
+                             "tasks FLOPs")
+    return np.array(flops + [0.0] * (graph.tasks - len(order)))
+
+
+def chakra_traces(graph: IterationGraph, fabric: Any, servers: int,
+                  flops: np.ndarray | None = None) -> ChakraTraces:
     """The Chakra node records of ``graph`` per server rank (see the module docstring).
 
     Parameters
@@ -75,6 +112,8 @@ def chakra_traces(graph: IterationGraph, fabric: Any, servers: int) -> ChakraTra
     fabric : Fabric
         The fabric the graph is routed on (flow endpoints come from its links).
     servers : int
+    flops : ndarray, optional
+        FLOPs per compute task (:func:`task_flops`), written as ``num_ops``.
 
     Returns
     -------
@@ -91,8 +130,11 @@ def chakra_traces(graph: IterationGraph, fabric: Any, servers: int) -> ChakraTra
         recs[rank].append([name, kind, attrs, [], dur])
 
     for i in range(t):
-        add(i, int(graph.task_server[i]), f"task{i}", "COMP_NODE",
-            {"is_cpu_op": False}, int(round(graph.task_duration[i] * 1e6)))
+        attrs: dict[str, Any] = {"is_cpu_op": False}
+        if flops is not None:
+            attrs["num_ops"] = int(round(flops[i]))
+        add(i, int(graph.task_server[i]), f"task{i}", "COMP_NODE", attrs,
+            int(round(graph.task_duration[i] * 1e6)))
     groups: dict[str, list[int]] = {}
     ring_of = iter(graph.ring_orders)
     for f in range(nf):
@@ -132,6 +174,8 @@ def _attr(pb: Any, name: str, value: Any) -> Any:
         return pb.AttributeProto(name=name, bool_val=value)
     if name == "comm_type":
         return pb.AttributeProto(name=name, int64_val=pb.CollectiveCommType.Value(value))
+    if name == "num_ops":  # ASTRA-sim reads it as uint64 (Workload.cc line 253)
+        return pb.AttributeProto(name=name, uint64_val=int(value))
     if isinstance(value, str):
         return pb.AttributeProto(name=name, string_val=value)
     if isinstance(value, float):
@@ -158,8 +202,32 @@ def encode_chakra_traces(traces: ChakraTraces) -> dict[str, bytes]:
     return out
 
 
+def operator_chakra_traces(doc: dict) -> ChakraTraces:
+    """The Chakra node records of an operator plan's TopoOpt shard iteration, from its
+    ``plan.json`` document (the task graph :func:`topoopt.estimate.build_iteration`
+    builds for the plan's strategy, topology, routes and rings; one MP flow per server
+    pair), compute nodes with their FLOPs (:func:`task_flops`)."""
+    cluster, job = cluster_job_of(doc)
+    model = model_of(job)
+    fabric = direct_connect(topology_of(doc), routes_of(doc), optics="patch_panel",
+                            name="topoopt", rings=rings_of(doc))
+    graph = build_iteration(model, strategy_of(doc["strategy"]), cluster, job, fabric,
+                            rings_of(doc), mp_flows="pair")
+    return chakra_traces(graph, fabric, cluster.servers,
+                         task_flops(graph, model, job.global_batch(cluster)))
+
+
+def operator_plan_flops(doc: dict) -> float:
+    """Training FLOPs of one iteration of an operator plan's model: global batch x the
+    forward and backward FLOPs per sample of every operator (whatever the strategy)."""
+    cluster, job = cluster_job_of(doc)
+    return job.global_batch(cluster) * sum(op.fwd_flops + op.bwd_flops
+                                           for op in model_of(job).operators)
+
+
 def write_chakra_traces(plan_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Write the Chakra traces of the TopoOpt shard's iteration of the plan in ``plan_dir``.
+    """Write the Chakra traces of the TopoOpt shard's iteration of the operator plan in
+    ``plan_dir`` (:func:`operator_chakra_traces`).
 
     Parameters
     ----------
@@ -178,11 +246,9 @@ def write_chakra_traces(plan_dir: str | Path, out: str | Path | None = None) -> 
     MLCommons Chakra schema, ``et_def.proto`` (package ``mlc-chakra`` 1.0.0);
     ASTRA-sim ``astra-sim/workload/Workload.cc`` (commit 518bd51).
     """
-    inputs = plan_inputs(plan_dir)
-    fabric = plan_fabric(inputs, "topoopt")
-    graph = build_iteration(inputs.model, inputs.strategies["topoopt"], inputs.cluster,
-                            inputs.job, fabric, inputs.rings, mp_flows="pair")
-    files = encode_chakra_traces(chakra_traces(graph, fabric, inputs.cluster.servers))
+    plan_inputs(plan_dir)  # an operator plan, checked
+    doc = read_plan(plan_dir)
+    files = encode_chakra_traces(operator_chakra_traces(doc))
     base = Path(out if out is not None else plan_dir)
     paths = []
     for rel, data in sorted(files.items()):
@@ -214,14 +280,16 @@ def _attrs(node: Any) -> dict[str, Any]:
     return {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr}
 
 
-def check_chakra_traces(directory: str | Path, ranks: int,
-                        wire_bytes: float | None = None) -> dict[str, float]:
-    """Read ``chakra/et.*.et`` back and check them; return the summed wire bytes.
+def check_chakra_traces(directory: str | Path, ranks: int, wire_bytes: float | None = None,
+                        flops: float | None = None) -> dict[str, float]:
+    """Read ``chakra/et.*.et`` back and check them; return the summed wire bytes
+    (``mp``, ``allreduce``) and FLOPs (``flops``).
 
     Checks: one trace per rank, every rank's ``data_deps`` acyclic and pointing at
     existing nodes, every send has exactly one receive (same tag, ends and size) on
     its destination, every collective's ``pg_name`` in ``comm_groups.json`` holding
-    that rank, and (``wire_bytes``) the wire bytes adding up to the plan's.
+    that rank, and (``wire_bytes``, ``flops``) the wire bytes and the compute nodes'
+    ``num_ops`` adding up to the plan's.
 
     Raises
     ------
@@ -232,7 +300,7 @@ def check_chakra_traces(directory: str | Path, ranks: int,
     groups = json.loads((directory / COMM_GROUPS).read_text(encoding="utf-8"))
     pb = _pb()
     sends, recvs = {}, {}
-    total = {"mp": 0.0, "allreduce": 0.0}
+    total = {"mp": 0.0, "allreduce": 0.0, "flops": 0.0}
     for rank in range(ranks):
         rel = f"{CHAKRA_DIR}/et.{rank}.et"
         if not (directory / rel).is_file():
@@ -248,7 +316,9 @@ def check_chakra_traces(directory: str | Path, ranks: int,
                 succ[d].append(n.id)
                 indeg[n.id] += 1
             a = _attrs(n)
-            if n.type == pb.COMM_SEND_NODE:
+            if n.type == pb.COMP_NODE:
+                total["flops"] += float(a.get("num_ops", 0))
+            elif n.type == pb.COMM_SEND_NODE:
                 sends[(a["comm_tag"])] = (rank, a["comm_src"], a["comm_dst"], a["comm_size"])
                 total["mp"] += a["topoopt_wire_bytes"]
             elif n.type == pb.COMM_RECV_NODE:
@@ -280,4 +350,7 @@ def check_chakra_traces(directory: str | Path, ranks: int,
         if not np.isclose(got_total, wire_bytes, rtol=1e-9):
             raise PlanCheckError(f"the traces carry {got_total:.6g} bytes, the plan "
                                  f"{wire_bytes:.6g}")
+    if flops is not None and not np.isclose(total["flops"], flops, rtol=1e-6):
+        raise PlanCheckError(f"the traces' compute nodes carry {total['flops']:.6g} FLOPs, "
+                             f"the plan's model {flops:.6g}")
     return total

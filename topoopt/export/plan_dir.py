@@ -38,6 +38,14 @@ from topoopt.export.communicators import (
     communicator_exports,
     is_communicator_file,
 )
+from topoopt.export.ecosystem import (
+    ECOSYSTEM_SKIPS,
+    check_ecosystem,
+    ecosystem_names,
+    is_ecosystem_file,
+    render_ecosystem,
+)
+from topoopt.export.msccl_runtime import DEFAULT_RUNTIME
 from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
@@ -72,7 +80,7 @@ _PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk (type and CRC) every PNG ends wit
 def is_plan_file(rel: str) -> bool:
     """Whether ``rel`` (relative to a plan folder) is a name a plan writes."""
     return (rel in PLAN_FILES or _OCS.fullmatch(rel) is not None
-            or is_communicator_file(rel))
+            or is_communicator_file(rel) or is_ecosystem_file(rel))
 
 
 def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
@@ -82,7 +90,7 @@ def plan_files(cluster: Cluster, exports: bool = True, plots: bool = True,
     with ``llm``, its ``msccl/`` files depend on the plan and are checked as it is written)."""
     names = ["plan.json"] + [REPORT] * report
     if exports:
-        names += list(_EXPORTS) + [COMMUNICATORS] * llm
+        names += list(_EXPORTS) + [COMMUNICATORS] * llm + ecosystem_names(cluster.servers)
         try:
             layout = ocs_layout(cluster.servers, cluster.nics)
         except PlanCheckError:
@@ -151,7 +159,7 @@ def _doc_text(doc: dict) -> str:
 
 
 def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,
-               report: bool = True) -> list[Path]:
+               report: bool = True, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
     (``report.html``, :func:`~topoopt.export.report.build_report`) into ``directory``.
 
@@ -161,6 +169,8 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
     user's file or folder in the way raises before anything moves. An export the
     plan does not fit (OCS, MSCCL) is listed in ``plan.json``'s ``skipped`` with the
     reason, and an :class:`~topoopt.export.bundle.ExportSkipped` warning says so.
+    ``msccl_runtime`` is the MSCCL runtime ``msccl_allreduce.xml`` targets
+    (:mod:`topoopt.export.msccl_runtime`).
 
     Returns
     -------
@@ -169,11 +179,11 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
     """
     directory = Path(directory)
     with folder_lock(directory):
-        return _write_plan(p, directory, exports, plots, report)
+        return _write_plan(p, directory, exports, plots, report, msccl_runtime)
 
 
 def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
-                report: bool) -> list[Path]:
+                report: bool, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """:func:`write_plan` with the folder's lock held."""
     owned = owned_files(directory)
     doc = p.to_json()
@@ -181,7 +191,7 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     with staging_dir(directory, owned) as stage:
         if exports:
             rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
-                                      p.cluster)
+                                      p.cluster, msccl_runtime=msccl_runtime)
             for rel, text in rendered.files.items():
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 (stage / rel).write_text(text, encoding="utf-8")
@@ -194,6 +204,12 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
                     (stage / rel).write_text(text, encoding="utf-8")
                 files += comm.files
                 skipped.update(comm.skipped)
+            eco = render_ecosystem(doc)  # Chakra traces, ASTRA-sim inputs, NCCL graphs
+            for rel, data in eco.files.items():
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                (stage / rel).write_bytes(data)
+            files += eco.files
+            skipped.update(eco.skipped)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
             for which, (matrix, _) in p.traffic_heatmaps().items():
@@ -245,7 +261,8 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     cluster, _ = cluster_job_of(doc)
     topo, rings = topology_of(doc), rings_of(doc)
     exports = sorted(f for f in files if f not in PLOTS and f not in ("plan.json", REPORT)
-                     and not is_communicator_file(f))
+                     and not is_communicator_file(f) and not is_ecosystem_file(f))
+    plain_skipped = {k: v for k, v in doc["skipped"].items() if k not in ECOSYSTEM_SKIPS}
     if not llm and any(is_communicator_file(f) for f in files):
         raise PlanCheckError("plan.json files lists communicator files, which only an LLM "
                              "plan writes")
@@ -262,10 +279,10 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
             raise PlanCheckError(f"plan.json files {'lacks ' + missing[0] if missing else ''}"
                                  f"{'lists ' + extra[0] if extra and not missing else ''}: "
                                  "the plan's exports are " + ", ".join(sorted(rendered.files)))
-        if doc["skipped"] != want:
+        if plain_skipped != want:
             raise PlanCheckError(f"plan.json skipped = {sorted(doc['skipped'])}, but the plan "
                                  f"skips {sorted(want) or 'nothing'}")
-    elif doc["skipped"]:
+    elif plain_skipped:
         raise PlanCheckError(f"plan.json skipped lists {sorted(doc['skipped'])} but the plan "
                              "wrote no exports")
     if par is not None and not exports and any(is_communicator_file(f) for f in files):
@@ -279,6 +296,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
         if par is not None:
             checked += check_communicators(directory, files, par, rings, cluster,
                                            simulate=simulate, rendered=comm)
+        checked += check_ecosystem(directory, doc, simulate=simulate)
     for rel in files:
         if rel in PLOTS:
             data = (directory / rel).read_bytes()
