@@ -238,3 +238,24 @@ def test_a_tiny_trace_imports(tmp_path):
     (tmp_path / "junk.et").write_bytes(b"\xff" * 64)
     with pytest.raises(ConfigError, match="decode|nodes"):
         chakra_workload(tmp_path / "junk.et", samples=4)
+
+
+def test_import_model_writes_a_chakra_trace_as_operators(tmp_path):
+    """``topoopt import-model chakra:ET --samples N`` writes the trace's workload as a
+    custom model that reads back with the same FLOPs and parameters; without
+    ``--samples`` it is one line naming the option, exit 2, nothing written."""
+    from click.testing import CliRunner
+
+    from topoopt.cli import main
+    from topoopt.workloads.custom import custom_model
+    et = _trace(tmp_path, [COMP, AR])
+    out = tmp_path / "m.toml"
+    res = CliRunner().invoke(main, ["import-model", f"chakra:{et}", "-o", str(out)])
+    assert res.exit_code == 2 and "--samples" in res.output and not out.exists()
+    res = CliRunner().invoke(main, ["import-model", f"chakra:{et}", "--samples", "4", "-o",
+                                    str(out)])
+    assert res.exit_code == 0, res.output
+    import tomllib
+    job = tomllib.loads(out.read_text())["job"]
+    model = custom_model("imported", job["operators"])
+    assert (model.fwd_flops, model.params) == (250.0, 100)

@@ -4,7 +4,9 @@ A decoder LLM (an ``hf:`` decoder, a ``gpt`` or ``moe`` model) is written as its
 ``model = "transformer"`` with every :class:`~topoopt.workloads.gpt.TransformerShape`
 field in ``[job.size]``, so that ``plan`` takes it to the LLM planner as it does the
 source; any other model (or a decoder with ``--operators``) as its ``[[job.operators]]``
-list, which the operator planner searches.
+list, which the operator planner searches. A Chakra trace (``chakra:PATH``, one rank's
+``et.<rank>.et`` of a data-parallel iteration) becomes the operator list of
+:func:`~topoopt.export.chakra_import.chakra_workload`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import click
 from topoopt._io import atomic_write_text
 from topoopt.config import load_config, read_toml
 from topoopt.errors import ConfigError
+from topoopt.export.chakra_import import chakra_workload
 from topoopt.model import Model, Operator
 from topoopt.workloads import build_model
 from topoopt.workloads.gpt import TransformerShape, is_transformer
@@ -89,11 +92,17 @@ def _cluster_toml(table: dict) -> str:
               help="Write a decoder LLM as its [[job.operators]] list too (default: as its "
                    "shape, model = \"transformer\", which plans through the LLM planner "
                    "like the source; the list plans through the operator planner).")
-def import_model(source: str, output: str, operators: bool) -> None:
+@click.option("--samples", type=int, default=None,
+              help="chakra: sources only: the samples one rank processes per iteration "
+                   "(its batch), to give FLOPs per sample.")
+@click.option("--dtype-bytes", type=click.IntRange(1, 8), default=4, show_default=True,
+              help="chakra: sources only: bytes per gradient element (4 fp32, 2 bf16).")
+def import_model(source: str, output: str, operators: bool, samples: int | None,
+                 dtype_bytes: int) -> None:
     """Write a model as an editable TOML model that plans like SOURCE.
 
-    SOURCE is a model (hf:PATH, torch:module:factory or a built-in name), or a config
-    .toml: then the whole config is written with the model replaced. A decoder LLM
+    SOURCE is a model (hf:PATH, torch:module:factory, chakra:ET_FILE with --samples, or a
+    built-in name), or a config .toml: then the whole config is written with the model replaced. A decoder LLM
     becomes model = "transformer" with its shape in [job.size] (the LLM planner plans it
     as SOURCE); any other model becomes model = "custom" with its [[job.operators]]
     (per sample: FLOPs, output elements, elements read). `topoopt plan` on the written
@@ -111,6 +120,12 @@ def import_model(source: str, output: str, operators: bool) -> None:
         head = _cluster_toml(doc["cluster"])
         job_keys = f"batch_per_gpu = {job.batch_per_gpu}\nprecision = {_value(job.precision)}\n"
         label = f"{job.model} ({source})"
+    elif source.startswith("chakra:"):
+        if samples is None:
+            raise ConfigError("--samples", None, "a chakra: trace needs the samples one rank "
+                              "processes per iteration, e.g. --samples 32")
+        model = chakra_workload(source[len("chakra:"):], samples, dtype_bytes)
+        head, label = "", source
     else:
         model, head, label = build_model(source), "", source
     if is_transformer(model) and not operators:
