@@ -188,16 +188,23 @@ class RCollective:
         return s
 
     def _scratch_for(self, sched: LocalSchedule, like) -> list:
+        """Per-chunk scratch: slices of one arena per dtype and device, grown only when a
+        schedule needs more in all. A swap moves scratch between chunks (a rank that
+        becomes a tree's inner node needs room there, a new leaf none) without
+        allocating, so its first call does not fault in fresh pages."""
         key = (like.dtype, like.device)
-        have = self._scratch.get(key, [])
-        if len(have) < len(sched.scratch) or any(
-                h.numel() < n for h, n in zip(have, sched.scratch)):
-            have = [torch.empty(max(n, have[c].numel() if c < len(have) else 0),
-                                dtype=like.dtype, device=like.device)
-                    for c, n in enumerate(sched.scratch)]
-            self._scratch[key] = have
+        total = sum(sched.scratch)
+        arena = self._scratch.get(key)
+        if arena is None or arena.numel() < total:
+            arena = torch.empty(total, dtype=like.dtype, device=like.device)
+            self._scratch[key] = arena
             self._scratch_gen += 1
-        return have
+            self._bound.clear()                  # drop views of the old arena
+        out, o = [], 0
+        for n in sched.scratch:
+            out.append(arena[o:o + n])
+            o += n
+        return out
 
     def _pools(self, sched: LocalSchedule):
         """Thread pools sized for ``sched``: one thread per chunk, one per concurrent wait."""
