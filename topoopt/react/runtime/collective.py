@@ -162,10 +162,13 @@ class RCollective:
         self._scratch: dict = {}
         self._scratch_gen = 0
         self._bound: "weakref.WeakKeyDictionary[Pattern, tuple]" = weakref.WeakKeyDictionary()
-        self._stream = None
+        self._stream: Any = None               # the CUDA stream of a GPU buffer
         # p2p straight on the process group: torch.distributed.isend/irecv re-check the
         # group and ranks in Python on every call (pattern ranks are group ranks)
         pg = dist.group.WORLD if group is None else group
+        if pg is None:
+            raise ConfigError("torch.distributed", "no default group",
+                              "call torch.distributed.init_process_group first")
         self._send, self._recv = pg.send, pg.recv
         self._chunk_pool: ThreadPoolExecutor | None = None
         self._wait_pool: ThreadPoolExecutor | None = None
@@ -422,7 +425,7 @@ class _BoundStep:
 def _bind_step(st: Step, buf, sc) -> _BoundStep:
     # gloo moves real tensors: complex data travels as (re, im) pairs
     wire = torch.view_as_real if buf.is_complex() else (lambda t: t)
-    sends = []
+    sends: list[tuple] = []
     for x in st.sends:
         if x.offset < 0:
             a, b = x.ranges[0]
@@ -430,7 +433,8 @@ def _bind_step(st: Step, buf, sc) -> _BoundStep:
         else:
             sends.append((x.edge, x.peer, wire(sc[x.offset:x.offset + x.size]),
                           [wire(buf[a:b]) for a, b in x.ranges]))
-    recvs, apply = [], []
+    recvs: list[tuple] = []
+    apply: list[tuple] = []
     for x in st.recvs:
         if x.offset < 0:
             a, b = x.ranges[0]

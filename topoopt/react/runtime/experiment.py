@@ -411,15 +411,15 @@ def fluid_prediction(spec: RunSpec, slow: SlowRank | None, link_rate: float,
     """
     require_positive("link_rate", link_rate)
     n = spec.nprocs
-    bw = np.full(n + 1, float(link_rate))
+    bw = [float(link_rate)] * (n + 1)
     background = []
     if slow is not None and slow.mode == "rate":
-        bw[slow.rank] = slow.rate
+        bw[slow.rank] = float(slow.rate)
     elif slow is not None:
         background = [BackgroundFlows(n, slow.rank, slow.flows)]
     fabric = star(n + 1, bw, latency)
     pattern = make_pattern(spec)
-    runs = [run_react(SimulatedExecutor(fabric, np.arange(n), background, 1, seed),
+    runs = [run_react(SimulatedExecutor(fabric, list(range(n)), background, 1, seed),
                       pattern, spec.epochs, spec.params, enabled)
             for enabled in (False, True)]
     return FluidPrediction(runs[0].epoch_time, runs[1].epoch_time, runs[1].changes,
