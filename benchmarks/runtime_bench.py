@@ -2,18 +2,22 @@
 slowed rank.
 
 Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and of
-RCollective running the NCCL double binary tree and the ring pattern, 1-64 MB of
-float32, 4 and 8 ranks (flows cut into 1 MiB pieces, RCollective's default). Then a swap
-as it happens: compiling the swapped tree's schedule, and the first call with it (the
-tree's own median is the steady-state time to compare with). Each rank times every call after a barrier; a call's time is the
-slowest rank's, and the table shows the median over the timed calls and the ratio to
-torch (> 1: RCollective is slower).
+RCollective running the NCCL double binary tree and the ring pattern, 1-256 MB of
+float32 on 8 ranks (RCollective's default 1 MiB pieces, or ``--piece-mib``). Built for a
+noisy shared machine: one launch per size, rounds that call all three methods in an
+order rotated every round (a burst of outside load hits them alike), many rounds (40 at
+1 MB ... 6 at 256 MB), and per method the median and interquartile range of the call
+time (each call after a barrier, its time the slowest rank's), the ratio of medians and
+the median of per-round ratios, plus the CPU seconds of a call summed over the ranks
+relative to torch's. Then a swap as it happens: compiling the swapped tree's schedule,
+the first call on it, calls that change pattern every time, and the old pattern alone.
+The load average is printed at the start and after each launch.
 
 Part 2 (network-namespace testbed, every rank link shaped with tc): the double binary
 tree for ``--epochs`` epochs without and with REACT, with no congestion and with
 ``--flows`` greedy external TCP flows into one rank; mean/p95 epoch time after the
-warm-up, the algorithm-bandwidth gain and what the critical path spends at the slowed
-rank. Skipped (with the reason) where namespaces are unavailable.
+warm-up, the algorithm-bandwidth gain beside the fluid model's for the same setting
+(``fluid_prediction``) and what the critical path spends at the slowed rank. Skipped (with the reason) where namespaces are unavailable.
 
 Part 3 (127.0.0.1): how long failures take to end. A launch of 3 ranks whose rank 1
 raises after 0.5 s while the others block (the launcher must report it at once, not
@@ -25,9 +29,9 @@ them.
 
 Usage::
 
-    python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64] [--ranks 4,8]
-                                       [--epochs 60] [--skip-react] [--skip-failures]
-                                       [--json OUT]
+    nice -n 5 python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64,256]
+        [--ranks 8] [--rounds 1.0] [--piece-mib 1] [--epochs 60] [--skip-allreduce]
+        [--skip-react] [--skip-failures] [--json OUT]
 """
 
 from __future__ import annotations
@@ -207,7 +211,7 @@ def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
 
 def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
     from topoopt.react.loop import ReactParams
-    from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
+    from topoopt.react.runtime.experiment import RunSpec, SlowRank, fluid_prediction, run_runtime
     from topoopt.react.runtime.netem import netns_supported
     from topoopt.units import format_time
 
@@ -218,7 +222,7 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
         print(f"skipped: {why}")
         return []
     head = (f"{'ranks':>5} {'congestion':<20} {'base mean':>10} {'base p95':>10} "
-            f"{'REACT mean':>11} {'REACT p95':>10} {'gain':>7} {'crit. at slow rank':>22}"
+            f"{'REACT mean':>11} {'REACT p95':>10} {'gain':>7} {'fluid':>7} {'crit. at slow rank':>22}"
             f"  swaps")
     print(head)
     print("-" * (len(head) + 20))
@@ -232,6 +236,7 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
             t0 = time.perf_counter()
             r = run_runtime(spec, slow, network="netns", link_rate=link_rate, timeout=3600)
             what = f"{p} flows into rank {slow_rank}" if p else "none"
+            fluid = fluid_prediction(spec, slow, link_rate).improvement
             crit = ""
             if r.share:
                 (_, cb, sb), (_, cr, sr) = r.share["baseline"], r.share["react"]
@@ -240,10 +245,11 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
             print(f"{n:>5} {what:<20} {format_time(r.mean('baseline')):>10} "
                   f"{format_time(r.p95('baseline')):>10} {format_time(r.mean('react')):>11} "
                   f"{format_time(r.p95('react')):>10} {100 * r.improvement:>+6.0f}% "
+                  f"{100 * fluid:>+6.0f}% "
                   f"{crit:>22}  {swaps}  ({time.perf_counter() - t0:.0f} s)", flush=True)
             if r.wrong_epochs:
                 print(f"      WARNING: {r.wrong_epochs} wrong results")
-            out.append({"ranks": n, "flows": p, **{k: v for k, v in r.to_json().items()
+            out.append({"ranks": n, "flows": p, "fluid_improvement": fluid, **{k: v for k, v in r.to_json().items()
                                                     if k in ("baseline", "react",
                                                              "improvement", "changes",
                                                              "critical_share")}})
