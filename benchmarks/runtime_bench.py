@@ -3,7 +3,7 @@ slowed rank.
 
 Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and of
 RCollective running the NCCL double binary tree and the ring pattern, 1-256 MB of
-float32 on 8 ranks (RCollective's default 1 MiB pieces, or ``--piece-mib``). Built for a
+float32 on 8 ranks (RCollective's default 2 MiB pieces, or ``--piece-mib``). Built for a
 noisy shared machine: one launch per size, rounds that call all three methods in an
 order rotated every round (a burst of outside load hits them alike), many rounds (40 at
 1 MB ... 6 at 256 MB), and per method the median and interquartile range of the call
@@ -30,7 +30,7 @@ them.
 Usage::
 
     nice -n 5 python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64,256]
-        [--ranks 8] [--rounds 1.0] [--piece-mib 1] [--epochs 60] [--skip-allreduce]
+        [--ranks 8] [--rounds 1.0] [--piece-mib 2] [--epochs 60] [--skip-allreduce]
         [--skip-react] [--skip-failures] [--json OUT]
 """
 
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", default="8")
     ap.add_argument("--rounds", type=float, default=1.0,
                     help="scale of the rounds per size (1: 40 at 1 MB ... 6 at 256 MB)")
-    ap.add_argument("--piece-mib", type=float, default=1.0,
+    ap.add_argument("--piece-mib", type=float, default=2.0,
                     help="RCollective's piece_bytes in MiB (0: whole flows)")
     ap.add_argument("--epochs", type=int, default=60, help="epochs per run in part 2")
     ap.add_argument("--react-size", type=float, default=4.0, help="MB in part 2")

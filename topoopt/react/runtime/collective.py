@@ -122,7 +122,7 @@ class RCollective:
         With ``threads``, flows are cut into pieces of about this many bytes, each
         chunk into as many independent sub-chunks (:func:`~topoopt.react.runtime.
         schedule.split_chunks`, at most 32 threads), so that a rank forwards one piece
-        while the next arrives (1 MiB; 0: whole flows). Flow times stay per flow of
+        while the next arrives (2 MiB; 0: whole flows). Flow times stay per flow of
         the pattern: posted when its first piece is, done when its last piece is.
 
     Examples
@@ -140,7 +140,7 @@ class RCollective:
     """
 
     def __init__(self, group=None, *, threads: bool | None = None,
-                 batched: bool | None = None, piece_bytes: float = 1 << 20) -> None:
+                 batched: bool | None = None, piece_bytes: float = 2 << 20) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed", "not initialised",
                               "call torch.distributed.init_process_group first")
