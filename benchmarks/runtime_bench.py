@@ -2,18 +2,22 @@
 slowed rank.
 
 Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and of
-RCollective running the NCCL double binary tree and the ring pattern, 1-64 MB of
-float32, 4 and 8 ranks (flows cut into 1 MiB pieces, RCollective's default). Then a swap
-as it happens: compiling the swapped tree's schedule, and the first call with it (the
-tree's own median is the steady-state time to compare with). Each rank times every call after a barrier; a call's time is the
-slowest rank's, and the table shows the median over the timed calls and the ratio to
-torch (> 1: RCollective is slower).
+RCollective running the NCCL double binary tree and the ring pattern, 1-256 MB of
+float32 on 8 ranks (RCollective's default 2 MiB pieces, or ``--piece-mib``). Built for a
+noisy shared machine: one launch per size, rounds that call all three methods in an
+order rotated every round (a burst of outside load hits them alike), many rounds (40 at
+1 MB ... 6 at 256 MB), and per method the median and interquartile range of the call
+time (each call after a barrier, its time the slowest rank's), the ratio of medians and
+the median of per-round ratios, plus the CPU seconds of a call summed over the ranks
+relative to torch's. Then a swap as it happens: compiling the swapped tree's schedule,
+the first call on it, calls that change pattern every time, and the old pattern alone.
+The load average is printed at the start and after each launch.
 
 Part 2 (network-namespace testbed, every rank link shaped with tc): the double binary
 tree for ``--epochs`` epochs without and with REACT, with no congestion and with
 ``--flows`` greedy external TCP flows into one rank; mean/p95 epoch time after the
-warm-up, the algorithm-bandwidth gain and what the critical path spends at the slowed
-rank. Skipped (with the reason) where namespaces are unavailable.
+warm-up, the algorithm-bandwidth gain beside the fluid model's for the same setting
+(``fluid_prediction``) and what the critical path spends at the slowed rank. Skipped (with the reason) where namespaces are unavailable.
 
 Part 3 (127.0.0.1): how long failures take to end. A launch of 3 ranks whose rank 1
 raises after 0.5 s while the others block (the launcher must report it at once, not
@@ -25,9 +29,9 @@ them.
 
 Usage::
 
-    python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64] [--ranks 4,8]
-                                       [--epochs 60] [--skip-react] [--skip-failures]
-                                       [--json OUT]
+    nice -n 5 python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64,256]
+        [--ranks 8] [--rounds 1.0] [--piece-mib 2] [--epochs 60] [--skip-allreduce]
+        [--skip-react] [--skip-failures] [--json OUT]
 """
 
 from __future__ import annotations
@@ -43,17 +47,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bench_worker(rank: int, world: int, sizes_mb, iters: int, warm: int) -> dict:
-    """Every method on every size in one process group; rank 0 returns the table rows."""
+def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: float) -> dict:
+    """Interleaved calls of every method on every size in one process group.
+
+    Per size: ``warm`` untimed calls of each method, then ``reps`` rounds; a round calls
+    every method once, in an order rotated each round (A B C, B C A, ...), so a burst of
+    load on the shared machine hits all methods alike. Each call starts after a barrier;
+    its time is the slowest rank's. Then a swap as it happens (see :func:`_swap_cost`).
+    Rank 0 returns ``{(mb, method): seconds per round}`` and the swap rows.
+    """
+    import numpy as np
     import torch
     import torch.distributed as dist
 
     from topoopt.collectives import double_binary_tree_allreduce, ring_allreduce
     from topoopt.react.runtime.collective import RCollective
 
-    rc = RCollective()
-    rows = {}
-    for mb in sizes_mb:
+    rc = RCollective(piece_bytes=piece_bytes)
+    out: dict = {}
+    for mb, r in zip(sizes_mb, reps):
         n = int(mb * 1e6) // 4
         x = torch.ones(n)
         methods = {
@@ -63,69 +75,143 @@ def bench_worker(rank: int, world: int, sizes_mb, iters: int, warm: int) -> dict
             "ring": (lambda p: lambda t: rc.all_reduce(t, p))(
                 ring_allreduce(range(world), 4 * n)),
         }
-        for name, fn in methods.items():
-            times = []
-            for i in range(warm + iters):
+        names = list(methods)
+        times = np.zeros((len(names), r))
+        cpu = np.zeros((len(names), r))
+        for i in range(warm + r):
+            for j in range(len(names)):
+                k = (i + j) % len(names)
                 x.fill_(1.0)
                 dist.barrier()
-                t0 = time.perf_counter()
-                fn(x)
-                dt = time.perf_counter() - t0
+                c0, t0 = time.process_time(), time.perf_counter()
+                methods[names[k]](x)
+                dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                if float(x[0]) != world or float(x[-1]) != world:
+                    raise AssertionError(f"{names[k]} {mb} MB: wrong sum {float(x[0])}")
                 if i >= warm:
-                    times.append(dt)
-            assert float(x[0]) == world and float(x[-1]) == world
-            t = torch.tensor(times, dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)       # a call lasts until its last rank
-            rows[(mb, name)] = float(t.median())
-        # a swap when it happens: compiling the swapped tree, and its first call
-        from topoopt.react.transforms import Swap, apply_swap
-
-        q = apply_swap(double_binary_tree_allreduce(world, 4 * n), Swap("global", 0, world - 1))
+                    times[k, i - warm], cpu[k, i - warm] = dt, dc
+        t, c = torch.from_numpy(times), torch.from_numpy(cpu)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)       # a call lasts until its last rank
+        dist.all_reduce(c)                             # CPU seconds of all ranks
+        for k, name in enumerate(names):
+            out[(mb, name)] = t[k].numpy().copy()
+            out[(mb, name, "cpu")] = c[k].numpy().copy()
+        out[(mb, "swap")] = _swap_cost(rc, x, world, warm)
         dist.barrier()
-        t0 = time.perf_counter()
-        rc.schedule(q)
-        compile_s = time.perf_counter() - t0
+    rc.close()
+    return out
+
+
+def _swap_cost(rc, x, world: int, calls: int):
+    """What one swap costs on the tree when it happens: compiling the swapped pattern's
+    schedule, then ``calls`` calls on it, alternating with the old pattern (every call a
+    pattern change), against ``calls`` calls on the old pattern alone (slowest rank's
+    seconds, median of each)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from topoopt.collectives import double_binary_tree_allreduce
+    from topoopt.react.transforms import Swap, apply_swap
+
+    n = x.numel()
+    old = double_binary_tree_allreduce(world, 4 * n)
+    new = apply_swap(old, Swap("global", 0, world - 1))
+    rc.schedule(old)
+    dist.barrier()
+    t0 = time.perf_counter()
+    rc.schedule(new)
+    compile_s = time.perf_counter() - t0
+    seq = [new, old] * calls + [old] * calls
+    times = []
+    for p in seq:
         x.fill_(1.0)
         dist.barrier()
         t0 = time.perf_counter()
-        rc.all_reduce(x, q)
-        first = time.perf_counter() - t0
-        assert float(x[0]) == world
-        t = torch.tensor([compile_s, first], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        rows[(mb, "swap")] = (float(t[0]), float(t[1]))
-        dist.barrier()
-    rc.close()
-    return rows
+        rc.all_reduce(x, p)
+        times.append(time.perf_counter() - t0)
+        if float(x[0]) != world:
+            raise AssertionError("wrong sum after a swap")
+    t = torch.tensor([compile_s] + times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    t = t.numpy()
+    k = 2 * calls
+    return float(t[0]), float(t[1]), float(np.median(t[1:1 + k])), float(np.median(t[1 + k:]))
 
 
-def part1(sizes, ranks, iters, warm) -> list[dict]:
+def _stats(t) -> tuple[float, float, float]:
+    """Median and interquartile range (25th, 75th percentile) of ``t``."""
+    import numpy as np
+
+    q25, q50, q75 = np.percentile(t, [25, 50, 75])
+    return float(q50), float(q25), float(q75)
+
+
+def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
+    import numpy as np
+
     from topoopt.react.runtime.launch import launch
 
     out = []
-    print("Part 1: AllReduce on gloo, 127.0.0.1 (median of the slowest rank's call time)\n")
-    head = (f"{'ranks':>5} {'size':>6} {'torch':>10} {'RColl tree':>11} {'RColl ring':>11}"
-            f" {'tree/torch':>11} {'ring/torch':>11} {'swap: compile':>14} {'1st call':>9}")
+    print("Part 1: AllReduce on gloo, 127.0.0.1: interleaved rounds (torch, tree, ring in "
+          "a rotating order), each call's time the slowest rank's; median [25th-75th "
+          "percentile] in ms; ratio = RCollective median / torch median, and the median of "
+          "the per-round ratios (the two calls a few ms apart)")
+    print("CPU: median CPU seconds of a call summed over the ranks, over torch's (less "
+          "sensitive to other load than the wall clock)")
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} at the start; "
+          f"pieces of {piece_bytes / 2**20:g} MiB\n")
+    head = (f"{'ranks':>5} {'size':>6} {'rounds':>6} {'torch':>21} {'RColl tree':>21} "
+            f"{'RColl ring':>21} {'tree/torch':>12} {'ring/torch':>12} {'CPU tree, ring':>15}")
     print(head)
     print("-" * len(head))
+
+    def cell(t) -> str:
+        m, a, b = _stats(t)
+        return f"{m * 1e3:7.1f} [{a * 1e3:5.1f}-{b * 1e3:5.1f}]"
+
+    swaps = []
     for n in ranks:
         t0 = time.perf_counter()
-        rows = launch(bench_worker, n, (tuple(sizes), iters, warm), timeout=3600)[0]
-        for mb in sizes:
+        for mb, r in zip(sizes, reps):       # a launch per size: each row prints at once
+            rows = launch(bench_worker, n, ((mb,), (r,), warm, piece_bytes),
+                          timeout=7200)[0]
             tt, tr, ri = rows[(mb, "torch")], rows[(mb, "tree")], rows[(mb, "ring")]
-            comp, first = rows[(mb, "swap")]
-            print(f"{n:>5} {mb:>4g}MB {tt * 1e3:>8.1f}ms {tr * 1e3:>9.1f}ms "
-                  f"{ri * 1e3:>9.1f}ms {tr / tt:>11.2f} {ri / tt:>11.2f} "
-                  f"{comp * 1e3:>12.1f}ms {first * 1e3:>7.0f}ms", flush=True)
-            out.append({"ranks": n, "size_mb": mb, "torch_s": tt, "rcoll_tree_s": tr,
-                        "rcoll_ring_s": ri, "swap_compile_s": comp, "swap_first_call_s": first})
-        print(f"      ({time.perf_counter() - t0:.0f} s)", flush=True)
+            rt, rr = np.median(tr) / np.median(tt), np.median(ri) / np.median(tt)
+            pt, pr = np.median(tr / tt), np.median(ri / tt)
+            ct, ctr, cri = (np.median(rows[(mb, k, "cpu")]) for k in ("torch", "tree", "ring"))
+            print(f"{n:>5} {mb:>4g}MB {r:>6} {cell(tt)} {cell(tr)} {cell(ri)} "
+                  f"{rt:>5.2f} ({pt:4.2f}) {rr:>5.2f} ({pr:4.2f}) {ctr / ct:>7.2f} "
+                  f"{cri / ct:>5.2f}", flush=True)
+            comp, first, alt, steady = rows[(mb, "swap")]
+            swaps.append((n, mb, comp, first, alt, steady))
+            out.append({"ranks": n, "size_mb": mb, "rounds": r,
+                        **{f"{k}_s": _stats(v) for k, v in
+                           (("torch", tt), ("rcoll_tree", tr), ("rcoll_ring", ri))},
+                        "tree_ratio": rt, "ring_ratio": rr, "tree_paired_ratio": pt,
+                        "ring_paired_ratio": pr, "cpu_s": {"torch": ct, "tree": ctr,
+                                                           "ring": cri},
+                        "swap_compile_s": comp,
+                        "swap_first_call_s": first, "swap_alternating_s": alt,
+                        "tree_steady_s": steady})
+        print(f"      ({time.perf_counter() - t0:.0f} s; load average "
+              f"{os.getloadavg()[0]:.2f})", flush=True)
+    print("\nA swap when it happens (tree, global swap of ranks 0 and n-1): compiling the "
+          "new schedule, the first call on it, the median call when every call changes "
+          "pattern, and the median call on the old pattern alone\n")
+    head = (f"{'ranks':>5} {'size':>6} {'compile':>9} {'1st call':>10} {'alternating':>12} "
+            f"{'steady':>10}")
+    print(head)
+    print("-" * len(head))
+    for n, mb, comp, first, alt, steady in swaps:
+        print(f"{n:>5} {mb:>4g}MB {comp * 1e3:>7.1f}ms {first * 1e3:>8.1f}ms "
+              f"{alt * 1e3:>10.1f}ms {steady * 1e3:>8.1f}ms")
     return out
 
 
 def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
     from topoopt.react.loop import ReactParams
-    from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
+    from topoopt.react.runtime.experiment import RunSpec, SlowRank, fluid_prediction, run_runtime
     from topoopt.react.runtime.netem import netns_supported
     from topoopt.units import format_time
 
@@ -136,7 +222,7 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
         print(f"skipped: {why}")
         return []
     head = (f"{'ranks':>5} {'congestion':<20} {'base mean':>10} {'base p95':>10} "
-            f"{'REACT mean':>11} {'REACT p95':>10} {'gain':>7} {'crit. at slow rank':>22}"
+            f"{'REACT mean':>11} {'REACT p95':>10} {'gain':>7} {'fluid':>7} {'crit. at slow rank':>22}"
             f"  swaps")
     print(head)
     print("-" * (len(head) + 20))
@@ -150,6 +236,7 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
             t0 = time.perf_counter()
             r = run_runtime(spec, slow, network="netns", link_rate=link_rate, timeout=3600)
             what = f"{p} flows into rank {slow_rank}" if p else "none"
+            fluid = fluid_prediction(spec, slow, link_rate).improvement
             crit = ""
             if r.share:
                 (_, cb, sb), (_, cr, sr) = r.share["baseline"], r.share["react"]
@@ -158,10 +245,11 @@ def part2(ranks, size_mb, epochs, warmup, flows, link_rate) -> list[dict]:
             print(f"{n:>5} {what:<20} {format_time(r.mean('baseline')):>10} "
                   f"{format_time(r.p95('baseline')):>10} {format_time(r.mean('react')):>11} "
                   f"{format_time(r.p95('react')):>10} {100 * r.improvement:>+6.0f}% "
+                  f"{100 * fluid:>+6.0f}% "
                   f"{crit:>22}  {swaps}  ({time.perf_counter() - t0:.0f} s)", flush=True)
             if r.wrong_epochs:
                 print(f"      WARNING: {r.wrong_epochs} wrong results")
-            out.append({"ranks": n, "flows": p, **{k: v for k, v in r.to_json().items()
+            out.append({"ranks": n, "flows": p, "fluid_improvement": fluid, **{k: v for k, v in r.to_json().items()
                                                     if k in ("baseline", "react",
                                                              "improvement", "changes",
                                                              "critical_share")}})
@@ -241,17 +329,26 @@ def part3() -> list[dict]:
     return out
 
 
+def _rounds(mb: float, scale: float) -> int:
+    """Rounds per size: ~40 at 1 MB down to ~6 at 256 MB (a few seconds of each method)."""
+    return max(3, int(round(scale * min(40.0, 40.0 / max(mb, 1.0) ** 0.34))))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1,4,16,64", help="MB, comma separated")
-    ap.add_argument("--ranks", default="4,8")
-    ap.add_argument("--iters", type=int, default=5, help="timed calls per point")
+    ap.add_argument("--sizes", default="1,4,16,64,256", help="MB, comma separated")
+    ap.add_argument("--ranks", default="8")
+    ap.add_argument("--rounds", type=float, default=1.0,
+                    help="scale of the rounds per size (1: 40 at 1 MB ... 6 at 256 MB)")
+    ap.add_argument("--piece-mib", type=float, default=2.0,
+                    help="RCollective's piece_bytes in MiB (0: whole flows)")
     ap.add_argument("--epochs", type=int, default=60, help="epochs per run in part 2")
     ap.add_argument("--react-size", type=float, default=4.0, help="MB in part 2")
     ap.add_argument("--flows", type=int, default=2, help="external flows in part 2")
     ap.add_argument("--link-rate", type=float, default=400e6, help="bits/s in part 2")
     ap.add_argument("--quick", action="store_true",
-                    help="sizes 1,16 MB, 3 calls, 30 epochs")
+                    help="sizes 1,16 MB, a quarter of the rounds, 30 epochs")
+    ap.add_argument("--skip-allreduce", action="store_true", help="no part 1")
     ap.add_argument("--skip-react", action="store_true", help="no part 2")
     ap.add_argument("--skip-failures", action="store_true", help="no part 3")
     ap.add_argument("--json", type=Path)
@@ -259,10 +356,13 @@ def main(argv=None) -> int:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     sizes = [float(x) for x in args.sizes.split(",")]
     ranks = [int(x) for x in args.ranks.split(",")]
-    iters, epochs = args.iters, args.epochs
+    scale, epochs = args.rounds, args.epochs
     if args.quick:
-        sizes, iters, epochs = [1.0, 16.0], 3, 30
-    res = {"allreduce": part1(sizes, ranks, iters, warm=2)}
+        sizes, scale, epochs = [1.0, 16.0], scale / 4, 30
+    res = {}
+    if not args.skip_allreduce:
+        res["allreduce"] = part1(sizes, [_rounds(mb, scale) for mb in sizes], ranks, 2,
+                                 args.piece_mib * 2**20)
     if not args.skip_react:
         res["react"] = part2(ranks, args.react_size, epochs, min(epochs // 3, 20),
                              args.flows, args.link_rate)

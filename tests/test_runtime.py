@@ -279,6 +279,62 @@ def test_pieces_keep_all_reduce_after_a_swap():
         assert all(per_flow for _, _, per_flow in rows)
 
 
+def reuse_worker(rank, world):
+    """One buffer reduced again and again (the views RCollective binds to it are reused)
+    while the pattern swaps back and forth, with pieces; then other buffers of the same
+    pattern, a packed-send AllGather and a complex buffer, each against torch."""
+    import torch.distributed as dist
+
+    from topoopt.collectives import (
+        double_binary_tree_allreduce,
+        recursive_doubling_allgather,
+        ring_allreduce,
+    )
+    from topoopt.react.runtime.collective import RCollective
+    from topoopt.react.transforms import Swap, apply_swap
+
+    rc = RCollective(piece_bytes=8 * 100)
+    p = double_binary_tree_allreduce(world, 4 * 1001)
+    q = apply_swap(p, Swap("global", 0, world - 1))
+    r = ring_allreduce(range(world)[::-1], 4 * 1001)
+    x = torch.empty(1001, dtype=torch.int64)
+    ok = []
+    g = torch.Generator().manual_seed(rank)
+    for pattern in (p, q, p, r, q, r, p):
+        x.copy_(torch.randint(-10 ** 6, 10 ** 6, (1001,), generator=g))
+        ref = x.clone()
+        dist.all_reduce(ref)
+        rc.all_reduce(x, pattern)
+        ok.append(bool(torch.equal(x, ref)))
+    for _ in range(2):                              # new buffers, same patterns
+        y = torch.randint(-10 ** 6, 10 ** 6, (1001,), generator=g)
+        ref = y.clone()
+        dist.all_reduce(ref)
+        rc.all_reduce(y, q)
+        ok.append(bool(torch.equal(y, ref)))
+    z = torch.randn(1001, dtype=torch.complex64, generator=g)
+    ref = z.clone()
+    dist.all_reduce(ref)
+    rc.all_reduce(z, double_binary_tree_allreduce(world, 4 * 1001))
+    ok.append(bool(torch.allclose(z, ref, atol=1e-5)))
+    ag = recursive_doubling_allgather(world, 4 * 99 * world)
+    mine = torch.full((rc.schedule(ag).own_size,), rank + 1, dtype=torch.int64)
+    ref = torch.zeros(ag.elements, dtype=torch.int64)
+    for j, (a, b) in enumerate(ag.segments.tolist()):
+        ref[a:b] = int(ag.owners[j]) + 1
+    for _ in range(2):
+        out = torch.zeros(ag.elements, dtype=torch.int64)
+        rc.all_gather_into_tensor(out, mine, ag)
+        ok.append(bool(torch.equal(out, ref)))
+    rc.close()
+    return ok
+
+
+def test_a_reused_buffer_stays_exact_across_swaps():
+    for ok in launch(reuse_worker, 3, timeout=LAUNCH_TIMEOUT):
+        assert ok == [True] * len(ok) and len(ok) == 12
+
+
 # ---------------------------------------------------------------------- RTuner
 def tuner_worker(rank, world, mode):
     """ReactCollective + RTuner; ``mode``: hook (a leader that swaps every batch), slow

@@ -12,7 +12,7 @@ from topoopt.commands._common import SEED, options_named, output_file, print_rea
 from topoopt.errors import ConfigError
 from topoopt.react.loop import ReactParams
 from topoopt.react.runtime._torch import require_torch
-from topoopt.react.runtime.experiment import RunSpec, SlowRank, run_runtime
+from topoopt.react.runtime.experiment import RunSpec, SlowRank, fluid_prediction, run_runtime
 from topoopt.units import format_time, parse_bandwidth, parse_size, parse_time
 
 __all__ = ["run"]
@@ -77,7 +77,9 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
     """Run a collective for --epochs epochs on N local torch.distributed (gloo) ranks,
     without and then with REACT (RCollective + RTuner), and print mean and p95 collective
     time, algorithm bandwidth and the swaps REACT made -- the table of `react simulate`,
-    measured on a real network stack.
+    measured on a real network stack. With --slow-rank it also prints the fluid model's
+    prediction for the same setting (the flow-level simulator of `react simulate`, on a
+    one-switch star with every link at --link-rate).
 
     \b
     Examples:
@@ -102,8 +104,8 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
         if slow_rank is not None:
             slow = SlowRank(slow_rank, slow_mode, flows,
                             parse_bandwidth(slow_rate, "--slow-rate"))
-        res = run_runtime(spec, slow, network=network,
-                          link_rate=parse_bandwidth(link_rate, "--link-rate"),
+        rate = parse_bandwidth(link_rate, "--link-rate")
+        res = run_runtime(spec, slow, network=network, link_rate=rate,
                           timeout=parse_time(timeout, "--timeout"))
     where = ("127.0.0.1" if res.network == "loopback"
              else f"namespaces, links {link_rate}")
@@ -122,8 +124,25 @@ def run(nprocs, collective, rings, size, epochs, warmup, slow_rank, slow_mode, f
     for which, (share, count, seconds) in res.share.items():
         click.echo(f"critical path, {which}: {format_time(seconds)} ({100 * share:.0f}%) in "
                    f"{count} flow(s) of slowed rank {slow_rank}")
+    predicted = None
+    if slow is not None:
+        # the same setting on the flow-level simulator (react simulate --backend flow)
+        predicted = fluid_prediction(spec, slow, rate, seed=seed)
+        click.echo(f"fluid model, same setting (one switch, links {link_rate}): "
+                   f"{format_time(predicted.mean('baseline'))} without, "
+                   f"{format_time(predicted.mean('react'))} with REACT, "
+                   f"{100 * predicted.improvement:+.1f}% (measured "
+                   f"{100 * res.improvement:+.1f}%)")
     if res.wrong_epochs:
         click.echo(f"WARNING: {res.wrong_epochs} epoch results differed from the exact sum",
                    err=True)
     if json_out:
-        atomic_write_text(json_out, json.dumps(res.to_json(), indent=1) + "\n")
+        doc = res.to_json()
+        if predicted is not None:
+            doc["fluid_prediction"] = {
+                "baseline_mean_s": predicted.mean("baseline"),
+                "react_mean_s": predicted.mean("react"),
+                "improvement": predicted.improvement,
+                "changes": [{"epoch": e, "swaps": list(sw), "revert": r}
+                            for e, sw, r in predicted.changes]}
+        atomic_write_text(json_out, json.dumps(doc, indent=1) + "\n")

@@ -44,7 +44,6 @@ from topoopt.react.runtime.schedule import (
     LocalSchedule,
     Step,
     local_schedule,
-    lockstep_order,
     pipeline_depth,
     split_chunks,
 )
@@ -123,7 +122,7 @@ class RCollective:
         With ``threads``, flows are cut into pieces of about this many bytes, each
         chunk into as many independent sub-chunks (:func:`~topoopt.react.runtime.
         schedule.split_chunks`, at most 32 threads), so that a rank forwards one piece
-        while the next arrives (1 MiB; 0: whole flows). Flow times stay per flow of
+        while the next arrives (2 MiB; 0: whole flows). Flow times stay per flow of
         the pattern: posted when its first piece is, done when its last piece is.
 
     Examples
@@ -141,7 +140,7 @@ class RCollective:
     """
 
     def __init__(self, group=None, *, threads: bool | None = None,
-                 batched: bool | None = None, piece_bytes: float = 1 << 20) -> None:
+                 batched: bool | None = None, piece_bytes: float = 2 << 20) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed", "not initialised",
                               "call torch.distributed.init_process_group first")
@@ -161,6 +160,16 @@ class RCollective:
         self._schedules: "weakref.WeakKeyDictionary[Pattern, LocalSchedule]" = \
             weakref.WeakKeyDictionary()
         self._scratch: dict = {}
+        self._scratch_gen = 0
+        self._bound: "weakref.WeakKeyDictionary[Pattern, tuple]" = weakref.WeakKeyDictionary()
+        self._stream: Any = None               # the CUDA stream of a GPU buffer
+        # p2p straight on the process group: torch.distributed.isend/irecv re-check the
+        # group and ranks in Python on every call (pattern ranks are group ranks)
+        pg = dist.group.WORLD if group is None else group
+        if pg is None:
+            raise ConfigError("torch.distributed", "no default group",
+                              "call torch.distributed.init_process_group first")
+        self._send, self._recv = pg.send, pg.recv
         self._chunk_pool: ThreadPoolExecutor | None = None
         self._wait_pool: ThreadPoolExecutor | None = None
         self._sizes = [0, 0]
@@ -182,15 +191,23 @@ class RCollective:
         return s
 
     def _scratch_for(self, sched: LocalSchedule, like) -> list:
+        """Per-chunk scratch: slices of one arena per dtype and device, grown only when a
+        schedule needs more in all. A swap moves scratch between chunks (a rank that
+        becomes a tree's inner node needs room there, a new leaf none) without
+        allocating, so its first call does not fault in fresh pages."""
         key = (like.dtype, like.device)
-        have = self._scratch.get(key, [])
-        if len(have) < len(sched.scratch) or any(
-                h.numel() < n for h, n in zip(have, sched.scratch)):
-            have = [torch.empty(max(n, have[c].numel() if c < len(have) else 0),
-                                dtype=like.dtype, device=like.device)
-                    for c, n in enumerate(sched.scratch)]
-            self._scratch[key] = have
-        return have
+        total = sum(sched.scratch)
+        arena = self._scratch.get(key)
+        if arena is None or arena.numel() < total:
+            arena = torch.empty(total, dtype=like.dtype, device=like.device)
+            self._scratch[key] = arena
+            self._scratch_gen += 1
+            self._bound.clear()                  # drop views of the old arena
+        out, o = [], 0
+        for n in sched.scratch:
+            out.append(arena[o:o + n])
+            o += n
+        return out
 
     def _pools(self, sched: LocalSchedule):
         """Thread pools sized for ``sched``: one thread per chunk, one per concurrent wait."""
@@ -219,74 +236,71 @@ class RCollective:
             self._sizes = [0, 0]
 
     # ------------------------------------------------------------------ execution
-    def _step(self, steps: Sequence[Step], buf, scratch: list, rec: FlowTimes,
+    def _bind(self, pattern: Pattern, sched: LocalSchedule, buf, scratch: list) -> list:
+        """``sched``'s steps with their tensor views of ``buf`` and scratch made once
+        (cached per pattern for the last buffer: a training loop reduces the same
+        gradient buffer every iteration, so a call slices nothing)."""
+        key = (buf.data_ptr(), buf.numel(), buf.dtype, buf.device, self._scratch_gen)
+        have = self._bound.get(pattern)
+        if have is not None and have[0] == key:
+            return have[1]
+        bound = [[_bind_step(st, buf, scratch[st.chunk]) for st in steps]
+                 for steps in sched.chunks]
+        self._bound[pattern] = (key, bound)
+        return bound
+
+    def _step(self, steps: Sequence[_BoundStep], rec: FlowTimes,
               wait_pool: ThreadPoolExecutor) -> None:
         """Post every send and receive of ``steps``, wait, then apply what arrived."""
         sends: list[Any] = []                      # torch.distributed Work handles
         recvs: list[tuple[int, Any]] = []          # (edge, Work; None until batched)
         ops: list[Any] = []
+        send_post, recv_post = rec.send_post, rec.recv_post
         for st in steps:
-            sc = scratch[st.chunk]
-            for x in st.sends:
-                if x.offset < 0:
-                    a, b = x.ranges[0]
-                    data = buf[a:b]
-                else:
-                    data = sc[x.offset:x.offset + x.size]
-                    torch.cat([buf[a:b] for a, b in x.ranges], out=data)
-                rec.send_post[x.edge] = clock()
+            for edge, peer, data, parts in st.sends:
+                if parts is not None:
+                    torch.cat(parts, out=data)
+                send_post[edge] = clock()
                 if self._batched:
-                    ops.append(dist.P2POp(dist.isend, data, self._peers[x.peer],
-                                          self.group, x.edge))
+                    ops.append(dist.P2POp(dist.isend, data, self._peers[peer],
+                                          self.group, edge))
                 else:
-                    sends.append(dist.isend(data, self._peers[x.peer], group=self.group,
-                                            tag=x.edge))
-            for x in st.recvs:
-                if x.offset < 0:
-                    a, b = x.ranges[0]
-                    target = buf[a:b]
-                else:
-                    target = sc[x.offset:x.offset + x.size]
-                rec.recv_post[x.edge] = clock()
+                    sends.append(self._send([data], peer, edge))
+            for edge, peer, target in st.recvs:
+                recv_post[edge] = clock()
                 if self._batched:
-                    ops.append(dist.P2POp(dist.irecv, target, self._peers[x.peer],
-                                          self.group, x.edge))
-                    recvs.append((x.edge, None))
+                    ops.append(dist.P2POp(dist.irecv, target, self._peers[peer],
+                                          self.group, edge))
+                    recvs.append((edge, None))
                 else:
-                    recvs.append((x.edge, dist.irecv(target, self._peers[x.peer],
-                                                     group=self.group, tag=x.edge)))
+                    recvs.append((edge, self._recv([target], peer, edge)))
         if ops:
             # NCCL: one group per step, or two ranks sending to each other deadlock
             works = dist.batch_isend_irecv(ops)
             k = sum(len(st.sends) for st in steps)
             sends = works[:k]
             recvs = [(e, w) for (e, _), w in zip(recvs, works[k:])]
-        stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
-        if len(recvs) == 1:
-            rec.recv_done[recvs[0][0]] = _timed_wait(recvs[0][1], stream)
-        elif recvs:
-            futures = [(e, wait_pool.submit(_timed_wait, w, stream)) for e, w in recvs]
+        stream = self._stream
+        if recvs:
+            # every receive but the last waits in a pool thread, so each completion is
+            # read when it happens; the last one is waited here (one hand-off fewer)
+            futures = [(e, wait_pool.submit(_timed_wait, w, stream)) for e, w in recvs[:-1]]
+            e, w = recvs[-1]
+            rec.recv_done[e] = _timed_wait(w, stream)
             for e, f in futures:
                 rec.recv_done[e] = f.result()
         for w in sends:
             w.wait()
         for st in steps:
-            sc = scratch[st.chunk]
-            for x in st.recvs:
-                if x.offset < 0:
-                    continue
-                o = x.offset
-                for a, b in x.ranges:
-                    piece = sc[o:o + b - a]
-                    if x.reduce:
-                        buf[a:b].add_(piece)
-                    else:
-                        buf[a:b].copy_(piece)
-                    o += b - a
+            for target, piece, reduce in st.apply:
+                if reduce:
+                    target.add_(piece)
+                else:
+                    target.copy_(piece)
 
-    def _chunk(self, steps, buf, scratch, rec, wait_pool) -> None:
+    def _chunk(self, steps, rec, wait_pool) -> None:
         for st in steps:
-            self._step((st,), buf, scratch, rec, wait_pool)
+            self._step((st,), rec, wait_pool)
 
     def run(self, buffer, pattern: Pattern) -> FlowTimes:
         """Execute ``pattern`` on ``buffer`` in place (the pattern's buffer semantics).
@@ -312,12 +326,14 @@ class RCollective:
                               "(build the pattern with size = numel x itemsize)")
         sched = self.schedule(pattern)
         scratch = self._scratch_for(sched, buf)
+        bound = self._bind(pattern, sched, buf, scratch)
         chunk_pool, wait_pool = self._pools(sched)
+        self._stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
         rec = FlowTimes.empty(sched.edges)
         rec.begin = clock()
         if self.threads:
-            futures = [chunk_pool.submit(self._chunk, steps, buf, scratch, rec, wait_pool)
-                       for steps in sched.chunks if steps]
+            futures = [chunk_pool.submit(self._chunk, steps, rec, wait_pool)
+                       for steps in bound if steps]
             errors = []
             for f in futures:          # wait for all before raising: no thread left behind
                 try:
@@ -327,8 +343,8 @@ class RCollective:
             if errors:
                 raise errors[0]
         else:
-            for steps in lockstep_order(sched):
-                self._step(steps, buf, scratch, rec, wait_pool)
+            for steps in _lockstep(bound):
+                self._step(steps, rec, wait_pool)
         rec.end = clock()
         return _per_flow(rec, pattern.edges_count)
 
@@ -392,6 +408,54 @@ def _per_flow(rec: FlowTimes, edges: int) -> FlowTimes:
     fold = lambda a, op: op.reduce(a.reshape(edges, -1), axis=1)  # noqa: E731 NaN-aware
     return FlowTimes(rec.begin, rec.end, fold(rec.send_post, np.fmin),
                      fold(rec.recv_post, np.fmin), fold(rec.recv_done, np.fmax))
+
+
+@dataclass(frozen=True)
+class _BoundStep:
+    """A :class:`Step` with its tensors: ``sends`` (edge, peer, data, parts to pack into
+    data or None), ``recvs`` (edge, peer, target) and ``apply`` (buffer view, scratch
+    view, reduce) for after the step."""
+
+    step: int
+    sends: tuple
+    recvs: tuple
+    apply: tuple
+
+
+def _bind_step(st: Step, buf, sc) -> _BoundStep:
+    # gloo moves real tensors: complex data travels as (re, im) pairs
+    wire = torch.view_as_real if buf.is_complex() else (lambda t: t)
+    sends: list[tuple] = []
+    for x in st.sends:
+        if x.offset < 0:
+            a, b = x.ranges[0]
+            sends.append((x.edge, x.peer, wire(buf[a:b]), None))
+        else:
+            sends.append((x.edge, x.peer, wire(sc[x.offset:x.offset + x.size]),
+                          [wire(buf[a:b]) for a, b in x.ranges]))
+    recvs: list[tuple] = []
+    apply: list[tuple] = []
+    for x in st.recvs:
+        if x.offset < 0:
+            a, b = x.ranges[0]
+            recvs.append((x.edge, x.peer, wire(buf[a:b])))
+            continue
+        recvs.append((x.edge, x.peer, wire(sc[x.offset:x.offset + x.size])))
+        o = x.offset
+        for a, b in x.ranges:
+            apply.append((buf[a:b], sc[o:o + b - a], x.reduce))
+            o += b - a
+    return _BoundStep(st.step, tuple(sends), tuple(recvs), tuple(apply))
+
+
+def _lockstep(bound: list) -> list[list[_BoundStep]]:
+    """Bound steps grouped by global step (:func:`~topoopt.react.runtime.schedule.
+    lockstep_order` on bound steps)."""
+    groups: dict[int, list[_BoundStep]] = {}
+    for steps in bound:
+        for st in steps:
+            groups.setdefault(st.step, []).append(st)
+    return [groups[t] for t in sorted(groups)]
 
 
 _DEFAULT: dict = {}

@@ -29,14 +29,16 @@ from topoopt.collectives import (
 )
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
+from topoopt.fabrics import star
 from topoopt.react.critical import critical_paths
-from topoopt.react.loop import ReactParams
+from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
+from topoopt.react.loop import ReactParams, run_react
 from topoopt.react.runtime.launch import LaunchOptions, launch
 from topoopt.react.runtime.netem import NetnsTestbed, netns_supported
 from topoopt.react.runtime.tuner import assemble_batch
 
 __all__ = ["RunSpec", "SlowRank", "RuntimeResult", "run_runtime", "make_pattern",
-           "critical_share", "COLLECTIVES"]
+           "critical_share", "FluidPrediction", "fluid_prediction", "COLLECTIVES"]
 
 #: Patterns :func:`make_pattern` builds.
 COLLECTIVES = ("tree", "ring", "rd-allgather", "multi-ring")
@@ -354,3 +356,71 @@ def run_runtime(spec: RunSpec, slow: SlowRank | None = None, *, network: str = "
         dropped=tuple(react.get("dropped", ())), wrong_epochs=int(wrong), slow=slow,
         network=network, share=share, final=react.get("final"),
         leader_log=tuple(react.get("leader_log", ())))
+
+
+@dataclass(frozen=True)
+class FluidPrediction:
+    """What the flow-level (fluid) simulator predicts for a :func:`run_runtime` setting.
+
+    ``baseline``/``react`` are per-epoch times (seconds of link time only: no
+    software overhead), ``changes`` the swaps REACT made there.
+    """
+
+    baseline: np.ndarray
+    react: np.ndarray
+    changes: tuple
+    warmup: int
+
+    def mean(self, which: str) -> float:
+        return float(getattr(self, which)[self.warmup:].mean())
+
+    @property
+    def improvement(self) -> float:
+        """Relative gain in mean algorithm bandwidth: base/react - 1."""
+        return self.mean("baseline") / self.mean("react") - 1.0
+
+
+def fluid_prediction(spec: RunSpec, slow: SlowRank | None, link_rate: float,
+                     latency: float = 20e-6, seed: int = 0) -> FluidPrediction:
+    """The fluid model's run of the testbed setting of :func:`run_runtime`.
+
+    The testbed is a star: one bridge, every rank link at ``link_rate`` both ways, and
+    one outside host (the background senders' namespace). A ``flows`` slow rank gets
+    ``slow.flows`` greedy flows from that host into it; a ``rate`` slow rank gets its
+    links at ``slow.rate``. Each flow is one TCP connection (one path), and the same
+    REACT parameters run without, then with the loop (as ``react simulate --backend
+    flow`` does on its own fabrics).
+
+    Parameters
+    ----------
+    spec : RunSpec
+    slow : SlowRank, optional
+    link_rate : float
+        Bits/s of every rank link.
+    latency : float
+        Seconds per link (a veth and the bridge: tens of microseconds).
+    seed : int
+
+    Returns
+    -------
+    FluidPrediction
+
+    References
+    ----------
+    REACT §7.1-§7.2 (external flows into one server of a single-switch cluster).
+    """
+    require_positive("link_rate", link_rate)
+    n = spec.nprocs
+    bw = [float(link_rate)] * (n + 1)
+    background = []
+    if slow is not None and slow.mode == "rate":
+        bw[slow.rank] = float(slow.rate)
+    elif slow is not None:
+        background = [BackgroundFlows(n, slow.rank, slow.flows)]
+    fabric = star(n + 1, bw, latency)
+    pattern = make_pattern(spec)
+    runs = [run_react(SimulatedExecutor(fabric, list(range(n)), background, 1, seed),
+                      pattern, spec.epochs, spec.params, enabled)
+            for enabled in (False, True)]
+    return FluidPrediction(runs[0].epoch_time, runs[1].epoch_time, runs[1].changes,
+                           spec.warmup)
