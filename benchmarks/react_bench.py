@@ -31,10 +31,12 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     swap away (every global and chunk swap, run on the same epochs), against REACT's
     gain.
 ``fig5ns3``
-    Tree scenarios (``--fig5-ns3-grid p:pairs,...``) on ns-3 with §7.3's settings,
-    ``--fig5-ns3`` epochs each (100, warm-up 25), through the sweep executor, next to
-    the fluid model: baseline time, REACT's gain and the wall time per scenario. At
-    MTU 1500 one epoch takes ~80 s of a loaded 2-core machine (docs/paper-comparison.md).
+    Tree scenarios (``--fig5-ns3-grid p:pairs,...``; ``--fig5-ns3-kind failures``:
+    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12) on ns-3 with §7.3's
+    settings, ``--fig5-ns3`` epochs each (100, warm-up a quarter, at most 25), through
+    the sweep executor, next to the fluid model: baseline time, REACT's gain, wall and
+    CPU time per scenario. At MTU 1500 one epoch costs ~75 CPU-s, at 9000 about a
+    sixth (docs/paper-comparison.md).
 
 Usage::
 
@@ -345,31 +347,57 @@ def headroom(args, out: dict) -> None:
                        "react_mean": float(np.mean(react)), "react_max": float(max(react))}
 
 
+def _fig5_ns3_scenario(args, item: str, epochs: int) -> Scenario:
+    """One scenario of ``--fig5-ns3-grid``: ``p:pairs`` (external flows, Fig. 5 and 12)
+    or, with ``--fig5-ns3-kind failures``, ``Gbps:links`` (gray failures, Fig. 8)."""
+    a, b = (float(x) for x in item.split(":"))
+    base = Scenario(collective="tree", fabric=args.fig5_ns3_fabric, seed=args.fig5_ns3_seed,
+                    epochs=epochs, warmup=min(25, epochs // 4))
+    if args.fig5_ns3_kind == "failures":
+        return replace(base, kind="failures", capacity=a * 1e9, congested=int(b), p=0)
+    return replace(base, p=int(a), congested=int(b))
+
+
 def fig5_ns3(args, out: dict) -> None:
-    """Tree scenarios of Fig. 5 on ns-3 with §7.3's settings (Ns3Config defaults: DCTCP,
-    RED 32/60, 32 MB buffers, ACK priority, MTU 1500), through the sweep executor one
-    scenario at a time (its wall time is the row's), next to the fluid model."""
-    rows = []
+    """Tree scenarios of Fig. 5 (8, 12) on ns-3 with §7.3's settings (Ns3Config defaults:
+    DCTCP, RED 32/60 packets, 32 MB buffers, ACK priority; MTU ``--fig5-ns3-mtu``),
+    through the sweep executor (``--workers`` processes, one ns-3 worker each), next to
+    the fluid model on the same epochs and on the paper's 100. Rows are printed (and
+    written to ``--json``) as scenarios end, with each one's wall and CPU seconds."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.sweep import run_sweep_timed
+
+    config = Ns3Config(mtu=args.fig5_ns3_mtu)
     e = args.fig5_ns3
-    for item in args.fig5_ns3_grid.split(","):
-        p, k = (int(x) for x in item.split(":"))
-        sc = Scenario(collective="tree", p=p, congested=k, seed=0, epochs=e,
-                      warmup=min(25, e // 4))
-        t = time.perf_counter()
-        (flow,) = run_sweep([sc])
-        t_flow = time.perf_counter() - t
-        t = time.perf_counter()
-        (pkt,) = run_sweep([sc], workers=1, backend="ns3")
-        wall = time.perf_counter() - t
-        rows.append([f"p={p}, pairs={k}", f"{flow.mean('baseline') * 1e3:.2f}",
-                     f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * flow.improvement:+.1f}",
-                     f"{100 * pkt.improvement:+.1f}", f"{t_flow:.0f}", f"{wall:.0f}"])
-        out.setdefault("fig5_ns3", {})[rows[-1][0]] = rows[-1][1:]
-        print(" | ".join(rows[-1]), flush=True)
-    print(f"tree, 8 nodes, 20 MB, k = 8 Fat-tree, seed 0, {e} epochs: baseline time and "
-          "REACT's gain, fluid model against ns-3 (both runs of a scenario in its wall)")
+    scs = [_fig5_ns3_scenario(args, item, e) for item in args.fig5_ns3_grid.split(",")]
+    flow = run_sweep_timed(scs)
+    flow100 = run_sweep([replace(sc, epochs=100, warmup=25) for sc in scs])
+    rows: dict[int, list] = {}
+
+    def done(i: int, run) -> None:
+        sc, f, pkt = scs[i], flow[i], run.result
+        label = (f"{sc.capacity / 1e9:g}G, links={sc.congested}" if sc.kind == "failures"
+                 else f"p={sc.p}, pairs={sc.congested}")
+        rows[i] = [label, f"{f.result.mean('baseline') * 1e3:.2f}",
+                   f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * f.result.improvement:+.1f}",
+                   f"{100 * pkt.improvement:+.1f}", f"{100 * flow100[i].improvement:+.1f}",
+                   f"{f.wall_s:.1f}", f"{run.wall_s:.0f}", f"{run.cpu_s:.0f}"]
+        out.setdefault("fig5_ns3", {})[label] = {
+            "flow": f.result.to_json(), "ns3": pkt.to_json(),
+            "flow_100_epochs_gain": flow100[i].improvement, "flow_wall_s": f.wall_s,
+            "ns3_wall_s": run.wall_s, "ns3_cpu_s": run.cpu_s, "mtu": config.mtu}
+        print(" | ".join(rows[i]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1, default=float))
+
+    run_sweep_timed(scs, workers=args.workers, backend="ns3", ns3_config=config, on_done=done)
+    print(f"tree, 8 nodes, 20 MB, {args.fig5_ns3_fabric}, {args.fig5_ns3_kind}, seed "
+          f"{args.fig5_ns3_seed}, {e} epochs (warm-up {scs[0].warmup}), ns-3 MTU {config.mtu}:"
+          " baseline time and REACT's gain, fluid model against ns-3 (a scenario's wall and "
+          "CPU cover both its runs)")
     table(["scenario", "base flow ms", "base ns-3 ms", "gain flow %", "gain ns-3 %",
-           "flow wall s", "ns-3 wall s"], rows)
+           "gain flow 100 ep %", "flow wall s", "ns-3 wall s", "ns-3 CPU s"],
+          [rows[i] for i in sorted(rows)])
 
 
 def main(argv=None) -> int:
@@ -388,6 +416,12 @@ def main(argv=None) -> int:
                     help="epochs per ns-3 Fig. 5 run (warm-up: a quarter, at most 25)")
     ap.add_argument("--fig5-ns3-grid", default="2:1,4:1,2:3,4:3",
                     help="p:pairs of the tree scenarios run on ns-3")
+    ap.add_argument("--fig5-ns3-mtu", type=int, default=1500,
+                    help="IP MTU of the ns-3 runs, bytes (9000: ~6x fewer packets)")
+    ap.add_argument("--fig5-ns3-seed", type=int, default=0)
+    ap.add_argument("--fig5-ns3-fabric", default="fattree", choices=("fattree", "star"))
+    ap.add_argument("--fig5-ns3-kind", default="external", choices=("external", "failures"),
+                    help="failures: grid items are Gbps:links (Fig. 8)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
