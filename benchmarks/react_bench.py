@@ -30,6 +30,10 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     in the fluid model: for each tree scenario at p = 2, 4 the best fixed pattern one
     swap away (every global and chunk swap, run on the same epochs), against REACT's
     gain.
+``fig5flows``
+    One tree scenario (``--fig5-flows p:pairs``), baseline pattern, a few epochs on
+    each model with the same ECMP draws: mean flow completion time per class of flow
+    (out of / into a congested node, neither), fluid against ns-3.
 ``fig5ns3``
     Tree scenarios (``--fig5-ns3-grid p:pairs,...``; ``--fig5-ns3-kind failures``:
     ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12) on ns-3 with §7.3's
@@ -400,6 +404,41 @@ def fig5_ns3(args, out: dict) -> None:
           [rows[i] for i in sorted(rows)])
 
 
+def fig5_flows(args, out: dict) -> None:
+    """Where ns-3 and the fluid model part on one Fig. 5 scenario: the baseline pattern's
+    flows, same ECMP draws, ``--fig5-flows-epochs`` epochs on each; per flow class
+    (out of a congested node, into one, neither) the mean completion time of each model
+    and their ratio."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.packetsim import Ns3Executor
+
+    p, k = (int(x) for x in args.fig5_flows.split(":"))
+    sc = Scenario(collective="tree", p=p, congested=k, seed=args.fig5_ns3_seed)
+    fabric, placement, bg, pattern = scenario_setup(sc)
+    e = args.fig5_flows_epochs
+    fl = SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed).run(pattern, e)
+    ex = Ns3Executor(fabric, placement, bg, sc.ports, sc.seed, Ns3Config(mtu=args.fig5_ns3_mtu))
+    pk = ex.run(pattern, e)
+    hot = {b.src for b in bg}
+    src, dst = placement[pattern.src], placement[pattern.dst]
+    classes = {"out of a congested node": np.isin(src, list(hot)),
+               "into a congested node": np.isin(dst, list(hot)) & ~np.isin(src, list(hot))}
+    classes["neither"] = ~(classes["out of a congested node"] | classes["into a congested node"])
+    rows = []
+    for name, m in classes.items():
+        if not m.any():
+            continue
+        a, b = fl.fct[:, m].mean() * 1e3, pk.fct[:, m].mean() * 1e3
+        rows.append([name, int(m.sum()), f"{a:.3f}", f"{b:.3f}", f"{b / a:.2f}"])
+    rows.append(["epoch", "-", f"{fl.epoch_time.mean() * 1e3:.3f}",
+                 f"{pk.epoch_time.mean() * 1e3:.3f}",
+                 f"{pk.epoch_time.mean() / fl.epoch_time.mean():.2f}"])
+    print(f"tree p={p}, pairs={k}, seed {sc.seed}, baseline pattern, {e} epochs: mean flow "
+          f"completion time per class, fluid vs ns-3 (MTU {args.fig5_ns3_mtu})")
+    table(["flows", "count", "fluid ms", "ns-3 ms", "ns-3 / fluid"], rows)
+    out["fig5_flows"] = {r[0]: r[1:] for r in rows}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default="speed,shard")
@@ -422,6 +461,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fig5-ns3-fabric", default="fattree", choices=("fattree", "star"))
     ap.add_argument("--fig5-ns3-kind", default="external", choices=("external", "failures"),
                     help="failures: grid items are Gbps:links (Fig. 8)")
+    ap.add_argument("--fig5-flows", default="2:1", help="p:pairs of the fig5flows section")
+    ap.add_argument("--fig5-flows-epochs", type=int, default=6)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -448,6 +489,8 @@ def main(argv=None) -> int:
         fig5(args, out)
     if "fig5ns3" in sections:
         fig5_ns3(args, out)
+    if "fig5flows" in sections:
+        fig5_flows(args, out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0
