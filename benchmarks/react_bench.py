@@ -356,7 +356,8 @@ def _fig5_ns3_scenario(args, item: str, epochs: int) -> Scenario:
     or, with ``--fig5-ns3-kind failures``, ``Gbps:links`` (gray failures, Fig. 8)."""
     a, b = (float(x) for x in item.split(":"))
     base = Scenario(collective="tree", fabric=args.fig5_ns3_fabric, seed=args.fig5_ns3_seed,
-                    epochs=epochs, warmup=min(25, epochs // 4))
+                    epochs=epochs, warmup=(min(25, epochs // 4) if args.fig5_ns3_warmup is None
+                                           else args.fig5_ns3_warmup))
     if args.fig5_ns3_kind == "failures":
         return replace(base, kind="failures", capacity=a * 1e9, congested=int(b), p=0)
     return replace(base, p=int(a), congested=int(b))
@@ -458,6 +459,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fig5-ns3-mtu", type=int, default=1500,
                     help="IP MTU of the ns-3 runs, bytes (9000: ~6x fewer packets)")
     ap.add_argument("--fig5-ns3-seed", type=int, default=0)
+    ap.add_argument("--fig5-ns3-warmup", type=int, default=None,
+                    help="epochs left out of the means (default: a quarter, at most 25)")
     ap.add_argument("--fig5-ns3-fabric", default="fattree", choices=("fattree", "star"))
     ap.add_argument("--fig5-ns3-kind", default="external", choices=("external", "failures"),
                     help="failures: grid items are Gbps:links (Fig. 8)")
