@@ -30,6 +30,9 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     in the fluid model: for each tree scenario at p = 2, 4 the best fixed pattern one
     swap away (every global and chunk swap, run on the same epochs), against REACT's
     gain.
+``ns3epoch``
+    The cost of single ns-3 epochs of one tree scenario (``--fig5-flows p:pairs``,
+    ``--fig5-flows-epochs`` of them): simulated ms, wall and the worker's CPU seconds.
 ``fig5flows``
     One tree scenario (``--fig5-flows p:pairs``), baseline pattern, a few epochs on
     each model with the same ECMP draws: mean flow completion time per class of flow
@@ -441,6 +444,37 @@ def fig5_flows(args, out: dict) -> None:
     out["fig5_flows"] = {r[0]: r[1:] for r in rows}
 
 
+def ns3_epoch(args, out: dict) -> None:
+    """The cost of one ns-3 epoch of a Fig. 5 scenario (``--fig5-flows p:pairs``, seed
+    ``--fig5-ns3-seed``, MTU ``--fig5-ns3-mtu``): per epoch the simulated time, wall
+    and the ns-3 worker's CPU seconds, then the bytes the links carried. The first epoch
+    includes building the network (once per run; later epochs reuse it)."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.netsim.ns3.worker import Ns3Worker
+    from topoopt.react.packetsim import Ns3Executor
+    from topoopt.react.sweep import _process_cpu
+
+    p, k = (int(x) for x in args.fig5_flows.split(":"))
+    sc = Scenario(collective="tree", p=p, congested=k, seed=args.fig5_ns3_seed)
+    fabric, placement, bg, pattern = scenario_setup(sc)
+    config = Ns3Config(mtu=args.fig5_ns3_mtu)
+    rows = []
+    with Ns3Worker() as w:
+        ex = Ns3Executor(fabric, placement, bg, sc.ports, sc.seed, config, w)
+        for i in range(args.fig5_flows_epochs):
+            c, t = _process_cpu(w.pid), time.perf_counter()
+            r = ex.run(pattern, 1)
+            rows.append([i, f"{r.epoch_time[0] * 1e3:.4f}", f"{time.perf_counter() - t:.1f}",
+                         f"{_process_cpu(w.pid) - c:.1f}"])
+            print(" | ".join(str(x) for x in rows[-1]), flush=True)
+        st = ex.network.stats()
+    print(f"tree p={p}, pairs={k}, seed {sc.seed}, MTU {config.mtu}: one epoch at a time on "
+          f"ns-3; links carried {st['link_bytes'].sum() / 1e9:.2f} GB in "
+          f"{st['now'] * 1e3:.1f} ms simulated ({st['link_marks'].sum()} ECN marks)")
+    table(["epoch", "simulated ms", "wall s", "worker CPU s"], rows)
+    out["ns3_epoch"] = rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default="speed,shard")
@@ -493,6 +527,8 @@ def main(argv=None) -> int:
         fig5(args, out)
     if "fig5ns3" in sections:
         fig5_ns3(args, out)
+    if "ns3epoch" in sections:
+        ns3_epoch(args, out)
     if "fig5flows" in sections:
         fig5_flows(args, out)
     if args.json:
