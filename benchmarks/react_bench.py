@@ -30,11 +30,20 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     in the fluid model: for each tree scenario at p = 2, 4 the best fixed pattern one
     swap away (every global and chunk swap, run on the same epochs), against REACT's
     gain.
+``ns3epoch``
+    The cost of single ns-3 epochs of one tree scenario (``--fig5-flows p:pairs``,
+    ``--fig5-flows-epochs`` of them): simulated ms, wall and the worker's CPU seconds.
+``fig5flows``
+    One tree scenario (``--fig5-flows p:pairs``), baseline pattern, a few epochs on
+    each model with the same ECMP draws: mean flow completion time per class of flow
+    (out of / into a congested node, neither), fluid against ns-3.
 ``fig5ns3``
-    Tree scenarios (``--fig5-ns3-grid p:pairs,...``) on ns-3 with §7.3's settings,
-    ``--fig5-ns3`` epochs each (100, warm-up 25), through the sweep executor, next to
-    the fluid model: baseline time, REACT's gain and the wall time per scenario. At
-    MTU 1500 one epoch takes ~80 s of a loaded 2-core machine (docs/paper-comparison.md).
+    Tree scenarios (``--fig5-ns3-grid p:pairs,...``; ``--fig5-ns3-kind failures``:
+    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12) on ns-3 with §7.3's
+    settings, ``--fig5-ns3`` epochs each (100, warm-up a quarter, at most 25), through
+    the sweep executor, next to the fluid model: baseline time, REACT's gain, wall and
+    CPU time per scenario. At MTU 1500 one epoch costs ~75 CPU-s, at 9000 about a
+    sixth (docs/paper-comparison.md).
 
 Usage::
 
@@ -345,31 +354,125 @@ def headroom(args, out: dict) -> None:
                        "react_mean": float(np.mean(react)), "react_max": float(max(react))}
 
 
+def _fig5_ns3_scenario(args, item: str, epochs: int) -> Scenario:
+    """One scenario of ``--fig5-ns3-grid``: ``p:pairs`` (external flows, Fig. 5 and 12)
+    or, with ``--fig5-ns3-kind failures``, ``Gbps:links`` (gray failures, Fig. 8)."""
+    a, b = (float(x) for x in item.split(":"))
+    base = Scenario(collective="tree", fabric=args.fig5_ns3_fabric, seed=args.fig5_ns3_seed,
+                    epochs=epochs, warmup=(min(25, epochs // 4) if args.fig5_ns3_warmup is None
+                                           else args.fig5_ns3_warmup))
+    if args.fig5_ns3_kind == "failures":
+        return replace(base, kind="failures", capacity=a * 1e9, congested=int(b), p=0)
+    return replace(base, p=int(a), congested=int(b))
+
+
 def fig5_ns3(args, out: dict) -> None:
-    """Tree scenarios of Fig. 5 on ns-3 with §7.3's settings (Ns3Config defaults: DCTCP,
-    RED 32/60, 32 MB buffers, ACK priority, MTU 1500), through the sweep executor one
-    scenario at a time (its wall time is the row's), next to the fluid model."""
-    rows = []
+    """Tree scenarios of Fig. 5 (8, 12) on ns-3 with §7.3's settings (Ns3Config defaults:
+    DCTCP, RED 32/60 packets, 32 MB buffers, ACK priority; MTU ``--fig5-ns3-mtu``),
+    through the sweep executor (``--workers`` processes, one ns-3 worker each), next to
+    the fluid model on the same epochs and on the paper's 100. Rows are printed (and
+    written to ``--json``) as scenarios end, with each one's wall and CPU seconds."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.sweep import run_sweep_timed
+
+    config = Ns3Config(mtu=args.fig5_ns3_mtu)
     e = args.fig5_ns3
-    for item in args.fig5_ns3_grid.split(","):
-        p, k = (int(x) for x in item.split(":"))
-        sc = Scenario(collective="tree", p=p, congested=k, seed=0, epochs=e,
-                      warmup=min(25, e // 4))
-        t = time.perf_counter()
-        (flow,) = run_sweep([sc])
-        t_flow = time.perf_counter() - t
-        t = time.perf_counter()
-        (pkt,) = run_sweep([sc], workers=1, backend="ns3")
-        wall = time.perf_counter() - t
-        rows.append([f"p={p}, pairs={k}", f"{flow.mean('baseline') * 1e3:.2f}",
-                     f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * flow.improvement:+.1f}",
-                     f"{100 * pkt.improvement:+.1f}", f"{t_flow:.0f}", f"{wall:.0f}"])
-        out.setdefault("fig5_ns3", {})[rows[-1][0]] = rows[-1][1:]
-        print(" | ".join(rows[-1]), flush=True)
-    print(f"tree, 8 nodes, 20 MB, k = 8 Fat-tree, seed 0, {e} epochs: baseline time and "
-          "REACT's gain, fluid model against ns-3 (both runs of a scenario in its wall)")
+    scs = [_fig5_ns3_scenario(args, item, e) for item in args.fig5_ns3_grid.split(",")]
+    rows: dict[int, list] = {}
+
+    def done(i: int, run) -> None:
+        # the fluid runs (seconds) when ns-3's end, so ns-3 starts at once
+        sc, pkt = scs[i], run.result
+        (f,) = run_sweep_timed([sc])
+        (f100,) = run_sweep([replace(sc, epochs=100, warmup=25)])
+        label = (f"{sc.capacity / 1e9:g}G, links={sc.congested}" if sc.kind == "failures"
+                 else f"p={sc.p}, pairs={sc.congested}")
+        rows[i] = [label, f"{f.result.mean('baseline') * 1e3:.2f}",
+                   f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * f.result.improvement:+.1f}",
+                   f"{100 * pkt.improvement:+.1f}", f"{100 * f100.improvement:+.1f}",
+                   f"{f.wall_s:.1f}", f"{run.wall_s:.0f}", f"{run.cpu_s:.0f}"]
+        out.setdefault("fig5_ns3", {})[label] = {
+            "flow": f.result.to_json(), "ns3": pkt.to_json(),
+            "flow_100_epochs_gain": f100.improvement, "flow_wall_s": f.wall_s,
+            "ns3_wall_s": run.wall_s, "ns3_cpu_s": run.cpu_s, "mtu": config.mtu}
+        print(" | ".join(rows[i]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1, default=float))
+
+    run_sweep_timed(scs, workers=args.workers, backend="ns3", ns3_config=config, on_done=done)
+    print(f"tree, 8 nodes, 20 MB, {args.fig5_ns3_fabric}, {args.fig5_ns3_kind}, seed "
+          f"{args.fig5_ns3_seed}, {e} epochs (warm-up {scs[0].warmup}), ns-3 MTU {config.mtu}:"
+          " baseline time and REACT's gain, fluid model against ns-3 (a scenario's wall and "
+          "CPU cover both its runs)")
     table(["scenario", "base flow ms", "base ns-3 ms", "gain flow %", "gain ns-3 %",
-           "flow wall s", "ns-3 wall s"], rows)
+           "gain flow 100 ep %", "flow wall s", "ns-3 wall s", "ns-3 CPU s"],
+          [rows[i] for i in sorted(rows)])
+
+
+def fig5_flows(args, out: dict) -> None:
+    """Where ns-3 and the fluid model part on one Fig. 5 scenario: the baseline pattern's
+    flows, same ECMP draws, ``--fig5-flows-epochs`` epochs on each; per flow class
+    (out of a congested node, into one, neither) the mean completion time of each model
+    and their ratio."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.react.packetsim import Ns3Executor
+
+    p, k = (int(x) for x in args.fig5_flows.split(":"))
+    sc = Scenario(collective="tree", p=p, congested=k, seed=args.fig5_ns3_seed)
+    fabric, placement, bg, pattern = scenario_setup(sc)
+    e = args.fig5_flows_epochs
+    fl = SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed).run(pattern, e)
+    ex = Ns3Executor(fabric, placement, bg, sc.ports, sc.seed, Ns3Config(mtu=args.fig5_ns3_mtu))
+    pk = ex.run(pattern, e)
+    hot = {b.src for b in bg}
+    src, dst = placement[pattern.src], placement[pattern.dst]
+    classes = {"out of a congested node": np.isin(src, list(hot)),
+               "into a congested node": np.isin(dst, list(hot)) & ~np.isin(src, list(hot))}
+    classes["neither"] = ~(classes["out of a congested node"] | classes["into a congested node"])
+    rows = []
+    for name, m in classes.items():
+        if not m.any():
+            continue
+        a, b = fl.fct[:, m].mean() * 1e3, pk.fct[:, m].mean() * 1e3
+        rows.append([name, int(m.sum()), f"{a:.3f}", f"{b:.3f}", f"{b / a:.2f}"])
+    rows.append(["epoch", "-", f"{fl.epoch_time.mean() * 1e3:.3f}",
+                 f"{pk.epoch_time.mean() * 1e3:.3f}",
+                 f"{pk.epoch_time.mean() / fl.epoch_time.mean():.2f}"])
+    print(f"tree p={p}, pairs={k}, seed {sc.seed}, baseline pattern, {e} epochs: mean flow "
+          f"completion time per class, fluid vs ns-3 (MTU {args.fig5_ns3_mtu})")
+    table(["flows", "count", "fluid ms", "ns-3 ms", "ns-3 / fluid"], rows)
+    out["fig5_flows"] = {r[0]: r[1:] for r in rows}
+
+
+def ns3_epoch(args, out: dict) -> None:
+    """The cost of one ns-3 epoch of a Fig. 5 scenario (``--fig5-flows p:pairs``, seed
+    ``--fig5-ns3-seed``, MTU ``--fig5-ns3-mtu``): per epoch the simulated time, wall
+    and the ns-3 worker's CPU seconds, then the bytes the links carried. The first epoch
+    includes building the network (once per run; later epochs reuse it)."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.netsim.ns3.worker import Ns3Worker
+    from topoopt.react.packetsim import Ns3Executor
+    from topoopt.react.sweep import _process_cpu
+
+    p, k = (int(x) for x in args.fig5_flows.split(":"))
+    sc = Scenario(collective="tree", p=p, congested=k, seed=args.fig5_ns3_seed)
+    fabric, placement, bg, pattern = scenario_setup(sc)
+    config = Ns3Config(mtu=args.fig5_ns3_mtu)
+    rows = []
+    with Ns3Worker() as w:
+        ex = Ns3Executor(fabric, placement, bg, sc.ports, sc.seed, config, w)
+        for i in range(args.fig5_flows_epochs):
+            c, t = _process_cpu(w.pid), time.perf_counter()
+            r = ex.run(pattern, 1)
+            rows.append([i, f"{r.epoch_time[0] * 1e3:.4f}", f"{time.perf_counter() - t:.1f}",
+                         f"{_process_cpu(w.pid) - c:.1f}"])
+            print(" | ".join(str(x) for x in rows[-1]), flush=True)
+        st = ex.network.stats()
+    print(f"tree p={p}, pairs={k}, seed {sc.seed}, MTU {config.mtu}: one epoch at a time on "
+          f"ns-3; links carried {st['link_bytes'].sum() / 1e9:.2f} GB in "
+          f"{st['now'] * 1e3:.1f} ms simulated ({st['link_marks'].sum()} ECN marks)")
+    table(["epoch", "simulated ms", "wall s", "worker CPU s"], rows)
+    out["ns3_epoch"] = rows
 
 
 def main(argv=None) -> int:
@@ -388,6 +491,16 @@ def main(argv=None) -> int:
                     help="epochs per ns-3 Fig. 5 run (warm-up: a quarter, at most 25)")
     ap.add_argument("--fig5-ns3-grid", default="2:1,4:1,2:3,4:3",
                     help="p:pairs of the tree scenarios run on ns-3")
+    ap.add_argument("--fig5-ns3-mtu", type=int, default=1500,
+                    help="IP MTU of the ns-3 runs, bytes (9000: ~6x fewer packets)")
+    ap.add_argument("--fig5-ns3-seed", type=int, default=0)
+    ap.add_argument("--fig5-ns3-warmup", type=int, default=None,
+                    help="epochs left out of the means (default: a quarter, at most 25)")
+    ap.add_argument("--fig5-ns3-fabric", default="fattree", choices=("fattree", "star"))
+    ap.add_argument("--fig5-ns3-kind", default="external", choices=("external", "failures"),
+                    help="failures: grid items are Gbps:links (Fig. 8)")
+    ap.add_argument("--fig5-flows", default="2:1", help="p:pairs of the fig5flows section")
+    ap.add_argument("--fig5-flows-epochs", type=int, default=6)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -414,6 +527,10 @@ def main(argv=None) -> int:
         fig5(args, out)
     if "fig5ns3" in sections:
         fig5_ns3(args, out)
+    if "ns3epoch" in sections:
+        ns3_epoch(args, out)
+    if "fig5flows" in sections:
+        fig5_flows(args, out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0

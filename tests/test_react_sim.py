@@ -180,3 +180,20 @@ def test_run_sweep_runs_the_flow_backend_and_refuses_an_unknown_one():
     assert (got.baseline == want.baseline).all() and (got.react == want.react).all()
     with pytest.raises(ConfigError, match="backend"):
         run_sweep([sc], backend="packets")
+
+
+def test_run_sweep_timed_gives_the_same_results_with_their_costs():
+    from topoopt.react.scenarios import Scenario
+    from topoopt.react.sweep import run_sweep, run_sweep_timed
+
+    scs = [Scenario(collective="tree", fabric="star", size=1e6, epochs=3, warmup=1, p=p)
+           for p in (1, 2)]
+    seen: list[int] = []
+    timed = run_sweep_timed(scs, on_done=lambda i, run: seen.append(i))
+    plain = run_sweep(scs)
+    assert sorted(seen) == [0, 1]
+    for run, want in zip(timed, plain):
+        assert run.result.scenario == want.scenario
+        assert (run.result.baseline == want.baseline).all()
+        assert (run.result.react == want.react).all()
+        assert run.wall_s > 0 and run.cpu_s >= 0

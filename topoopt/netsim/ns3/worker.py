@@ -106,6 +106,11 @@ class Ns3Worker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The worker's process id (-1 when not running)."""
+        return self._proc.pid if self.alive and self._proc is not None else -1
+
     def start(self) -> None:
         """Start the worker (no-op when running) and wait until ns-3 is imported."""
         if self.alive:
