@@ -11,19 +11,14 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
+from scipy.sparse.csgraph import connected_components
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError
+from topoopt.finder.backbone import backbone_stride
 from topoopt.finder.degree import allocate_group_degrees, split_degree
 from topoopt.finder.matching import max_weight_matching
-from topoopt.finder.perms import (
-    PermutationSelection,
-    ring_order,
-    select_permutations,
-    totient_perms,
-)
+from topoopt.finder.perms import PermutationSelection, ring_order, select_permutations
 from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
 from topoopt.routing.kshortest import (
     UNREACHABLE,
@@ -203,35 +198,6 @@ def _matching_weights(demand: np.ndarray, dist: np.ndarray,
     noise = noise + noise.T
     w = (q << (far_bits + 16)) + (far << 16) + noise
     return np.where(pos, w, 0)
-
-
-def _backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed: int) -> int:
-    """The stride of the backbone ring that connects ``topology`` (built without one).
-
-    Of TotientPerms' strides, the one whose ring over all servers, added to the
-    topology, carries the MP demand ``mp`` in the fewest hop-bytes (sum of bytes x hop
-    count); ties go to SelectPermutations' single stride, then the smallest. The
-    stride-1 ring crosses between two halves of the shard twice: a pipeline whose
-    stages are the halves (server ``i`` sends to ``i + n/2``) would then funnel every
-    activation through two links.
-    """
-    n = topology.servers
-    default = select_permutations(n, 1, primes_only=primes_only, seed=seed).strides[0]
-    cands = sorted(totient_perms(n, primes_only), key=lambda p: (p != default, p))
-    src = np.flatnonzero(mp.sum(axis=1) > 0)
-    if src.size == 0:
-        return default
-    base = _adjacency(topology)
-    ring = np.arange(n)
-    best, best_cost = default, np.inf
-    for p in cands:
-        adj = base + csr_matrix((np.ones(n), (ring, (ring + p) % n)), shape=(n, n))
-        adj.data[:] = 1.0           # a ring hop beside a link is still one hop
-        dist = shortest_path(adj, method="D", unweighted=True, directed=True, indices=src)
-        cost = float((mp[src] * dist).sum())
-        if cost < best_cost * (1.0 - 1e-12):
-            best, best_cost = p, cost
-    return int(best)
 
 
 @dataclass(frozen=True)
@@ -522,7 +488,7 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     shard, no AllReduce at all), it is rebuilt with one "backbone" ring over all servers
     taken from the AllReduce degree (the paper's reason for "at least one degree to
     AllReduce"), of the stride that carries the MP demand in the fewest hop-bytes
-    (:func:`_backbone_stride`). Step 4 routes: hops of groups without rings follow the
+    (:func:`~topoopt.finder.backbone.backbone_stride`). Step 4 routes: hops of groups without rings follow the
     rings of a group containing them by minimal coin change in Z_g (App. E.1), spread
     over up to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs
     take k-shortest paths or the LP.
@@ -545,7 +511,7 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
                     None, matching, allreduce_degree)
     if not is_strongly_connected(layout.topology):
-        stride = _backbone_stride(traffic.mp, layout.topology, primes_only, seed)
+        stride = backbone_stride(traffic.mp, layout.topology, primes_only, seed)
         layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
                         seed, stride, matching, allreduce_degree)
     topo = layout.topology
