@@ -6,10 +6,8 @@ to AllReduce" keeps the topology connected). Of the TotientPerms strides it take
 one whose ring, added to the rest, carries the MP demand in the fewest hop-bytes.
 
 Scoring a stride needs the hop distance of every MP pair, i.e. a BFS from every MP
-source. :func:`mp_hop_bytes` runs all of them at once, level by level, with the set of
-sources that reached each server kept as a bitset (64 sources per machine word): a
-level costs ``links x sources / 64`` word operations, and it stops as soon as every MP
-pair has its distance. The candidates are bounded (:data:`MAX_BACKBONE_STRIDES`):
+source: :func:`mp_hop_bytes` runs all of them at once
+(:func:`~topoopt.finder.hops.pair_hops`). The candidates are bounded (:data:`MAX_BACKBONE_STRIDES`):
 TotientPerms gives ``phi(n)`` strides (``n / 2`` at ``n = 2^k``), and an LLM shard of
 2,048 servers would score 1,024 of them per TopologyFinder run.
 """
@@ -20,6 +18,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
+from topoopt.finder.hops import pair_hops
 from topoopt.finder.perms import select_permutations, totient_perms
 from topoopt.topology.topology import Topology
 
@@ -80,37 +79,10 @@ def mp_hop_bytes(mp: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> fl
         (``scipy.sparse.csgraph.shortest_path``) weighted by ``mp``.
     """
     s_of, t_of = np.nonzero(mp)
-    if s_of.size == 0:
-        return 0.0
-    nbytes = mp[s_of, t_of]
-    sources, col = np.unique(s_of, return_inverse=True)    # bit ``col`` of a word row
-    words = (sources.size + 63) // 64
-    word, bit = col // 64, (col % 64).astype(np.uint64)
-    reached = np.zeros((n, words), dtype=np.uint64)
-    reached[sources, np.arange(sources.size) // 64] |= (
-        np.uint64(1) << (np.arange(sources.size) % 64).astype(np.uint64))
-    # in-links grouped by head: a server's new set is the OR of its tails' frontiers
-    order = np.argsort(dst, kind="stable")
-    tails, heads = src[order], dst[order]
-    starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if heads.size else heads
-    hit_heads = heads[starts]
-    frontier = reached.copy()
-    left = s_of != t_of                  # a server is 0 hops from itself
-    cost, level = 0.0, 0
-    while left.any() and heads.size:
-        level += 1
-        new = np.zeros_like(reached)
-        new[hit_heads] = np.bitwise_or.reduceat(frontier[tails], starts, axis=0)
-        new &= ~reached
-        if not new.any():
-            break
-        reached |= new
-        idx = np.flatnonzero(left)
-        got = ((new[t_of[idx], word[idx]] >> bit[idx]) & np.uint64(1)).astype(bool)
-        cost += float(nbytes[idx[got]].sum()) * level
-        left[idx[got]] = False
-        frontier = new
-    return np.inf if left.any() else cost
+    hops = pair_hops(src, dst, n, s_of, t_of, -1)
+    if (hops < 0).any():
+        return np.inf
+    return float((mp[s_of, t_of] * hops).sum())
 
 
 def _score(mp: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int, p: int) -> float:
