@@ -106,3 +106,21 @@ def test_backbone_connects_a_large_pipeline_shard():
     assert plan.backbone is not None
     assert plan.backbone.strides[0] in backbone_candidates(n, False, 0)
     assert is_strongly_connected(plan.topology)
+
+
+def test_per_pair_tiebreak_above_the_dense_limit(monkeypatch):
+    # shards above DENSE_TIEBREAK_MAX draw one tie-break per pair: still a valid,
+    # seed-deterministic plan whose matchings link only pairs with demand
+    n = 16
+    rng = np.random.default_rng(0)
+    mp = np.where(rng.random((n, n)) < 0.4, rng.integers(1, 4, (n, n)) * 1e8, 0.0)
+    np.fill_diagonal(mp, 0.0)
+    t = make_traffic(n, [(tuple(range(0, n, 2)), 4e9)], mp)
+    dense = topology_finder(t, n, 4, 100e9, seed=5)
+    monkeypatch.setattr(tf, "DENSE_TIEBREAK_MAX", 4)
+    a, b = (topology_finder(t, n, 4, 100e9, seed=5) for _ in range(2))
+    assert a.topology == b.topology and a.matching_rounds == b.matching_rounds
+    tf.check_topology_plan(a, t)
+    want = mp + mp.T
+    for plan in (dense, a):
+        assert all(want[u, v] > 0 for rnd in plan.matching_rounds for u, v in rnd)

@@ -50,6 +50,9 @@ from topoopt.traffic import Traffic
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
 
+#: Largest shard whose matching tie-break is drawn as an n x n array (see _match_mp)
+DENSE_TIEBREAK_MAX = 1024
+
 Ring = tuple[int, ...]
 Path = tuple[int, ...]
 #: coin_change_table's (count, last)
@@ -265,8 +268,9 @@ def _match_mp(b: _Builder, mp: np.ndarray, decay: Callable[[float, int], float],
     server, a pair's demand decayed by the links it already has. Returns the rounds.
 
     Kept as the list of pairs with demand (``u < v``, row-major), not n x n arrays: an
-    LLM's pipeline has ~n of the n^2 pairs. Each round draws an ``n x n`` tie-break
-    (its upper triangle read) so the seed's stream is the dense version's.
+    LLM's pipeline has ~n of the n^2 pairs. Up to :data:`DENSE_TIEBREAK_MAX` servers
+    each round draws an ``n x n`` tie-break (its upper triangle read), the stream the
+    dense version drew, so those plans did not change; above, one draw per pair.
     """
     n, d = b.n, b.d
     want = mp + mp.T
@@ -284,10 +288,11 @@ def _match_mp(b: _Builder, mp: np.ndarray, decay: Callable[[float, int], float],
         pos = np.flatnonzero(cand > 0)
         if pos.size == 0:
             break
-        noise = rng.integers(0, 2 ** 16, size=(n, n))
         pu, pv = iu[pos], iv[pos]
+        noise = (rng.integers(0, 2 ** 16, size=(n, n))[pu, pv] if n <= DENSE_TIEBREAK_MAX
+                 else rng.integers(0, 2 ** 16, size=pos.size))
         hops = _demand_hops(b, np.r_[pu, pv], np.r_[pv, pu])
-        w = _matching_weights(cand[pos], hops[:pos.size] + hops[pos.size:], noise[pu, pv], n)
+        w = _matching_weights(cand[pos], hops[:pos.size] + hops[pos.size:], noise, n)
         if pos.size > DENSE_EDGE_LIMIT:       # the dense path thins to each node's top k
             dense = np.zeros((n, n), dtype=np.int64)
             dense[pu, pv] = dense[pv, pu] = w

@@ -126,6 +126,8 @@ class LLMTraffic:
     def mp_matrix(self) -> np.ndarray:
         """PP and EP bytes per iteration between servers (TopologyFinder's MP demand)."""
         pp = self.pp_steps * (self.pp_step + self.pp_step.T)
+        if self.micro_batches * self.ep_steps_per_micro_batch == 0:   # no MoE: + 0
+            return pp
         return pp + self.micro_batches * self.ep_steps_per_micro_batch * self.ep_step
 
 
