@@ -107,3 +107,19 @@ def test_a_256_server_plan_passes_its_check():
     assert p.topology_plan.topology.servers == 256
     assert p.iteration_time_s["ideal"] <= p.iteration_time_s["topoopt"]
     assert p.iteration_time_s["topoopt"] <= p.search.start_time * (1 + 1e-12)
+
+
+def test_strategy_search_above_its_bound_is_refused_up_front():
+    # cluster.servers goes to 2048 for LLM jobs; a DLRM plan (the MCMC strategy search)
+    # stops at MAX_SEARCH_SERVERS, naming the field, before any work
+    from topoopt.errors import ConfigError
+    from topoopt.planners.alternating import MAX_SEARCH_SERVERS
+    from topoopt.planners.planner import plan
+
+    cluster = Cluster(servers=MAX_SEARCH_SERVERS + 2, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", 128, size={"tables": 8, "rows": 1000, "dim": 64, "bag": 20})
+    with pytest.raises(ConfigError, match="cluster.servers"):
+        plan(cluster, job, budget=1)
+    with pytest.raises(ConfigError, match="cluster.servers"):
+        Cluster(servers=4096, nics=8, link_bandwidth=400e9)
+    assert Cluster(servers=2048, nics=8, link_bandwidth=400e9).servers == 2048
