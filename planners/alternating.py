@@ -45,7 +45,11 @@ from topoopt.traffic import derive_traffic
 
 __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
            "plan_topology", "topoopt_fabric", "best_topology", "split_topologies", "SCREEN",
-           "SPLIT_RATIO"]
+           "SPLIT_RATIO", "MAX_SEARCH_SERVERS"]
+
+#: Largest shard the strategy search plans (docs/limits.md: LLM jobs, planned without
+#: it, go to cluster.servers' bound)
+MAX_SEARCH_SERVERS = 1024
 
 #: Structured strategies (fastest on the Ideal Switch first) given their own topology
 #: before the first round.

@@ -33,6 +33,7 @@ from typing import Callable, Mapping, Sequence
 from topoopt._require import require_callable, require_instance, require_names, require_seed
 from topoopt.cluster import Cluster, Job
 from topoopt.config import PLAN_DEFAULTS, PlanSettings
+from topoopt.errors import ConfigError
 from topoopt.executor import Executor, SerialExecutor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
@@ -40,6 +41,7 @@ from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.interrupt import stop_requested
 from topoopt.model import Model
 from topoopt.planners.alternating import (
+    MAX_SEARCH_SERVERS,
     AlternatingResult,
     alternating_optimization,
     best_topology,
@@ -323,6 +325,10 @@ def plan(cluster: Cluster, job: Job, *, budget: int = PLAN_DEFAULTS.budget,
                         source=source, fabric_seed=fabric_seed,
                         finder_kwargs=dict(settings.finder_kwargs), on_fabric=on_fabric,
                         fixed=settings.parallel, executor=executor)
+    if cluster.servers > MAX_SEARCH_SERVERS:
+        raise ConfigError("cluster.servers", cluster.servers,
+                          f"must be 2 to {MAX_SEARCH_SERVERS} for a strategy search (DLRM and "
+                          "other non-LLM jobs; docs/limits.md)")
     return _plan_dnn(cluster, job, model, settings, executor, prices, source, progress,
                      on_fabric, fabric_seed)
 

@@ -142,7 +142,7 @@ def _int_out_of(low, high):
 
 #: (table, key) -> bad values; the error must name ``table.key``.
 BAD_FIELDS = {
-    ("cluster", "servers"): _int_out_of(2, 1024),
+    ("cluster", "servers"): _int_out_of(2, 2048),
     ("cluster", "nics"): _int_out_of(1, 64),
     ("cluster", "gpus_per_server"): _int_out_of(1, 72),
     ("cluster", "link_bandwidth"): NOT_BANDWIDTH,

@@ -107,3 +107,42 @@ def test_a_256_server_plan_passes_its_check():
     assert p.topology_plan.topology.servers == 256
     assert p.iteration_time_s["ideal"] <= p.iteration_time_s["topoopt"]
     assert p.iteration_time_s["topoopt"] <= p.search.start_time * (1 + 1e-12)
+
+
+def test_strategy_search_above_its_bound_is_refused_up_front():
+    # cluster.servers goes to 2048 for LLM jobs; a DLRM plan (the MCMC strategy search)
+    # stops at MAX_SEARCH_SERVERS, naming the field, before any work
+    from topoopt.errors import ConfigError
+    from topoopt.planners.alternating import MAX_SEARCH_SERVERS
+    from topoopt.planners.planner import plan
+
+    cluster = Cluster(servers=MAX_SEARCH_SERVERS + 2, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", 128, size={"tables": 8, "rows": 1000, "dim": 64, "bag": 20})
+    with pytest.raises(ConfigError, match="cluster.servers"):
+        plan(cluster, job, budget=1)
+    with pytest.raises(ConfigError, match="cluster.servers"):
+        Cluster(servers=4096, nics=8, link_bandwidth=400e9)
+    assert Cluster(servers=2048, nics=8, link_bandwidth=400e9).servers == 2048
+
+
+def test_dp_matrix_is_the_sum_of_its_rings():
+    # dp_matrix gathers every ring hop into one array: the same as adding one
+    # ring_matrix per ring order (bytes split evenly), with rings given and not
+    from topoopt.llm.parallel import LLMParallel
+    from topoopt.llm.traffic import llm_traffic
+    from topoopt.traffic import ring_matrix
+    from topoopt.workloads import build_model
+    from topoopt.workloads.gpt import transformer_shape
+
+    s = transformer_shape(build_model("gpt3-175b"))
+    t = llm_traffic(s, LLMParallel(8, 8, 16, micro_batches=96), 128, 8, 1536, 2)
+    rng = np.random.default_rng(0)
+    rings = {g.members: tuple(tuple(int(x) for x in rng.permutation(g.members))
+                              for _ in range(1 + i % 3)) for i, g in enumerate(t.dp_groups)}
+    for given in (None, rings):
+        want = np.zeros((128, 128))
+        for g in t.dp_groups:
+            orders = (given or {}).get(g.members, [g.members])
+            for order in orders:
+                want += ring_matrix(order, g.ring_bytes_per_pair / len(orders), 128)
+        assert np.array_equal(t.dp_matrix(given), want)

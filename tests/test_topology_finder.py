@@ -253,7 +253,7 @@ def test_backbone_stride_carries_the_mp_demand_in_the_fewest_hop_bytes():
     # two halves, each its own AllReduce group, and a pipeline between them (i -> i + n/2)
     # plus heavy MP inside the first half: the stride-1 backbone would cross between the
     # halves at two links only
-    from topoopt.finder.topology_finder import _backbone_stride
+    from topoopt.finder.backbone import backbone_stride as _backbone_stride
 
     n, h = 32, 16
     mp = np.zeros((n, n))

@@ -62,7 +62,7 @@ PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf
 #: physically possible, and sizes whose per-pair state (n x n traffic matrices, routes)
 #: fits a workstation. Values outside are refused up front, naming the field.
 LIMITS: Mapping[str, tuple[float, float]] = MappingProxyType({
-    "cluster.servers": (2, 1024),            # TopoOpt's largest cluster: 432 (§5.6)
+    "cluster.servers": (2, 2048),            # TopoOpt's largest cluster: 432 (§5.6)
     "cluster.nics": (1, 64),                 # DGX A100/H100: 8 NICs; TopoOpt: d = 4, 8
     "cluster.link_bandwidth": (1e6, 1e13),   # 1 Mb/s .. 10 Tb/s (fastest standard: 1.6T)
     "cluster.link_latency": (0.0, 1e-2),     # 0 .. 10 ms (2,000 km of fibre)

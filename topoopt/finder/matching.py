@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import rustworkx as rx
 
-__all__ = ["max_weight_matching", "matching_weight", "sparsify_top_k"]
+__all__ = ["max_weight_matching", "max_weight_matching_edges", "matching_weight", "sparsify_top_k"]
 
 #: Above this many candidate edges the matching runs on each node's heaviest edges.
 DENSE_EDGE_LIMIT = 40_000
@@ -70,7 +70,30 @@ def max_weight_matching(weights: np.ndarray, method: str = "rustworkx",
     iu, iv = np.nonzero(np.triu(w, 1))
     if top_k is not None and iu.size > DENSE_EDGE_LIMIT:
         iu, iv = np.nonzero(np.triu(sparsify_top_k(w, top_k), 1))
-    vals = w[iu, iv].tolist()
+    return max_weight_matching_edges(n, iu, iv, w[iu, iv], method)
+
+
+def max_weight_matching_edges(n: int, iu: np.ndarray, iv: np.ndarray, weights: np.ndarray,
+                              method: str = "rustworkx") -> list[tuple[int, int]]:
+    """:func:`max_weight_matching` of the graph given by its edges, exactly (no top-k).
+
+    Parameters
+    ----------
+    n : int
+        Nodes.
+    iu, iv, weights : numpy.ndarray
+        Edges ``iu[i] - iv[i]`` (``iu < iv``, row-major order as ``np.nonzero`` of the
+        upper triangle gives them) of positive integer weight.
+    method : {"rustworkx", "networkx"}
+
+    Returns
+    -------
+    list of (u, v)
+        Matched pairs with ``u < v``, sorted; for the same edges in the same order, what
+        :func:`max_weight_matching` returns for their dense matrix.
+    """
+    iu, iv = np.asarray(iu), np.asarray(iv)
+    vals = np.asarray(weights).tolist()
     if method == "rustworkx":
         g = rx.PyGraph()
         g.add_nodes_from(range(n))

@@ -11,19 +11,19 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
+from scipy.sparse.csgraph import connected_components
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError
+from topoopt.finder.backbone import backbone_stride
 from topoopt.finder.degree import allocate_group_degrees, split_degree
-from topoopt.finder.matching import max_weight_matching
-from topoopt.finder.perms import (
-    PermutationSelection,
-    ring_order,
-    select_permutations,
-    totient_perms,
+from topoopt.finder.hops import pair_hops
+from topoopt.finder.matching import (
+    DENSE_EDGE_LIMIT,
+    max_weight_matching,
+    max_weight_matching_edges,
 )
+from topoopt.finder.perms import PermutationSelection, ring_order, select_permutations
 from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
 from topoopt.routing.kshortest import (
     UNREACHABLE,
@@ -49,6 +49,9 @@ from topoopt.traffic import Traffic
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
+
+#: Largest shard whose matching tie-break is drawn as an n x n array (see _match_mp)
+DENSE_TIEBREAK_MAX = 1024
 
 Ring = tuple[int, ...]
 Path = tuple[int, ...]
@@ -181,57 +184,20 @@ def _decay_fn(mp_decay: float | Callable[[float, int], float]
     return lambda demand, links: demand * r ** links
 
 
-def _matching_weights(demand: np.ndarray, dist: np.ndarray,
-                      rng: np.random.Generator) -> np.ndarray:
-    """Integer weights: demand first, then far-apart pairs, then a seeded tie-break.
+def _matching_weights(demand: np.ndarray, far: np.ndarray, noise: np.ndarray, n: int
+                      ) -> np.ndarray:
+    """Integer weights of the candidate edges: demand first, then far-apart pairs, then
+    a seeded tie-break.
 
     The decayed demand is quantized to ~2^-33 of the largest; the round-trip hop
-    distance in the topology built so far comes next, so equal demands link the
+    distance ``far`` in the topology built so far comes next, so equal demands link the
     farthest pairs (all-to-all MP gets expander-like links, not arbitrary ones).
     """
-    n = demand.shape[0]
-    pos = demand > 0
-    if not pos.any():
-        return np.zeros((n, n), dtype=np.int64)
-    far = np.minimum(dist + dist.T, 2 * n).astype(np.int64)  # hops there and back
+    far = np.minimum(far, 2 * n).astype(np.int64)  # hops there and back
     far_bits = int(2 * n + 1).bit_length()
     q_bits = 62 - far_bits - 16
-    q = np.zeros((n, n), dtype=np.int64)
-    q[pos] = np.maximum(1, np.round(demand[pos] / demand.max() * (2 ** q_bits - 1)))
-    noise = rng.integers(0, 2 ** 16, size=(n, n))
-    noise = np.triu(noise, 1)
-    noise = noise + noise.T
-    w = (q << (far_bits + 16)) + (far << 16) + noise
-    return np.where(pos, w, 0)
-
-
-def _backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed: int) -> int:
-    """The stride of the backbone ring that connects ``topology`` (built without one).
-
-    Of TotientPerms' strides, the one whose ring over all servers, added to the
-    topology, carries the MP demand ``mp`` in the fewest hop-bytes (sum of bytes x hop
-    count); ties go to SelectPermutations' single stride, then the smallest. The
-    stride-1 ring crosses between two halves of the shard twice: a pipeline whose
-    stages are the halves (server ``i`` sends to ``i + n/2``) would then funnel every
-    activation through two links.
-    """
-    n = topology.servers
-    default = select_permutations(n, 1, primes_only=primes_only, seed=seed).strides[0]
-    cands = sorted(totient_perms(n, primes_only), key=lambda p: (p != default, p))
-    src = np.flatnonzero(mp.sum(axis=1) > 0)
-    if src.size == 0:
-        return default
-    base = _adjacency(topology)
-    ring = np.arange(n)
-    best, best_cost = default, np.inf
-    for p in cands:
-        adj = base + csr_matrix((np.ones(n), (ring, (ring + p) % n)), shape=(n, n))
-        adj.data[:] = 1.0           # a ring hop beside a link is still one hop
-        dist = shortest_path(adj, method="D", unweighted=True, directed=True, indices=src)
-        cost = float((mp[src] * dist).sum())
-        if cost < best_cost * (1.0 - 1e-12):
-            best, best_cost = p, cost
-    return int(best)
+    q = np.maximum(1, np.round(demand / demand.max() * (2 ** q_bits - 1))).astype(np.int64)
+    return (q << (far_bits + 16)) + (far << 16) + noise
 
 
 @dataclass(frozen=True)
@@ -289,40 +255,68 @@ def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float,
             orders.append(order)
         rings[g.members] = tuple(orders)
         ring_groups[g.members] = sel.strides
-    rounds = _match_mp(b, traffic.mp, bandwidth, latency, decay, rng, matching)
+    rounds = _match_mp(b, traffic.mp, decay, rng, matching)
     spare = _spare_rings(b, seed)
     return _Layout(b.topology(bandwidth, latency), d_ar, rings, ring_groups, tuple(degrees),
                    selections, backbone_sel, rounds, spare)
 
 
-def _match_mp(b: _Builder, mp: np.ndarray, bandwidth: float, latency: float,
-              decay: Callable[[float, int], float], rng: np.random.Generator, matching: str
+def _match_mp(b: _Builder, mp: np.ndarray, decay: Callable[[float, int], float],
+              rng: np.random.Generator, matching: str
               ) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Step 3: repeated Blossom matchings on the MP demand over the ports left at each
-    server, a pair's demand decayed by the links it already has. Returns the rounds."""
+    server, a pair's demand decayed by the links it already has. Returns the rounds.
+
+    Kept as the list of pairs with demand (``u < v``, row-major), not n x n arrays: an
+    LLM's pipeline has ~n of the n^2 pairs. Up to :data:`DENSE_TIEBREAK_MAX` servers
+    each round draws an ``n x n`` tie-break (its upper triangle read), the stream the
+    dense version drew, so those plans did not change; above, one draw per pair.
+    """
     n, d = b.n, b.d
     want = mp + mp.T
-    left = want.copy()
-    linked = np.zeros((n, n), dtype=np.int64)
+    iu, iv = np.nonzero(want)
+    upper = iu < iv                       # np.nonzero(np.triu(want, 1)), without the mask
+    iu, iv = iu[upper], iv[upper]
+    wants = want[iu, iv]
+    left = wants.copy()
+    linked = np.zeros(iu.size, dtype=np.int64)
+    edge = {(int(u), int(v)): i for i, (u, v) in enumerate(zip(iu, iv))}
     rounds = []
     while True:
         free = b.used < d
-        cand = np.where(free[:, None] & free[None, :], left, 0.0)
-        np.fill_diagonal(cand, 0.0)
-        if not np.any(cand > 0):
+        cand = np.where(free[iu] & free[iv], left, 0.0)
+        pos = np.flatnonzero(cand > 0)
+        if pos.size == 0:
             break
-        dist = hop_distances(b.topology(bandwidth, latency)) if b.links else \
-            np.full((n, n), UNREACHABLE, dtype=np.int32)
-        pairs = max_weight_matching(_matching_weights(cand, dist, rng), method=matching)
+        pu, pv = iu[pos], iv[pos]
+        noise = (rng.integers(0, 2 ** 16, size=(n, n))[pu, pv] if n <= DENSE_TIEBREAK_MAX
+                 else rng.integers(0, 2 ** 16, size=pos.size))
+        hops = _demand_hops(b, np.r_[pu, pv], np.r_[pv, pu])
+        w = _matching_weights(cand[pos], hops[:pos.size] + hops[pos.size:], noise, n)
+        if pos.size > DENSE_EDGE_LIMIT:       # the dense path thins to each node's top k
+            dense = np.zeros((n, n), dtype=np.int64)
+            dense[pu, pv] = dense[pv, pu] = w
+            pairs = max_weight_matching(dense, method=matching)
+        else:
+            pairs = max_weight_matching_edges(n, pu, pv, w, method=matching)
         if not pairs:
             break
         for u, v in pairs:
             b.duplex(u, v, "mp")
-            linked[u, v] += 1
-            linked[v, u] += 1
-            left[u, v] = left[v, u] = decay(want[u, v], int(linked[u, v]))
+            i = edge[u, v]
+            linked[i] += 1
+            left[i] = decay(float(wants[i]), int(linked[i]))
         rounds.append(tuple(pairs))
     return tuple(rounds)
+
+
+def _demand_hops(b: _Builder, s_of: np.ndarray, t_of: np.ndarray) -> np.ndarray:
+    """Hop distances ``s_of[i] -> t_of[i]`` over the links built so far (``UNREACHABLE``
+    where there is no path)."""
+    if not b.links:
+        return np.full(s_of.size, UNREACHABLE, dtype=np.int64)
+    links = np.array([(lk[0], lk[2]) for lk in b.links], dtype=np.int64)
+    return pair_hops(links[:, 0], links[:, 1], b.n, s_of, t_of, UNREACHABLE)
 
 
 def _spare_rings(b: _Builder, seed: int) -> tuple[Ring, ...]:
@@ -522,7 +516,7 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     shard, no AllReduce at all), it is rebuilt with one "backbone" ring over all servers
     taken from the AllReduce degree (the paper's reason for "at least one degree to
     AllReduce"), of the stride that carries the MP demand in the fewest hop-bytes
-    (:func:`_backbone_stride`). Step 4 routes: hops of groups without rings follow the
+    (:func:`~topoopt.finder.backbone.backbone_stride`). Step 4 routes: hops of groups without rings follow the
     rings of a group containing them by minimal coin change in Z_g (App. E.1), spread
     over up to ``k_paths`` orders of the coins (all shortest); other hops and MP pairs
     take k-shortest paths or the LP.
@@ -545,7 +539,7 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
                     None, matching, allreduce_degree)
     if not is_strongly_connected(layout.topology):
-        stride = _backbone_stride(traffic.mp, layout.topology, primes_only, seed)
+        stride = backbone_stride(traffic.mp, layout.topology, primes_only, seed)
         layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
                         seed, stride, matching, allreduce_degree)
     topo = layout.topology

@@ -34,7 +34,7 @@ import numpy as np
 
 from topoopt.llm.memory import stage_params
 from topoopt.llm.parallel import LLMParallel, communicator_groups, gpu_coordinates, stage_layers
-from topoopt.traffic import AllReduceGroup, Traffic, Transfers, ring_matrix
+from topoopt.traffic import AllReduceGroup, Traffic, Transfers
 from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["LLMTraffic", "llm_traffic", "finder_traffic", "KINDS", "alltoall_bytes_per_gpu"]
@@ -108,16 +108,26 @@ class LLMTraffic:
                   ) -> np.ndarray:
         """Server-to-server bytes of the DP AllReduces as rings (``rings``: a group's
         members -> its ring orders, the bytes split evenly; member order by default)."""
-        total = np.zeros((self.servers, self.servers))
+        # every ring hop gathered first and added at once: one n x n array, not one per ring
+        src, dst, nbytes = [], [], []
         for grp in self.dp_groups:
             orders = (rings or {}).get(grp.members, [grp.members])
             for order in orders:
-                total += ring_matrix(order, grp.ring_bytes_per_pair / len(orders), self.servers)
+                if len(order) > 1:
+                    o = np.asarray(order, dtype=np.int64)
+                    src.append(o)
+                    dst.append(np.roll(o, -1))
+                    nbytes.append(np.full(o.size, grp.ring_bytes_per_pair / len(orders)))
+        total = np.zeros((self.servers, self.servers))
+        if src:
+            np.add.at(total, (np.concatenate(src), np.concatenate(dst)), np.concatenate(nbytes))
         return total
 
     def mp_matrix(self) -> np.ndarray:
         """PP and EP bytes per iteration between servers (TopologyFinder's MP demand)."""
         pp = self.pp_steps * (self.pp_step + self.pp_step.T)
+        if self.micro_batches * self.ep_steps_per_micro_batch == 0:   # no MoE: + 0
+            return pp
         return pp + self.micro_batches * self.ep_steps_per_micro_batch * self.ep_step
 
 
