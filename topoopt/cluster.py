@@ -89,7 +89,7 @@ class Cluster:
     Attributes
     ----------
     servers : int
-        n, 2 to 1024 (:data:`LIMITS`).
+        n, 2 to 2048 (:data:`LIMITS`; the operator planner stops at 1024).
     nics : int
         d, NICs (optical ports) per server, 1 to 64.
     link_bandwidth : float
