@@ -48,7 +48,7 @@ def backbone_candidates(n: int, primes_only: bool, seed: int,
     Examples
     --------
     >>> backbone_candidates(12, False, 0)
-    (5, 1, 7, 11)
+    (1, 5, 7, 11)
     >>> len(backbone_candidates(2048, False, 0)), len(backbone_candidates(2048, False, 0, None))
     (64, 1024)
     """
