@@ -51,7 +51,8 @@ def folders(tmp_path_factory):
     for name, p, runtime in (("dlrm", dlrm, "msccl-executor-nccl"),
                              ("llm", llm, "msccl-executor-nccl"),
                              ("dlrm-msccl", dlrm, "msccl"),
-                             ("llm-dp", llm_dp, "msccl-executor-nccl")):
+                             ("llm-dp", llm_dp, "msccl-executor-nccl"),
+                             ("llm-dp-msccl", llm_dp, "msccl")):
         d = tmp_path_factory.mktemp(name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -183,6 +184,26 @@ def test_msccl_runtime_option_is_written_and_checked(folders, tmp_path):
     (bad / "msccl_allreduce.xml").write_text(text.replace('minBytes="0"',
                                                           f'minBytes="{2**40}"', 1))
     with pytest.raises(PlanCheckError, match="maxBytes"):
+        check_plan_dir(bad, simulate=False)
+
+
+def test_an_llm_plans_msccl_files_follow_the_runtime_option(folders, tmp_path):
+    """An LLM plan's per-communicator ``msccl/*.xml`` target the runtime asked for, as
+    ``msccl_allreduce.xml`` does: microsoft/msccl never picks an algorithm with
+    ``maxBytes="0"`` (topo.cc line 805), so those files must carry its byte range."""
+    d = folders["llm-dp-msccl"]
+    names = sorted(f for f in _doc(d)["files"] if f.startswith("msccl/"))
+    assert names, "the data-parallel LLM plan writes no msccl/ file"
+    for name in names:
+        legacy = parse_msccl_xml((d / name).read_text())
+        executor = parse_msccl_xml((folders["llm-dp"] / name).read_text())
+        assert (legacy.maxBytes, legacy.inplace, executor.maxBytes) == (2**40, 1, 0)
+    assert set(names) <= set(check_plan_dir(d, simulate=True))
+    bad = tmp_path / "bad"
+    shutil.copytree(d, bad)
+    text = (bad / names[0]).read_text()
+    (bad / names[0]).write_text(text.replace('minBytes="0"', f'minBytes="{2**41}"', 1))
+    with pytest.raises(PlanCheckError, match="minBytes|maxBytes"):
         check_plan_dir(bad, simulate=False)
 
 

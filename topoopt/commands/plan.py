@@ -198,7 +198,8 @@ def _check(directory: str) -> None:
                    "DIR writes it again, with validation results).")
 @click.option("--msccl-runtime", type=click.Choice(MSCCL_RUNTIMES), default=DEFAULT_RUNTIME,
               show_default=True,
-              help="MSCCL runtime msccl_allreduce.xml targets: msccl-executor-nccl (maxBytes=0, "
+              help="MSCCL runtime msccl_allreduce.xml (and an LLM plan's msccl/*.xml) targets: "
+                   "msccl-executor-nccl (maxBytes=0, "
                    "no limit) or msccl (microsoft/msccl: maxBytes=2^40, in place only).")
 @click.option("--quiet", is_flag=True, help="No progress line.")
 def plan(config: str | None, output: str | None, check_dir: str | None, budget, rounds,

@@ -72,6 +72,12 @@ import topoopt.export.msccl as _msccl
 from topoopt.cluster import Cluster
 from topoopt.errors import PlanCheckError
 from topoopt.export._inputs import Rings
+from topoopt.export.msccl_runtime import (
+    DEFAULT_RUNTIME,
+    check_msccl_runtime,
+    for_runtime,
+    runtime_of,
+)
 from topoopt.export.rank_order import node_ring, rank_order
 from topoopt.llm import LLMParallel, communicator_groups
 
@@ -191,7 +197,7 @@ def _same_cycle(a, b) -> bool:
     return a == b[k:] + b[:k]
 
 
-def _algos(par: LLMParallel, rings: Rings, cluster: Cluster, proto: str
+def _algos(par: LLMParallel, rings: Rings, cluster: Cluster, proto: str, runtime: str
            ) -> tuple[dict[str, _msccl.MscclAlgo], dict[str, str],
                       dict[tuple[str, tuple[int, ...]], str | None]]:
     """``{file: MscclAlgo}``, ``{file: reason}`` and ``(kind, servers) -> file or None``."""
@@ -228,6 +234,8 @@ def _algos(par: LLMParallel, rings: Rings, cluster: Cluster, proto: str
                 algo = _msccl.ring_allreduce_algo(rank_rings, name=f"topoopt_{kind}{index[key]}",
                                                   proto=proto, comment=comment)
                 _msccl.check_msccl_algo(algo)
+                algo = for_runtime(algo, runtime)
+                check_msccl_runtime(algo, runtime)
             except PlanCheckError as err:
                 skipped[name] = str(err)
                 where[(kind, key)] = None
@@ -272,15 +280,20 @@ class CommunicatorExports:
 
 
 def communicator_exports(par: LLMParallel, rings: Rings, cluster: Cluster, *,
-                         proto: str = "Simple") -> CommunicatorExports:
+                         proto: str = "Simple",
+                         msccl_runtime: str = DEFAULT_RUNTIME) -> CommunicatorExports:
     """``communicators.json`` and the MSCCL file of every ringed DP group, in memory.
+
+    ``msccl_runtime`` is the MSCCL runtime the files target (their byte range and
+    placement flags: :func:`~topoopt.export.msccl_runtime.for_runtime`), as for
+    ``msccl_allreduce.xml``.
 
     Raises
     ------
     PlanCheckError
         A DP group crossing servers has no planned ring.
     """
-    algos, skipped, where = _algos(par, rings, cluster, proto)
+    algos, skipped, where = _algos(par, rings, cluster, proto, msccl_runtime)
     table = communicator_table(par, rings, cluster, where)
     if any(len(row["servers"]) > 1 for row in table["groups"]["ep"]):
         skipped[EP_SKIPPED] = EP_REASON
@@ -359,13 +372,14 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
             text = (directory / name).read_text(encoding="utf-8")
         except OSError as exc:
             raise PlanCheckError(f"{name}: cannot be read ({exc})") from None
-        if text != rendered.files[name]:   # say what is wrong with it
+        if text != rendered.files[name]:   # another runtime's file, or say what is wrong
             try:
                 got_algo = _msccl.parse_msccl_xml(text)
                 _msccl.check_msccl_algo(got_algo)
+                check_msccl_runtime(got_algo, runtime_of(got_algo))
             except PlanCheckError as exc:
                 raise PlanCheckError(f"{name}: {exc}") from None
-            if got_algo != replace(algo, comment=""):
+            if got_algo != replace(for_runtime(algo, runtime_of(got_algo)), comment=""):
                 raise PlanCheckError(f"{name}: its schedule is not the plan's: the group's "
                                      f"{algo.ngpus} ranks ringed along its planned rings, "
                                      f"{algo.nchannels} channels")

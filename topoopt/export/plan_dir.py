@@ -169,8 +169,8 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
     user's file or folder in the way raises before anything moves. An export the
     plan does not fit (OCS, MSCCL) is listed in ``plan.json``'s ``skipped`` with the
     reason, and an :class:`~topoopt.export.bundle.ExportSkipped` warning says so.
-    ``msccl_runtime`` is the MSCCL runtime ``msccl_allreduce.xml`` targets
-    (:mod:`topoopt.export.msccl_runtime`).
+    ``msccl_runtime`` is the MSCCL runtime ``msccl_allreduce.xml`` and an LLM plan's
+    ``msccl/*.xml`` target (:mod:`topoopt.export.msccl_runtime`).
 
     Returns
     -------
@@ -198,7 +198,8 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
             files += rendered.files
             skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
             if p.llm_parallel is not None:  # every communicator: communicators.json, msccl/
-                comm = communicator_exports(p.llm_parallel, p.topology_plan.rings, p.cluster)
+                comm = communicator_exports(p.llm_parallel, p.topology_plan.rings, p.cluster,
+                                            msccl_runtime=msccl_runtime)
                 for rel, text in comm.files.items():
                     (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                     (stage / rel).write_text(text, encoding="utf-8")
