@@ -69,7 +69,7 @@ LIMITS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "cluster.gpus_per_server": (1, 72),      # the largest NVLink domain: NVL72
     "cluster.intra_server_bandwidth": (1e6, 1e14),  # NVLink 5: 14.4 Tb/s per GPU
     "job.batch_per_gpu": (1, 2 ** 20),       # TopoOpt's largest DLRM batch: 2048 (§5.3)
-    "job.global_batch": (1, 2 ** 36),        # every GPU of the largest cluster at the above
+    "job.global_batch": (1, 2 ** 38),        # every GPU of the largest cluster at the above
 })
 
 
