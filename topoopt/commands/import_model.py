@@ -92,7 +92,7 @@ def _cluster_toml(table: dict) -> str:
               help="Write a decoder LLM as its [[job.operators]] list too (default: as its "
                    "shape, model = \"transformer\", which plans through the LLM planner "
                    "like the source; the list plans through the operator planner).")
-@click.option("--samples", type=int, default=None,
+@click.option("--samples", type=click.IntRange(min=1), default=None,
               help="chakra: sources only: the samples one rank processes per iteration "
                    "(its batch), to give FLOPs per sample.")
 @click.option("--dtype-bytes", type=click.IntRange(1, 8), default=4, show_default=True,
