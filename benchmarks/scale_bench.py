@@ -231,7 +231,7 @@ def main() -> int:
         if args.quality:
             _quality(args, template, work, effort)
         if args.llm:
-            _llm(args, work)
+            _llm(args, work, sides)
         return 0
     finally:
         if tree is not None:
@@ -261,15 +261,24 @@ def _quality(args: argparse.Namespace, template: Path, work: Path, effort: list[
           f"{four.check}")
 
 
-def _llm(args: argparse.Namespace, work: Path) -> None:
-    """The ``--llm`` section: an LLM config planned at the given GPU counts."""
+def _llm(args: argparse.Namespace, work: Path, sides: dict[str, Path | None]) -> None:
+    """The ``--llm`` section: an LLM config planned at the given GPU counts, and with
+    ``--baseline`` the same plan by the baseline (sizes up to ``--baseline-max``
+    servers) right after it, with the ratio of their wall times."""
     template = ROOT / "configs" / f"{args.llm_config}.toml"
     per = int(re.search(r"(?m)^gpus_per_server = (\d+)", template.read_text()).group(1))
     runs = []
     for gpus in (int(g) for g in args.llm.split(",") if g):
-        cfg = _config(template, gpus // per, work, "cluster", "servers", None, args.llm_model)
-        runs.append((gpus // per, plan_once(None, cfg, work / f"llm-{gpus}", [], args.timeout,
-                                            "llm")))
+        n = gpus // per
+        cfg = _config(template, n, work, "cluster", "servers", None, args.llm_model)
+        cur = plan_once(None, cfg, work / f"llm-{gpus}", [], args.timeout, "llm")
+        runs.append((n, cur))
+        if sides.get("baseline") is not None and n <= args.baseline_max:
+            r = plan_once(sides["baseline"], cfg, work / f"llm-base-{gpus}", [],
+                          args.timeout, "baseline")
+            print(f"  LLM {gpus} GPUs: current {cur.wall:.1f} s, baseline {r.wall:.1f} s, "
+                  f"ratio {cur.wall / r.wall:.2f}; same times: {cur.times == r.times}",
+                  flush=True)
     print(f"\n{args.llm_model} ({args.llm_config} with servers and model changed), "
           f"{per} GPUs per server; sizes in servers")
     _print_runs(runs)
