@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_multijob import CLI_CONFIG
+
 pytest.importorskip("ray", reason="Ray not installed: pip install 'topoopt[ray]'")
 
 #: Seconds one ``ray start`` may take (a busy 2-core machine needs ~40).
@@ -45,24 +47,7 @@ chains = 2
 baselines = ["ideal", "fattree"]
 """
 
-TINY_CLUSTER = """
-[cluster]
-servers = 8
-nics = 2
-link_bandwidth = "100Gbps"
-gpus_per_server = 1
-[run]
-fabrics = ["topoopt", "oversub"]
-iterations = 1
-[plan]
-strategy = "hybrid"
-[[mix]]
-model = "ncf"
-batch_per_gpu = 32
-servers = 4
-count = 2
-size = { tables = 4, rows = 1000, top_layers = 2 }
-"""
+TINY_CLUSTER = CLI_CONFIG   # the shared-cluster config test_multijob plans
 
 
 def _free_port() -> int:
