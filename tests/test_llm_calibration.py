@@ -11,13 +11,13 @@ per server), tp 8, pp 16, dp 64, sequences of 8192, 16M tokens per batch, BF16 M
 The paper uses an interleaved schedule without giving v; v = 4 (two layers per chunk) is
 our assumption. This run checks the calibration; it was not fitted to it. Our memory
 model (Korthikanti et al.'s activations, 16 micro-batches in flight on the first stage)
-says it needs more than 80 GB per GPU without recomputation: the paper does not say
-which memory savings it used, and we do not guess them (the timing is compared as run).
+says it needs more than 80 GB per GPU without recomputation under Megatron's interleaved
+warm-up count (Llama 3's own schedule keeps fewer micro-batches in flight), so the
+timing is compared as run. H100's sustained clock and NCCL's NVLink share come from
+public measurements (``topoopt/kernels.py``), not from this run.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from topoopt.cluster import GPUS, Cluster
 from topoopt.kernels import kernel_profile
@@ -54,9 +54,6 @@ def test_megatron_gpt3_175b_within_15_percent():
     assert abs(it.hfu * 312e12 / 138e12 - 1) < 0.15
 
 
-@pytest.mark.xfail(strict=True, reason="22% too fast on H100: no published sustained clock "
-                   "or NCCL bus bandwidth for H100 is modelled (both 1.0), Llama 3's own "
-                   "framework is not Megatron's: docs/llm-model.md")
 def test_llama3_405b_within_15_percent():
     it = _run("llama3-405b", 1024, "H100", 400e9,
               LLMParallel(8, 16, 64, micro_batches=32, virtual=4, zero1=True), 2048,

@@ -126,7 +126,7 @@ def test_estimate_gives_the_planners_time(config, tmp_path):
                                           ("tp=1,pp=128,dp=1", "--parallel pp"),
                                           ("tp=8,pp=8,dp=2,v=5", "--parallel v"),
                                           ("tp=8,pp=8,dp=2,mbs=3", "--parallel mbs"),
-                                          ("tp=8,pp=8,dp=2,cp=2", "--parallel cp"),
+                                          ("tp=8,pp=8,dp=2,cp=2", "--parallel dp"),
                                           ("tp=8,pp=8", "--parallel")])
 def test_estimate_refuses_bad_layouts_in_one_line(config, layout, field):
     res = CliRunner().invoke(main, ["estimate", str(config), "--parallel", layout])

@@ -39,6 +39,14 @@ References
    tensor-core load, not its 1410 MHz boost (the datasheet's 312 TFLOP/s).
 .. [6] NVIDIA/nccl-tests issue #149 (2023): ``all_reduce_perf`` on 8 A100-SXM4-80GB over
    NVSwitch reaches a bus bandwidth of about 200 GB/s of NVLink's 300 GB/s per direction.
+.. [7] G. Lockwood, "H100" (glennklockwood.com/garden/processors/h100): H100 SXM's
+   989.4 TFLOP/s BF16 peak is stated at 1830 MHz (its FP64 66.9 TFLOP/s at 1980 MHz);
+   the Top500's HPL Rpeak of H100 systems is 55.0-59.0 TFLOP/s per GPU, i.e. the
+   submitters' sustained clock under tensor-core load is 1628-1746 MHz.
+.. [8] NVIDIA/nccl-tests issue #212 (2024, S. Jeaugey, NCCL): on 8 H100 the NVLink line
+   rate is 450 GB/s per direction; with the protocol overhead NCCL's effective NVLink
+   bandwidth is 370 GB/s, the bus bandwidth of every collective but the NVLink-SHARP
+   all-reduce.
 """
 
 from __future__ import annotations
@@ -80,8 +88,9 @@ class KernelProfile:
         measurements and is not scaled.
     collective_fraction : float
         Bus bandwidth NCCL's collectives reach over NVLink, over NVLink's bandwidth per
-        direction (A100: 200 of 300 GB/s, nccl-tests; H100: 1.0, no comparable
-        published figure here, NVLink SHARP passes the link rate).
+        direction (A100: 200 of 300 GB/s, nccl-tests #149; H100: 370 of 450 GB/s,
+        nccl-tests #212, for the reduce-scatters, all-gathers and sends that tensor,
+        pipeline and context parallelism use).
     tile : int
         T, the output tile of one SM's thread block (cuBLAS: 128 x 128).
     k_half : float
@@ -103,6 +112,10 @@ class KernelProfile:
 #: Fitted on TopoOpt's DLRM measurements (A100, TF32: e_max 0.454, k_half 73.5,
 #: launch 19.6 us, T = 128 fixed); 16-bit and attention fractions from the references.
 _A100_TF32 = 0.454
+#: H100 SXM's clock under sustained tensor-core load: the middle of the 55.0-59.0 TFLOP/s
+#: per GPU of the Top500's H100 Rpeaks over the 66.9 TFLOP/s FP64 peak at 1980 MHz [7]
+#: (1628-1746 MHz; the A100's 1305 MHz is found the same way).
+_H100_SUSTAINED_MHZ = 57.0 / 66.9 * 1980.0
 KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
     "A100": KernelProfile(108, MappingProxyType({"fp32": _A100_TF32, "fp16": 0.80,
                                                  "bf16": 0.80}),
@@ -111,7 +124,9 @@ KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
     "H100": KernelProfile(132, MappingProxyType({"fp32": _A100_TF32 * 0.70 / 0.80,
                                                  "fp16": 0.70, "bf16": 0.70, "fp8": 0.55}),
                           MappingProxyType({"fp16": 0.45, "bf16": 0.45, "fp32": 0.45,
-                                            "fp8": 0.45})),
+                                            "fp8": 0.45}),
+                          sustained_clock=_H100_SUSTAINED_MHZ / 1830.0,
+                          collective_fraction=370.0 / 450.0),
 })
 
 

@@ -24,7 +24,7 @@ _KEYS = ("tp", "pp", "dp", "ep", "cp", "mbs", "v", "recompute", "zero1")
 #: The library's field of each degree (``parallel``: the GPU count, fixed by dp).
 _DEGREE = {"parallel": "dp", "parallel.tp": "tp", "parallel.pp": "pp", "parallel.dp": "dp",
            "parallel.ep": "ep", "parallel.micro_batches": "mbs", "parallel.virtual": "v",
-           "parallel.recompute": "recompute", "parallel.order": "order"}
+           "parallel.recompute": "recompute", "parallel.order": "order", "parallel.cp": "cp"}
 
 
 def parse_layout(text: str) -> dict:
@@ -49,9 +49,6 @@ def parse_layout(text: str) -> dict:
     for key in ("tp", "pp", "dp"):
         if key not in out:
             raise ConfigError("--parallel", text, f"give {key}= (tp, pp and dp are required)")
-    if out["cp"] != 1:
-        raise ConfigError("--parallel cp", out["cp"], "context parallelism is not modelled "
-                                                       "yet; use cp=1")
     return out
 
 
@@ -65,7 +62,8 @@ def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
                                              f"{shape.layers} layers")
     try:
         par = LLMParallel(layout["tp"], pp, dp, layout["ep"], batch // (dp * mbs),
-                          bool(layout["zero1"]), layout["recompute"], virtual=v)
+                          bool(layout["zero1"]), layout["recompute"], virtual=v,
+                          cp=layout["cp"])
         check_parallel(par, shape, cluster, batch)
     except ConfigError as exc:   # name the degree as the user wrote it
         key = _DEGREE.get(exc.field)
@@ -82,7 +80,9 @@ def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
               help="The layout: tp=8,pp=16,dp=8[,ep=1,cp=1,mbs=1,v=1,"
                    "recompute=none|selective|full,zero1=0|1]. mbs is sequences per "
                    "micro-batch (the micro-batch count is derived), v the interleaved "
-                   "chunks per stage, zero1 the distributed optimizer.")
+                   "chunks per stage, zero1 the distributed optimizer, cp the context-"
+                   "parallel degree (each sequence split over cp GPUs; 2 cp divides the "
+                   "sequence; the GPUs are tp x cp x pp x dp).")
 @click.option("--fabric", type=click.Choice(STATIC_FABRICS), default="ideal",
               help="Network to time it on (default: the Ideal Switch, in closed form).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,

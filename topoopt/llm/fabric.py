@@ -72,5 +72,6 @@ def fabric_comm_times(traffic: LLMTraffic, fabric: Fabric,
     """
     steps = max((2 * (len(g.members) - 1) for g in traffic.dp_groups), default=0)
     dp = event_time(fabric, traffic.dp_matrix(rings), steps) if traffic.dp_groups else 0.0
+    cp = event_time(fabric, traffic.cp_step) if traffic.cp_steps_per_micro_batch else 0.0
     return CommTimes(event_time(fabric, traffic.pp_step), event_time(fabric, traffic.pp_step.T),
-                     event_time(fabric, traffic.ep_step), dp)
+                     event_time(fabric, traffic.ep_step), dp, cp)

@@ -17,8 +17,8 @@ the interleaved schedule, §2.2.2) -- and the exposed part of the data-parallel 
 reduction ``t_DP``. What overlaps is :class:`Overlap`: by default what Megatron-LM (core)
 does with the distributed optimizer, ``--overlap-grad-reduce`` and
 ``--overlap-param-gather`` (the reduce-scatter under the last micro-batch's backward,
-the all-gather under the next iteration's first forward) and overlapped pipeline
-sends; TP overlap (``--tp-comm-overlap``) is off by default, as in Megatron.
+the all-gather under the next iteration's first forward), overlapped pipeline
+sends and the context-parallel K/V ring under the attention it feeds; TP overlap (``--tp-comm-overlap``) is off by default, as in Megatron.
 :data:`SC21` turns every overlap off (Megatron-LM of SC'21 reduced after the flush).
 
 Model FLOPs (for MFU) are ``6 N + 12 L s h`` per token
@@ -70,6 +70,10 @@ class Overlap:
     pp_comm : bool
         Pipeline sends and receives under the next micro-batch's compute (Megatron's
         overlapped P2P communication).
+    cp_comm : bool
+        The context-parallel ring's K/V steps under the attention blocks they feed
+        (Megatron-Core's ring attention runs step ``i + 1``'s send during step ``i``'s
+        attention): only what exceeds the stage's attention time is exposed.
     fused_grad_accumulation : bool
         Not an overlap but a fusion of the same vintage: the weight-gradient GEMMs
         accumulate into the gradient buffer (Megatron-core's
@@ -83,10 +87,11 @@ class Overlap:
     tp_comm: bool = False
     pp_comm: bool = True
     fused_grad_accumulation: bool = True
+    cp_comm: bool = True
 
 
 #: Nothing overlapped nor fused: Megatron-LM as Narayanan et al. SC'21 ran it.
-SC21 = Overlap(False, False, False, False, False)
+SC21 = Overlap(False, False, False, False, False, False)
 
 
 @dataclass(frozen=True)
@@ -103,12 +108,15 @@ class CommTimes:
         One all-to-all of every expert group at once.
     dp : float
         The DP AllReduces of all groups at once.
+    cp_step : float
+        One context-parallel ring step of every group at once (0 without cp).
     """
 
     pp_step: float
     pp_step_back: float
     ep_step: float
     dp: float
+    cp_step: float = 0.0
 
 
 def _event(matrix: np.ndarray, bandwidth: float, latency: float) -> float:
@@ -131,8 +139,9 @@ def ideal_comm_times(traffic: LLMTraffic, cluster: Cluster) -> CommTimes:
     ring = traffic.dp_matrix()
     steps = max((2 * (len(g.members) - 1) for g in traffic.dp_groups), default=0)
     dp = _event(ring, bw, 0.0) + steps * lat if traffic.dp_groups else 0.0
+    cp = _event(traffic.cp_step, bw, lat) if traffic.cp_steps_per_micro_batch else 0.0
     return CommTimes(_event(traffic.pp_step, bw, lat), _event(traffic.pp_step.T, bw, lat),
-                     _event(traffic.ep_step, bw, lat), dp)
+                     _event(traffic.ep_step, bw, lat), dp, cp)
 
 
 def nvlink_rate(cluster: Cluster) -> float:
@@ -171,20 +180,24 @@ class LayerTimes:
         The passes (``recompute``: what the backward runs again first).
     gemm : float
         Of the three, the GEMMs' seconds (what TP overlap can hide communication under).
+    attention : float
+        Of the three, the attention kernels' seconds (what the CP ring hides under).
     """
 
     forward: float
     backward: float
     recompute: float
     gemm: float
+    attention: float = 0.0
 
     def __add__(self, other: "LayerTimes") -> "LayerTimes":
         return LayerTimes(self.forward + other.forward, self.backward + other.backward,
-                          self.recompute + other.recompute, self.gemm + other.gemm)
+                          self.recompute + other.recompute, self.gemm + other.gemm,
+                          self.attention + other.attention)
 
     def scaled(self, k: float) -> "LayerTimes":
         return LayerTimes(k * self.forward, k * self.backward, k * self.recompute,
-                          k * self.gemm)
+                          k * self.gemm, k * self.attention)
 
     @property
     def total(self) -> float:
@@ -205,7 +218,9 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
                 tokens: int) -> LayerTimes:
     """One layer's kernels for a micro-batch of ``tokens`` on one GPU of ``par``.
 
-    The GEMMs see every token of the micro-batch (sequence parallelism gathers them)
+    ``tokens`` are the GPU's own: ``1 / cp`` of the micro-batch's with context
+    parallelism, whose queries attend to the whole sequence (``shape.seq`` keys, half
+    of them under the causal mask, balanced over the ranks). The GEMMs see every token of the micro-batch (sequence parallelism gathers them)
     and ``1 / tp`` of the weights: QKV ``h -> (h + 2 kv) / t``, output ``h / t -> h``,
     MLP ``h -> g f / t`` (``g`` = 2 gated) and ``f / t -> h``; an MoE layer runs its
     router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
@@ -253,7 +268,8 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     rec = {"none": 0.0, "full": fwd,
            "selective": 0.0 if par.flash_attention else a_fwd}[par.recompute]
     gemm = g_fwd + g_bwd + ag_fwd + ag_bwd + (g_fwd + ag_fwd if par.recompute == "full" else 0.0)
-    return LayerTimes(fwd, bwd, rec, gemm)
+    attention = a_fwd + a_bwd + (a_fwd if par.recompute != "none" else 0.0)
+    return LayerTimes(fwd, bwd, rec, gemm, attention)
 
 
 def _logit_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
@@ -275,6 +291,8 @@ class LLMIteration:
         t_mb, the busiest stage's time per micro-batch (all of the below but DP).
     compute, tp, pp, ep : float
         Per micro-batch parts of ``micro_batch`` (communication: its exposed part).
+    cp : float
+        Per micro-batch, the exposed context-parallel ring (0 without cp).
     bubble : float
         ``(p - 1) / v x t_mb``.
     dp : float
@@ -293,12 +311,16 @@ class LLMIteration:
     dp: float
     mfu: float
     hfu: float
+    cp: float = 0.0
 
     def parts(self) -> dict[str, float]:
         """Seconds per iteration of each part (they sum to ``total``)."""
         m = (self.total - self.bubble - self.dp) / self.micro_batch if self.micro_batch else 0
-        return {"compute": m * self.compute, "tp": m * self.tp, "pp": m * self.pp,
-                "ep": m * self.ep, "bubble": self.bubble, "dp": self.dp}
+        parts = {"compute": m * self.compute, "tp": m * self.tp, "pp": m * self.pp,
+                 "ep": m * self.ep, "bubble": self.bubble, "dp": self.dp}
+        if self.cp:
+            parts["cp"] = m * self.cp
+        return parts
 
 
 def _stage_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precision: str,
@@ -307,7 +329,7 @@ def _stage_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precis
     unfused gradient accumulation adds ``3 x dtype`` bytes per parameter of the stage)."""
     layer = layer_times(shape, par, gpu, precision, tokens)
     logits = _logit_times(shape, par, gpu, precision, tokens)
-    layers = stage_layers(shape.layers, par.pp, par.virtual)
+    layers = stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)
     dense, expert = stage_params(shape, par)
     dtype = 4.0 if precision == "fp32" else 2.0
     stages = []
@@ -353,7 +375,7 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
     peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
     nv = nvlink_rate(cluster)
     tokens = global_batch * shape.seq
-    mb_tokens = tokens // par.dp // par.micro_batches
+    mb_tokens = tokens // par.dp // par.micro_batches // par.cp   # one GPU's share
     stage = _stage_times(shape, par, gpu, precision, mb_tokens, overlap.fused_grad_accumulation)
     compute = stage.total
     tp = traffic.tp_nvlink_per_micro_batch / nv
@@ -364,7 +386,10 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
     if overlap.pp_comm:
         pp = max(0.0, pp - compute)
     ep = traffic.ep_steps_per_micro_batch * max(comm.ep_step, traffic.ep_nvlink / nv)
-    t_mb = compute + tp + pp + ep
+    cp = traffic.cp_steps_per_micro_batch * max(comm.cp_step, traffic.cp_nvlink / nv)
+    if overlap.cp_comm:
+        cp = max(0.0, cp - stage.attention)
+    t_mb = compute + tp + pp + ep + cp
     bubble = (par.pp - 1) / par.virtual * t_mb
     reduce = max(comm.dp, traffic.dp_nvlink / nv)
     # ZeRO-1 / the distributed optimizer: reduce-scatter + all-gather, half the bytes each
@@ -378,4 +403,4 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
     gpus = par.gpus
     mfu = tokens * shape.training_flops_per_token() / (total * gpus * peak)
     hfu = tokens * hardware_flops_per_token(shape, par.recompute) / (total * gpus * peak)
-    return LLMIteration(total, t_mb, compute, tp, pp, ep, bubble, dp, mfu, hfu)
+    return LLMIteration(total, t_mb, compute, tp, pp, ep, bubble, dp, mfu, hfu, cp)

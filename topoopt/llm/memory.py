@@ -12,6 +12,14 @@ References
    parallelism; ``34 s b h / t`` with selective recomputation; ``2 s b h / t`` (the layer
    input) with full recomputation. Under 1F1B the first stage keeps ``p`` micro-batches
    in flight, so a stage holds ``min(m, p)`` micro-batches of its layers.
+.. [3] NVIDIA Megatron-LM, ``docs/source/api-guide/dist_optimizer.md``: bytes per
+   parameter with the distributed optimizer over ``d`` data-parallel ranks, ``4 + 16/d``
+   (fp16 parameters and gradients: the fp32 main gradients are sharded with the
+   optimizer states), ``6 + 12/d`` (bf16 parameters, fp32 gradients: the gradient
+   buffer is the main gradient and is not sharded).
+.. [4] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv 2407.21783, §3.3.2:
+   FSDP shards the optimizer states and the gradients; one layer fewer on the first
+   and the last pipeline stage; context parallelism splits the sequence.
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
     the last (a tied output projection is a copy of the embedding there when ``pp >
     1``, as in Megatron-LM).
     """
-    layers = stage_layers(shape.layers, par.pp, par.virtual)
+    layers = stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)
     dense, expert = [], []
     start = 0
     d: float
@@ -147,7 +155,8 @@ def in_flight(par: LLMParallel, stage: int) -> float:
 
 
 def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
-                   dtype_bytes: int, gpu_memory: float) -> MemoryBreakdown:
+                   dtype_bytes: int, gpu_memory: float,
+                   grad_bytes: float | None = None) -> MemoryBreakdown:
     """The fullest GPU's memory under ``par``.
 
     Parameters
@@ -161,6 +170,12 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
         4 + 4 + 8, Adam's two moments).
     gpu_memory : float
         HBM bytes per GPU.
+    grad_bytes : float, optional
+        Bytes of the gradient buffer per parameter: ``dtype_bytes`` (default; ZeRO's
+        ``2 + 2 + 12``) or 4 (fp32 gradients, Megatron's default with bf16: ``2 + 4 +
+        12``); given as 2, Megatron's fp16 copy of fp32 main gradients is added to the
+        optimizer (``2 + 2 + 16``). With ``zero1`` the optimizer bytes are divided over the
+        ``dp x cp`` ranks; ``shard_grads`` divides the gradient buffer too.
 
     Returns
     -------
@@ -180,18 +195,26 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     (2.8, 45, True)
     """
     dense, expert = stage_params(shape, par)
-    layers = stage_layers(shape.layers, par.pp, par.virtual)
+    layers = stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)
+    grad = float(dtype_bytes if grad_bytes is None else grad_bytes)
     opt_per_param = 12.0 if dtype_bytes == 2 else 8.0
-    edp = par.dp // par.ep
-    mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq
-    act_token = activation_bytes_per_token(shape, par.recompute, par.flash_attention) * dtype_bytes / 2 / par.tp
+    if grad_bytes is not None and grad < 4.0:   # Megatron's fp32 main-gradient copy
+        opt_per_param += 4.0
+    dp = par.grad_replicas
+    edp = dp // par.ep
+    # each GPU holds 1/cp of a micro-batch's tokens (context parallelism)
+    mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq / par.cp
+    act_token = (activation_bytes_per_token(shape, par.recompute, par.flash_attention)
+                 * dtype_bytes / 2 / par.tp)
     stages = []
     for s in range(par.pp):
         params = dense[s] + expert[s]
-        opt = opt_per_param * (dense[s] / par.dp + expert[s] / edp if par.zero1 else params)
+        sharded = dense[s] / dp + expert[s] / edp
+        opt = opt_per_param * (sharded if par.zero1 else params)
+        grads = grad * (sharded if par.shard_grads else params)
         act = layers[s] * in_flight(par, s) * mb_tokens * act_token
         if s == par.pp - 1:   # fp32 logits of one micro-batch for the loss
             act += mb_tokens * shape.vocab * 4.0 / par.tp
-        stages.append(MemoryBreakdown(s, params, params * dtype_bytes, params * dtype_bytes,
+        stages.append(MemoryBreakdown(s, params, params * dtype_bytes, grads,
                                       opt, act, HBM_USABLE * gpu_memory))
     return max(stages, key=lambda m: m.total)  # the first of the fullest stages

@@ -16,6 +16,12 @@ References
 .. [2] D. Lepikhin et al., "GShard", ICLR 2021; W. Fedus et al., "Switch
    Transformers", JMLR 2022: expert parallelism over data-parallel ranks.
 .. [3] S. Rajbhandari et al., "ZeRO", SC'20, §5.1 (optimizer-state partitioning, P_os).
+.. [4] A. Grattafiori et al., "The Llama 3 Herd of Models", arXiv 2407.21783, §3.3.2:
+   context parallelism (the sequence split over ``cp`` GPUs, K and V exchanged), one
+   layer fewer on the first and the last pipeline stage, FSDP's sharded gradients.
+.. [5] NVIDIA Megatron-Core, ``parallel_state`` (rank order ``tp-cp-ep-dp-pp``: the
+   context-parallel rank varies right after the tensor rank; gradients are reduced
+   over the data- and context-parallel ranks together) and ``--context-parallel-size``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from topoopt.errors import ConfigError
 from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["RECOMPUTE", "ORDERS", "LLMParallel", "check_parallel", "communicator_groups",
+           "cp_rank",
            "gpu_coordinates", "stage_layers"]
 
 #: Activation recomputation: none, selective (attention scores and softmax only;
@@ -71,6 +78,18 @@ class LLMParallel:
         Fused attention that keeps no ``s x s`` scores for the backward (FlashAttention,
         Dao et al. 2022; what current Megatron-LM and Llama 3 train with); False: the
         unfused kernels of Megatron-LM SC'21, whose scores and softmax are activations.
+    cp : int
+        Context-parallel degree: each sequence is split over ``cp`` GPUs (consecutive
+        ranks after the tensor rank, Megatron's order), which exchange K and V around
+        a ring; activations and attention are ``1 / cp`` per GPU. ``2 cp`` divides the
+        sequence (the load-balanced causal split of ``2 cp`` chunks).
+    edge_layers : int
+        Layers fewer on the first and on the last pipeline stage, which also hold the
+        embedding and the output projection (Llama 3 §3.3.2 uses 1; Megatron-core's
+        ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-...``).
+    shard_grads : bool
+        Gradients sharded over the data-parallel group too (ZeRO-2 / FSDP, as Llama 3
+        trained), not only the optimizer states (``zero1``).
     """
 
     tp: int
@@ -83,10 +102,14 @@ class LLMParallel:
     order: str = "tp-dp-pp"
     virtual: int = 1
     flash_attention: bool = True
+    cp: int = 1
+    edge_layers: int = 0
+    shard_grads: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "ep", "micro_batches", "virtual"):
+        for name in ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "cp"):
             require_int(f"parallel.{name}", getattr(self, name), minimum=1)
+        require_int("parallel.edge_layers", self.edge_layers, minimum=0)
         require_choice("parallel.recompute", self.recompute, RECOMPUTE)
         require_choice("parallel.order", self.order, ORDERS)
         if self.dp % self.ep:
@@ -94,7 +117,13 @@ class LLMParallel:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def grad_replicas(self) -> int:
+        """GPUs holding the same dense weights: ``dp x cp`` (gradients are reduced, and
+        the distributed optimizer shards, over data- and context-parallel ranks)."""
+        return self.dp * self.cp
 
     @property
     def bubble(self) -> float:
@@ -103,7 +132,10 @@ class LLMParallel:
 
     def label(self) -> str:
         """``tp8 pp8 dp16 ep1 m96`` and the switches that are on."""
-        extra = [x for x, on in (("zero1", self.zero1), (f"recompute={self.recompute}",
+        extra = [x for x, on in ((f"cp{self.cp}", self.cp > 1), ("zero1", self.zero1),
+                                 ("shard-grads", self.shard_grads),
+                                 (f"edge-{self.edge_layers}", self.edge_layers > 0),
+                                 (f"recompute={self.recompute}",
                                                           self.recompute != "none"),
                                  (f"v{self.virtual}", self.virtual > 1),
                                  (self.order, self.order != ORDERS[0])) if on]
@@ -111,19 +143,32 @@ class LLMParallel:
                          f"m{self.micro_batches}", *extra])
 
     def to_dict(self) -> dict:
-        return dict(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
-                    micro_batches=self.micro_batches, zero1=self.zero1,
-                    recompute=self.recompute, order=self.order, virtual=self.virtual,
-                    flash_attention=self.flash_attention)
+        """The fields, for :class:`LLMParallel` ``(**d)``; ``cp``, ``edge_layers`` and
+        ``shard_grads`` only when set (documents written before them stay the same)."""
+        d = dict(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
+                 micro_batches=self.micro_batches, zero1=self.zero1,
+                 recompute=self.recompute, order=self.order, virtual=self.virtual,
+                 flash_attention=self.flash_attention)
+        for key, default in (("cp", 1), ("edge_layers", 0), ("shard_grads", False)):
+            if getattr(self, key) != default:
+                d[key] = getattr(self, key)
+        return d
 
 
-def stage_layers(layers: int, pp: int, virtual: int = 1) -> tuple[int, ...]:
+def stage_layers(layers: int, pp: int, virtual: int = 1, edge: int = 0) -> tuple[int, ...]:
     """Transformer layers of each pipeline stage: as even as possible, the first
     stages taking the remainder (Megatron requires ``layers % (pp v) == 0``; an uneven
-    split is allowed here and charged at its largest stage)."""
+    split is allowed here and charged at its largest stage). With ``edge``, the first
+    chunk of the first stage and the last chunk of the last stage get ``edge`` layers
+    fewer than the others (Llama 3 §3.3.2: 126 layers on 16 stages as 7, 8 x 14, 7)."""
     chunks = pp * virtual
-    base, extra = divmod(layers, chunks)
+    if pp == 1:
+        edge = 0
+    base, extra = divmod(layers + 2 * edge, chunks)
     per_chunk = [base + (1 if c < extra else 0) for c in range(chunks)]
+    if edge:
+        per_chunk[0] -= edge
+        per_chunk[-1] -= edge
     # chunk c runs on stage c % pp (the interleaved assignment)
     return tuple(sum(per_chunk[c] for c in range(s, chunks, pp)) for s in range(pp))
 
@@ -132,17 +177,19 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
                    global_batch: int) -> None:
     """Raise :class:`ConfigError` unless ``par`` can run ``shape`` on ``cluster``.
 
-    The GPUs must all be used (``tp pp dp = servers x gpus_per_server``), ``tp``
+    The GPUs must all be used (``tp cp pp dp = servers x gpus_per_server``), ``tp``
     divides a server's GPUs and the heads (and KV heads), every stage gets a layer,
     ``ep`` divides the experts, and ``m`` divides a replica's sequences.
     """
     g = cluster.gpus_per_server
     total = cluster.servers * g
     if par.gpus != total:
-        fix = (f"; dp = {total // (par.tp * par.pp)}" if total % (par.tp * par.pp) == 0
-               else "")
+        fix = (f"; dp = {total // (par.tp * par.cp * par.pp)}"
+               if total % (par.tp * par.cp * par.pp) == 0 else "")
+        names, degrees = ("tp x cp x pp x dp", f"{par.tp} x {par.cp} x ") if par.cp > 1 else (
+            "tp x pp x dp", f"{par.tp} x ")
         raise ConfigError("parallel", par.label(),
-                          f"tp x pp x dp = {par.tp} x {par.pp} x {par.dp} = {par.gpus} must "
+                          f"{names} = {degrees}{par.pp} x {par.dp} = {par.gpus} must "
                           f"equal the cluster's {total} GPUs{fix}")
     if par.tp > g:
         raise ConfigError("parallel.tp", par.tp,
@@ -157,6 +204,15 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
     if par.pp * par.virtual > shape.layers:
         raise ConfigError("parallel.pp", par.pp,
                           f"pp x virtual must be at most the {shape.layers} layers")
+    if min(stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)) < 1 or (
+            par.edge_layers and (shape.layers + 2 * par.edge_layers) // (par.pp * par.virtual)
+            <= par.edge_layers):
+        raise ConfigError("parallel.edge_layers", par.edge_layers,
+                          "must leave every pipeline chunk a layer")
+    if par.cp > 1 and shape.seq % (2 * par.cp):
+        raise ConfigError("parallel.cp", par.cp,
+                          f"2 x cp must divide the sequence of {shape.seq} tokens (the "
+                          f"load-balanced causal split)")
     if (shape.experts or 1) % par.ep:
         raise ConfigError("parallel.ep", par.ep,
                           f"must divide the {shape.experts or 1} experts")
@@ -169,17 +225,24 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
 
 
 def gpu_coordinates(par: LLMParallel, rank: int) -> tuple[int, int, int]:
-    """``(tensor rank t, stage p, replica d)`` of GPU ``rank`` under ``par.order``."""
-    t, rest = rank % par.tp, rank // par.tp
+    """``(tensor rank t, stage p, replica d)`` of GPU ``rank`` under ``par.order`` (the
+    context-parallel rank, :func:`cp_rank`, varies right after the tensor rank)."""
+    t, rest = rank % par.tp, rank // (par.tp * par.cp)
     if par.order == "tp-dp-pp":
         return t, rest // par.dp, rest % par.dp
     return t, rest % par.pp, rest // par.pp
 
 
-def _rank(par: LLMParallel, t: int, p: int, d: int) -> int:
+def cp_rank(par: LLMParallel, rank: int) -> int:
+    """The context-parallel rank of GPU ``rank`` (0 when ``cp = 1``)."""
+    return rank // par.tp % par.cp
+
+
+def _rank(par: LLMParallel, t: int, p: int, d: int, c: int = 0) -> int:
+    inner = t + par.tp * c
     if par.order == "tp-dp-pp":
-        return t + par.tp * (d + par.dp * p)
-    return t + par.tp * (p + par.pp * d)
+        return inner + par.tp * par.cp * (d + par.dp * p)
+    return inner + par.tp * par.cp * (p + par.pp * d)
 
 
 def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...], ...]]:
@@ -193,7 +256,9 @@ def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...],
         gradients' AllReduce; ``"ep"``: one per (stage, tensor rank, block of ``ep``
         consecutive replicas), the all-to-all; ``"edp"``: one per (stage, tensor
         rank, expert rank), the routed experts' gradient AllReduce (``dp / ep``
-        members; empty when ``ep = dp`` or the model is dense).
+        members; empty when ``ep = dp`` or the model is dense). With ``cp > 1``:
+        ``"cp"``, one per (stage, tensor rank, replica), the ring that passes K and V,
+        and the ``dp`` and ``edp`` groups take every context-parallel rank.
 
     Examples
     --------
@@ -203,18 +268,23 @@ def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...],
     >>> g["tp"][:2], g["dp"][:2], g["pp"][0]
     (((0, 1), (2, 3)), ((0, 2), (1, 3)), (0, 4, 8, 12))
     """
-    tp, pp, dp, ep = par.tp, par.pp, par.dp, par.ep
+    tp, pp, dp, ep, cp = par.tp, par.pp, par.dp, par.ep, par.cp
     r = _rank
     groups = {
-        "tp": tuple(tuple(r(par, t, p, d) for t in range(tp)) for p in range(pp)
-                    for d in range(dp)),
-        "pp": tuple(tuple(r(par, t, p, d) for p in range(pp)) for d in range(dp)
-                    for t in range(tp)),
-        "dp": tuple(tuple(r(par, t, p, d) for d in range(dp)) for p in range(pp)
-                    for t in range(tp)),
-        "ep": tuple(tuple(r(par, t, p, b * ep + e) for e in range(ep)) for p in range(pp)
-                    for t in range(tp) for b in range(dp // ep)) if ep > 1 else (),
-        "edp": tuple(tuple(r(par, t, p, b * ep + e) for b in range(dp // ep))
+        "tp": tuple(tuple(r(par, t, p, d, c) for t in range(tp)) for p in range(pp)
+                    for d in range(dp) for c in range(cp)),
+        "pp": tuple(tuple(r(par, t, p, d, c) for p in range(pp)) for d in range(dp)
+                    for t in range(tp) for c in range(cp)),
+        # the context-parallel ranks of a replica hold the same weights: one reduction
+        "dp": tuple(tuple(r(par, t, p, d, c) for d in range(dp) for c in range(cp))
+                    for p in range(pp) for t in range(tp)),
+        "cp": tuple(tuple(r(par, t, p, d, c) for c in range(cp)) for p in range(pp)
+                    for t in range(tp) for d in range(dp)) if cp > 1 else (),
+        "ep": tuple(tuple(r(par, t, p, b * ep + e, c) for e in range(ep)) for p in range(pp)
+                    for t in range(tp) for b in range(dp // ep) for c in range(cp))
+        if ep > 1 else (),
+        "edp": tuple(tuple(r(par, t, p, b * ep + e, c) for b in range(dp // ep)
+                           for c in range(cp))
                      for p in range(pp) for t in range(tp) for e in range(ep))
         if 1 < ep < dp else (),
     }

@@ -23,6 +23,13 @@ server crosses NVLink, any other the network. Per iteration (m micro-batches):
   reduce on NVLink, then the group's servers run a ring of the group's gradient bytes;
   groups on the same servers (the ``tp`` tensor ranks of a stage) merge into one
   server-level group carrying their sum (each GPU has its own NIC).
+* **CP** (context parallelism, ``cp > 1``): each GPU holds ``1 / cp`` of a sequence;
+  per layer and micro-batch the ``cp`` GPUs of a group pass their K and V blocks
+  (``2 x kv / tp`` wide, at least one head) around a ring, ``cp - 1`` steps forward,
+  twice that backward (K, V and their gradients), once more when recomputed
+  (Megatron-Core's ring attention, ``--context-parallel-size``; Llama 3 §3.3.2
+  all-gathers the same bytes). Activations, TP, PP and EP bytes are per GPU's
+  ``1 / cp`` of the tokens.
 """
 
 from __future__ import annotations
@@ -72,6 +79,12 @@ class LLMTraffic:
     tp_nvlink_per_micro_batch : float
         Bytes one GPU of the busiest stage sends over NVLink for TP per micro-batch.
     micro_batches : int
+    cp_step : ndarray (servers, servers)
+        Bytes of one ring step of every context-parallel group at once (empty: cp 1).
+    cp_steps_per_micro_batch : int
+        Ring steps per micro-batch on the busiest stage.
+    cp_nvlink : float
+        Bytes one GPU sends over NVLink in one ring step.
     """
 
     servers: int
@@ -86,23 +99,37 @@ class LLMTraffic:
     dp_nvlink: float
     tp_nvlink_per_micro_batch: float
     micro_batches: int
+    cp_step: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    cp_steps_per_micro_batch: int = 0
+    cp_nvlink: float = 0.0
+
+    def _cp_matrix(self) -> np.ndarray:
+        return self.cp_step if self.cp_step.size else np.zeros((self.servers, self.servers))
 
     def network_bytes(self) -> dict[str, float]:
-        """Bytes per iteration each kind puts on the network (all servers' sends)."""
-        return {"tp": 0.0,
+        """Bytes per iteration each kind puts on the network (all servers' sends);
+        ``cp`` only with context parallelism."""
+        out = {"tp": 0.0,
                 "pp": 2.0 * self.pp_steps * float(self.pp_step.sum()),
                 "ep": self.micro_batches * self.ep_steps_per_micro_batch
                 * float(self.ep_step.sum()),
-                "dp": float(sum(g.network_bytes for g in self.dp_groups))}
+               "dp": float(sum(g.network_bytes for g in self.dp_groups))}
+        if self.cp_steps_per_micro_batch:
+            out["cp"] = (self.micro_batches * self.cp_steps_per_micro_batch
+                         * float(self._cp_matrix().sum()))
+        return out
 
     def nvlink_bytes(self) -> dict[str, float]:
         """Bytes per iteration each kind moves over NVLink (all GPUs' sends, the
         busiest stage's rate times all GPUs: an upper bound for uneven stages)."""
         n = self.servers * self.gpus_per_server
-        return {"tp": n * self.micro_batches * self.tp_nvlink_per_micro_batch,
+        out = {"tp": n * self.micro_batches * self.tp_nvlink_per_micro_batch,
                 "pp": n * 2.0 * self.pp_steps * self.pp_nvlink,
                 "ep": n * self.micro_batches * self.ep_steps_per_micro_batch * self.ep_nvlink,
-                "dp": n * self.dp_nvlink}
+               "dp": n * self.dp_nvlink}
+        if self.cp_steps_per_micro_batch:
+            out["cp"] = n * self.micro_batches * self.cp_steps_per_micro_batch * self.cp_nvlink
+        return out
 
     def dp_matrix(self, rings: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]] | None = None
                   ) -> np.ndarray:
@@ -124,8 +151,10 @@ class LLMTraffic:
         return total
 
     def mp_matrix(self) -> np.ndarray:
-        """PP and EP bytes per iteration between servers (TopologyFinder's MP demand)."""
+        """PP, EP and CP bytes per iteration between servers (TopologyFinder's MP demand)."""
         pp = self.pp_steps * (self.pp_step + self.pp_step.T)
+        if self.cp_steps_per_micro_batch:
+            pp = pp + self.micro_batches * self.cp_steps_per_micro_batch * self.cp_step
         if self.micro_batches * self.ep_steps_per_micro_batch == 0:   # no MoE: + 0
             return pp
         return pp + self.micro_batches * self.ep_steps_per_micro_batch * self.ep_step
@@ -169,8 +198,9 @@ def llm_traffic(shape: TransformerShape, par: LLMParallel, servers: int, gpus_pe
     """
     g, n = gpus_per_server, servers
     groups = communicator_groups(par)
-    mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq
-    layers = stage_layers(shape.layers, par.pp, par.virtual)
+    # one GPU's tokens of a micro-batch: 1 / cp of its sequences
+    mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq // par.cp
+    layers = stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)
     busiest = max(layers)
     # PP: rank r of stage p sends to rank of stage p + 1 (and the last to the first with
     # interleaving); one step = every boundary once
@@ -227,8 +257,26 @@ def llm_traffic(shape: TransformerShape, par: LLMParallel, servers: int, gpus_pe
     # TP: 4 AllReduces per layer (6 recomputed), ring over tp GPUs
     tp_per = (per_alltoall * busiest * mb_tokens * shape.hidden * dtype_bytes
               * 2.0 * (par.tp - 1) / par.tp)
+    cp_step, cp_nv, cp_count = _cp_ring(shape, par, groups, mb_tokens, dtype_bytes, g, n,
+                                        busiest)
     return LLMTraffic(n, g, pp_step, par.micro_batches * par.virtual, pp_nv, ep_step,
-                      ep_count, ep_nv, dp_groups, dp_nv, tp_per, par.micro_batches)
+                      ep_count, ep_nv, dp_groups, dp_nv, tp_per, par.micro_batches,
+                      cp_step, cp_count, cp_nv)
+
+
+def _cp_ring(shape: TransformerShape, par: LLMParallel,
+             groups: Mapping[str, tuple[tuple[int, ...], ...]], tokens: int,
+             dtype_bytes: int, g: int, n: int, layers: int) -> tuple[np.ndarray, float, int]:
+    """One ring step of every context-parallel group (each GPU sends its K and V block
+    of ``tokens`` to the next member), its NVLink bytes, and the steps per micro-batch."""
+    if par.cp == 1:
+        return np.zeros((0, 0)), 0.0, 0
+    kv = max(shape.kv_dim / par.tp, shape.head_dim)   # heads split tp ways, one at least
+    block = 2.0 * kv * tokens * dtype_bytes
+    ring = np.array(groups["cp"], dtype=np.int64)
+    step, nv = _pairs_to_servers(ring.ravel(), np.roll(ring, -1, axis=1).ravel(), block, g, n)
+    passes = 4 if par.recompute == "full" else 3    # forward, backward twice, recompute
+    return step, nv, passes * (par.cp - 1) * layers
 
 
 

@@ -502,7 +502,7 @@ def _check_llm_fabric(doc: dict, name: str, f: Any, par: LLMParallel, shard: _Sh
     check_same(as_number(times[name], f"iteration_time_s.{name}"), it.total,
                f"iteration_time_s.{name}", f"{where}.iteration")
     as_int(f["tried"], f"{where}.tried", 1)
-    if set(f["network_bytes"]) != set(KINDS):
+    if not set(KINDS) <= set(f["network_bytes"]) <= {*KINDS, "cp"}:   # cp: optional
         raise bad_field(f"{where}.network_bytes", sorted(f["network_bytes"]),
                         f"must have {', '.join(KINDS)}")
     cost = as_table(doc["cost"], "cost")
