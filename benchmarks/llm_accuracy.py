@@ -78,13 +78,15 @@ def gpt_sc21(heads: int, hidden: int, layers: int) -> TransformerShape:
 
 
 def estimate(shape, par, gpu, nic, batch, overlap):
-    """(iteration, memory) of a run on an Ideal Switch of 8-GPU servers."""
+    """(iteration, memory) of a run on an Ideal Switch of 8-GPU servers (the A100 runs
+    in fp16 with loss scaling, Llama 3 in bf16)."""
     servers = par.gpus // 8
     c = Cluster(servers=servers, nics=8, link_bandwidth=nic, gpus_per_server=8,
                 gpu=GPUS[gpu], intra_server_bandwidth=GPUS[gpu].nvlink_bandwidth)
     check_parallel(par, shape, c, batch)
     t = llm_traffic(shape, par, servers, 8, batch, 2)
-    it = llm_iteration(shape, par, c, batch, "bf16", t, ideal_comm_times(t, c), overlap)
+    precision = "bf16" if gpu == "H100" else "fp16"
+    it = llm_iteration(shape, par, c, batch, precision, t, ideal_comm_times(t, c), overlap)
     grad = 4 if gpu == "H100" else None   # Llama 3: fp32 gradients (§3.3.4)
     return it, memory_per_gpu(shape, par, batch, 2, c.gpu.memory, grad_bytes=grad)
 

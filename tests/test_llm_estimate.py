@@ -56,7 +56,7 @@ def test_the_bubble_is_p_minus_1_over_v_micro_batches():
         par = LLMParallel(8, pp, 16 // pp, micro_batches=m, virtual=v)
         it = _it(par, SC21, batch=16 // pp * m)
         assert it.bubble == pytest.approx((pp - 1) / v * it.micro_batch)
-        assert it.total == pytest.approx(m * it.micro_batch + it.bubble + it.dp)
+        assert it.total == pytest.approx(m * it.micro_batch + it.bubble + it.dp + it.optimizer)
         assert sum(it.parts().values()) == pytest.approx(it.total)
 
 

@@ -110,7 +110,7 @@ def test_bubble_is_p_minus_one_over_m():
         it = llm_iteration(s, par, c, batch, "bf16", t, CommTimes(0, 0, 0, 0))
         assert par.bubble == (pp - 1) / m
         assert it.bubble / (m * it.micro_batch) == pytest.approx((pp - 1) / m)
-        assert it.total == pytest.approx((m + pp - 1) * it.micro_batch + it.dp)
+        assert it.total == pytest.approx((m + pp - 1) * it.micro_batch + it.dp + it.optimizer)
     inter = LLMParallel(8, 4, 2, micro_batches=8, virtual=2)
     assert inter.bubble == 3 / 16
 

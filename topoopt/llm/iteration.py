@@ -10,11 +10,12 @@ critical path that is not overlapped: the TP collectives (NVLink), the activatio
 sent to the next stage and their gradients received back (PP), and the MoE all-to-alls
 (EP). The iteration then takes
 
-    ``T = (m + (p - 1) / v) t_mb + t_DP``
+    ``T = (m + (p - 1) / v) t_mb + t_DP + t_opt``
 
 -- the ideal ``m t_mb`` plus the bubble ``(p - 1) / (v m)`` of it (``v`` chunks per stage:
-the interleaved schedule, §2.2.2) -- and the exposed part of the data-parallel gradient
-reduction ``t_DP``. What overlaps is :class:`Overlap`: by default what Megatron-LM (core)
+the interleaved schedule, §2.2.2) -- the exposed part of the data-parallel gradient
+reduction ``t_DP`` and the optimizer step ``t_opt`` (memory-bound over the parameters
+the GPU updates). What overlaps is :class:`Overlap`: by default what Megatron-LM (core)
 does with the distributed optimizer, ``--overlap-grad-reduce`` and
 ``--overlap-param-gather`` (the reduce-scatter under the last micro-batch's backward,
 the all-gather under the next iteration's first forward), overlapped pipeline
@@ -42,13 +43,33 @@ from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["Overlap", "SC21", "CommTimes", "LayerTimes", "LLMIteration", "llm_iteration",
            "layer_times", "ideal_comm_times", "nvlink_rate", "hardware_flops_per_token",
-           "megatron_flops_per_token"]
+           "megatron_flops_per_token", "optimizer_bytes_per_param", "optimizer_time"]
 
 #: Bytes per element streamed by the unfused softmax path of one attention score
 #: (Megatron-LM SC'21's fused scale-mask-softmax then dropout): forward reads the 2-byte
 #: scores and writes the probabilities (4), dropout reads them and writes the dropped
 #: probabilities and a 1-byte mask (5); backward about as much again plus the gradient.
 SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9.0, 11.0
+
+#: Bytes per score the unfused attention's batched GEMMs move through HBM: forward,
+#: ``Q K^T`` writes the 2-byte scores and ``P V`` reads the probabilities; backward,
+#: ``dP = dO V^T`` writes, ``dV = P^T dO`` reads ``P``, ``dQ = dS K`` and ``dK = dS^T Q``
+#: read ``dS`` (per GEMM: forward 2, backward 4 over its two kernels).
+BMM_SCORE_BYTES_FWD, BMM_SCORE_BYTES_BWD = 2.0, 4.0
+
+#: Bytes per parameter of Adam's step on 16-bit weights with fp32 main weights, as
+#: Megatron-LM's mixed-precision optimizer runs it kernel by kernel
+#: (``megatron/optimizer/optimizer.py``: ``_copy_model_grads_to_main_grads``,
+#: ``_unscale_main_grads_and_check_for_nan``, ``clip_grad_norm_fp32``, apex's
+#: ``FusedAdam``, ``_copy_main_params_to_model_params``): the fused Adam reads the
+#: fp32 parameter, gradient and both moments and writes back three (28), the gradient
+#: norm reads the gradients (4), the 16-bit copy of the new weights reads 4 and writes 2.
+ADAM_STEP_BYTES = 28.0 + 4.0 + 6.0
+#: fp16 with loss scaling adds the copy of the fp16 gradients into fp32 main gradients
+#: (2 read + 4 written) and the unscale with its inf/nan check (4 + 4); bf16 keeps its
+#: gradients in fp32 (Megatron's ``--accumulate-allreduce-grads-in-fp32``) and has no
+#: loss scale.
+FP16_LOSS_SCALE_BYTES = 6.0 + 8.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +191,33 @@ def megatron_flops_per_token(shape: TransformerShape, recompute: str) -> float:
     return hardware_flops_per_token(shape, "full" if recompute == "full" else "none")
 
 
+def optimizer_bytes_per_param(precision: str) -> float:
+    """HBM bytes the optimizer step moves per parameter it updates
+    (:data:`ADAM_STEP_BYTES`, plus :data:`FP16_LOSS_SCALE_BYTES` for ``fp16``; ``fp32``
+    training updates its weights in place and keeps no 16-bit copy)."""
+    if precision == "fp32":
+        return 28.0 + 4.0
+    return ADAM_STEP_BYTES + (FP16_LOSS_SCALE_BYTES if precision == "fp16" else 0.0)
+
+
+def optimizer_time(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec,
+                   precision: str) -> float:
+    """Seconds of the optimizer step on the fullest GPU: memory-bound multi-tensor
+    kernels over the parameters it updates (its stage's share; ``1 / (dp x cp)`` of it
+    with the distributed optimizer, ``zero1``), after the gradient reduction.
+
+    References
+    ----------
+    Megatron-LM's ``MixedPrecisionOptimizer.step`` and ``DistributedOptimizer`` (each
+    rank steps its shard); the bytes: :func:`optimizer_bytes_per_param`.
+    """
+    dense, expert = stage_params(shape, par)
+    shard = par.dp * par.cp if par.zero1 else 1
+    params = max(d + e for d, e in zip(dense, expert)) / shard
+    # one multi-tensor launch for each of the five kernels (norm, Adam, copies)
+    return memory_time(optimizer_bytes_per_param(precision) * params, gpu, 5)
+
+
 @dataclass(frozen=True)
 class LayerTimes:
     """Seconds of one layer on one GPU for one micro-batch.
@@ -226,7 +274,10 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
     experts`` tokens each, and its shared experts. Causal attention executes half of
     the ``4 s h`` per token (flash) or all of it as batched ``s x s`` GEMMs whose
-    scores the softmax streams (unfused). Norms, activations, dropout and residual adds
+    scores the softmax streams (unfused; each of those GEMMs takes at least the time
+    its ``s x s`` operand takes through HBM, :data:`BMM_SCORE_BYTES_FWD`, as a roofline
+    bounds a GEMM whose ``k`` or ``n`` is the head dimension, and the context is copied
+    back to ``[s, b, h]``, ``4 h`` bytes per token). Norms, activations, dropout and residual adds
     stream ``22 h`` bytes per token forward (two norms ``8 h``, two bias-dropout-adds
     ``14 h``) plus the activation (``4 f`` GELU, ``6 f`` SwiGLU), ``1 / tp`` of each
     under sequence parallelism; backward twice that.
@@ -257,12 +308,18 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
                                                                               precision)
         ag_fwd = ag_bwd = 0.0
     else:
-        d = shape.head_dim
-        ag_fwd, ag_bwd = _gemms([(s * heads, d, s, 1), (s * heads, s, d, 1)], gpu, precision)
-        scores = heads * s * s
+        d, scores = shape.head_dim, heads * s * s
+        ag_fwd = ag_bwd = 0.0
+        for m_, k_, n_ in ((s * heads, d, s), (s * heads, s, d)):   # Q K^T, then P V
+            fw, bw = dense_layer_time(m_, k_, n_, gpu, precision)
+            # roofline: a GEMM streaming the s x s matrix is memory-bound at k = d
+            ag_fwd += max(fw, memory_time(BMM_SCORE_BYTES_FWD * scores, gpu, 0))
+            ag_bwd += max(bw, memory_time(BMM_SCORE_BYTES_BWD * scores, gpu, 0))
         a_fwd = ag_fwd + memory_time(SCORE_BYTES_FWD * scores, gpu, 2)
         a_bwd = ag_bwd + memory_time(SCORE_BYTES_BWD * scores, gpu, 2)
-    stream = tokens * (22.0 * h + (6.0 if shape.gated else 4.0) * act_width) / t
+    # unfused attention also copies its context to [s, b, h] (a permute made contiguous)
+    copy = 0.0 if par.flash_attention else 4.0 * h
+    stream = tokens * (22.0 * h + copy + (6.0 if shape.gated else 4.0) * act_width) / t
     e_fwd = memory_time(stream, gpu, 6)
     fwd, bwd = g_fwd + a_fwd + e_fwd, g_bwd + a_bwd + 2 * e_fwd
     rec = {"none": 0.0, "full": fwd,
@@ -293,6 +350,8 @@ class LLMIteration:
         Per micro-batch parts of ``micro_batch`` (communication: its exposed part).
     cp : float
         Per micro-batch, the exposed context-parallel ring (0 without cp).
+    optimizer : float
+        The optimizer step after the gradient reduction (:func:`optimizer_time`).
     bubble : float
         ``(p - 1) / v x t_mb``.
     dp : float
@@ -312,14 +371,18 @@ class LLMIteration:
     mfu: float
     hfu: float
     cp: float = 0.0
+    optimizer: float = 0.0
 
     def parts(self) -> dict[str, float]:
         """Seconds per iteration of each part (they sum to ``total``)."""
-        m = (self.total - self.bubble - self.dp) / self.micro_batch if self.micro_batch else 0
+        m = ((self.total - self.bubble - self.dp - self.optimizer) / self.micro_batch
+             if self.micro_batch else 0)
         parts = {"compute": m * self.compute, "tp": m * self.tp, "pp": m * self.pp,
                  "ep": m * self.ep, "bubble": self.bubble, "dp": self.dp}
         if self.cp:
             parts["cp"] = m * self.cp
+        if self.optimizer:
+            parts["optimizer"] = self.optimizer
         return parts
 
 
@@ -343,7 +406,8 @@ def _stage_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precis
 
 def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
                   global_batch: int, precision: str, traffic: LLMTraffic,
-                  comm: CommTimes, overlap: Overlap = Overlap()) -> LLMIteration:
+                  comm: CommTimes, overlap: Overlap = Overlap(),
+                  optimizer_step: bool = True) -> LLMIteration:
     """The iteration time of ``shape`` under ``par`` with the network times ``comm``.
 
     Parameters
@@ -361,6 +425,8 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
         Its events' network times (:func:`ideal_comm_times` or a fabric's).
     overlap : Overlap
         What runs under compute (default: Megatron-LM's).
+    optimizer_step : bool
+        Count the optimizer step (:func:`optimizer_time`); False leaves it out.
 
     Returns
     -------
@@ -399,8 +465,9 @@ def llm_iteration(shape: TransformerShape, par: LLMParallel, cluster: Cluster,
     if overlap.dp_param_gather:
         gather = max(0.0, gather - stage.forward)
     dp = grad + gather
-    total = par.micro_batches * t_mb + bubble + dp
+    opt = optimizer_time(shape, par, gpu, precision) if optimizer_step else 0.0
+    total = par.micro_batches * t_mb + bubble + dp + opt
     gpus = par.gpus
     mfu = tokens * shape.training_flops_per_token() / (total * gpus * peak)
     hfu = tokens * hardware_flops_per_token(shape, par.recompute) / (total * gpus * peak)
-    return LLMIteration(total, t_mb, compute, tp, pp, ep, bubble, dp, mfu, hfu, cp)
+    return LLMIteration(total, t_mb, compute, tp, pp, ep, bubble, dp, mfu, hfu, cp, opt)
