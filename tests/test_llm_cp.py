@@ -135,3 +135,15 @@ def test_estimate_times_a_cp_layout_as_the_planner_does(tmp_path):
                                   global_batch_size=16))
     assert doc["parallel"]["cp"] == 2 and doc["iteration_s"] == pytest.approx(it.total)
     assert sum(doc["parts_s"].values()) == pytest.approx(doc["iteration_s"])
+
+
+def test_llama3_edge_chunks_may_hold_only_the_embedding_or_the_output():
+    # Llama 3 §3.3.2: 126 layers, pp 16, one layer per chunk (v = 8), the first chunk
+    # of the first stage and the last of the last stage without a transformer layer
+    par = LLMParallel(8, 16, 64, micro_batches=32, virtual=8, zero1=True, edge_layers=1)
+    c = Cluster(servers=8192 // 8, nics=8, link_bandwidth=400e9, gpus_per_server=8,
+                gpu=GPUS["H100"])
+    check_parallel(par, LLAMA, c, 2048)
+    assert stage_layers(LLAMA.layers, 16, 8, 1) == (7,) + (8,) * 14 + (7,)
+    with pytest.raises(ConfigError, match="parallel.pp"):
+        check_parallel(dataclasses.replace(par, edge_layers=0), LLAMA, c, 2048)

@@ -201,14 +201,16 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
     if shape.heads % par.tp or shape.kv_heads % par.tp and par.tp % shape.kv_heads:
         raise ConfigError("parallel.tp", par.tp,
                           f"must divide the {shape.heads} heads and {shape.kv_heads} KV heads")
-    if par.pp * par.virtual > shape.layers:
+    # Llama 3 §3.3.2: the edge chunks may hold only the embedding or the output layer
+    edge = par.edge_layers if par.pp > 1 else 0
+    if par.pp * par.virtual > shape.layers + 2 * edge:
         raise ConfigError("parallel.pp", par.pp,
-                          f"pp x virtual must be at most the {shape.layers} layers")
+                          f"pp x virtual must be at most the {shape.layers} layers"
+                          + (" + 2 x edge_layers" if edge else ""))
     if min(stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)) < 1 or (
-            par.edge_layers and (shape.layers + 2 * par.edge_layers) // (par.pp * par.virtual)
-            <= par.edge_layers):
+            edge and (shape.layers + 2 * edge) // (par.pp * par.virtual) < edge):
         raise ConfigError("parallel.edge_layers", par.edge_layers,
-                          "must leave every pipeline chunk a layer")
+                          "must leave every stage a layer (an edge chunk may hold none)")
     if par.cp > 1 and shape.seq % (2 * par.cp):
         raise ConfigError("parallel.cp", par.cp,
                           f"2 x cp must divide the sequence of {shape.seq} tokens (the "
