@@ -33,6 +33,15 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
 ``ns3epoch``
     The cost of single ns-3 epochs of one tree scenario (``--fig5-flows p:pairs``,
     ``--fig5-flows-epochs`` of them): simulated ms, wall and the worker's CPU seconds.
+``fig5fluid``
+    The fluid side of ``--fig5-ns3-grid``: plain max-min against the transport terms
+    fitted to ns-3 (``FIG5_NS3_FIT``), baseline, gain and wall per scenario.
+``fig5trace``
+    Per-flow traces of ``--fig5-trace`` scenarios on both models (baseline and every
+    pattern REACT ran on the fluid model), written to ``--json``.
+``fig5mech``
+    From ``--fig5-trace-json``: per flow class the completion times and rates on both
+    models, each traced pattern's gain on both, and the fit of the transport terms.
 ``fig5flows``
     One tree scenario (``--fig5-flows p:pairs``), baseline pattern, a few epochs on
     each model with the same ECMP draws: mean flow completion time per class of flow
@@ -75,6 +84,7 @@ from topoopt.react.classsim import ClassExecutor  # noqa: E402
 from topoopt.react.flowsim import SimulatedExecutor  # noqa: E402
 from topoopt.react.loop import run_react  # noqa: E402
 from topoopt.react.scenarios import (  # noqa: E402
+    FIG5_NS3_FIT,
     Scenario,
     compare_runs,
     group_shard,
@@ -385,15 +395,18 @@ def fig5_ns3(args, out: dict) -> None:
         sc, pkt = scs[i], run.result
         (f,) = run_sweep_timed([sc])
         (f100,) = run_sweep([replace(sc, epochs=100, warmup=25)])
+        (fit,) = run_sweep([replace(sc, **FIG5_NS3_FIT)])
         label = (f"{sc.capacity / 1e9:g}G, links={sc.congested}" if sc.kind == "failures"
                  else f"p={sc.p}, pairs={sc.congested}")
         rows[i] = [label, f"{f.result.mean('baseline') * 1e3:.2f}",
                    f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * f.result.improvement:+.1f}",
                    f"{100 * pkt.improvement:+.1f}", f"{100 * f100.improvement:+.1f}",
-                   f"{f.wall_s:.1f}", f"{run.wall_s:.0f}", f"{run.cpu_s:.0f}"]
+                   f"{100 * fit.improvement:+.1f}", f"{f.wall_s:.1f}", f"{run.wall_s:.0f}",
+                   f"{run.cpu_s:.0f}"]
         out.setdefault("fig5_ns3", {})[label] = {
             "flow": f.result.to_json(), "ns3": pkt.to_json(),
             "flow_100_epochs_gain": f100.improvement, "flow_wall_s": f.wall_s,
+            "flow_fitted": fit.to_json(),
             "ns3_wall_s": run.wall_s, "ns3_cpu_s": run.cpu_s, "mtu": config.mtu}
         print(" | ".join(rows[i]), flush=True)
         if args.json:
@@ -405,8 +418,35 @@ def fig5_ns3(args, out: dict) -> None:
           " baseline time and REACT's gain, fluid model against ns-3 (a scenario's wall and "
           "CPU cover both its runs)")
     table(["scenario", "base flow ms", "base ns-3 ms", "gain flow %", "gain ns-3 %",
-           "gain flow 100 ep %", "flow wall s", "ns-3 wall s", "ns-3 CPU s"],
+           "gain flow 100 ep %", "gain flow fitted %", "flow wall s", "ns-3 wall s",
+           "ns-3 CPU s"],
           [rows[i] for i in sorted(rows)])
+
+
+def fig5_fluid(args, out: dict) -> None:
+    """The fluid side of ``--fig5-ns3-grid`` (same scenarios, epochs and warm-up as
+    ``fig5ns3``), plain max-min against the transport terms fitted to ns-3
+    (``FIG5_NS3_FIT``): baseline time, REACT's gain and wall seconds of each."""
+    from topoopt.react.sweep import run_sweep_timed
+
+    rows = []
+    for item in args.fig5_ns3_grid.split(","):
+        sc = _fig5_ns3_scenario(args, item, args.fig5_ns3)
+        row = [f"p={sc.p}, pairs={sc.congested}"]
+        for model in (sc, replace(sc, **FIG5_NS3_FIT)):
+            (r,) = run_sweep_timed([model])
+            row += [f"{r.result.mean('baseline') * 1e3:.2f}",
+                    f"{100 * r.result.improvement:+.1f}", f"{r.wall_s:.1f}"]
+        draws = [100 * run_scenario(replace(sc, **FIG5_NS3_FIT, jitter_seed=d)).improvement
+                 for d in range(1, args.fig5_fluid_draws)]
+        row.append(" ".join(f"{g:+.1f}" for g in draws) or "-")
+        rows.append(row)
+        print(" | ".join(row), flush=True)
+    print(f"fluid model, tree, seed {args.fig5_ns3_seed}, {args.fig5_ns3} epochs: plain max-min "
+          f"against the ns-3 fit {FIG5_NS3_FIT} (and its other jitter draws' gains)")
+    table(["scenario", "base ms", "gain %", "wall s", "fitted base ms", "fitted gain %",
+           "fitted wall s", "other draws' gains %"], rows)
+    out["fig5_fluid"] = rows
 
 
 def fig5_flows(args, out: dict) -> None:
@@ -442,6 +482,228 @@ def fig5_flows(args, out: dict) -> None:
           f"completion time per class, fluid vs ns-3 (MTU {args.fig5_ns3_mtu})")
     table(["flows", "count", "fluid ms", "ns-3 ms", "ns-3 / fluid"], rows)
     out["fig5_flows"] = {r[0]: r[1:] for r in rows}
+
+
+class _Recorder:
+    """An executor that remembers every pattern it ran, in order (REACT's path)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.patterns = inner, []
+
+    @property
+    def epoch(self) -> int:
+        return self.inner.epoch
+
+    def run(self, pattern, epochs):
+        if all(p.signature() != pattern.signature() for p in self.patterns):
+            self.patterns.append(pattern)
+        return self.inner.run(pattern, epochs)
+
+
+def _trace_pattern(sc, pattern, fabric, placement, bg, epochs, config, worker, doc,
+                   save) -> None:
+    """``epochs`` epochs of one pattern on both models (fresh executors, same ECMP draws)
+    into ``doc``: per epoch and flow its start/finish and links, and on ns-3 each
+    external flow's bytes in the epoch (the worker's per-connection counters);
+    ``save()`` after every epoch."""
+    from topoopt.react.packetsim import Ns3Executor
+
+    fl = SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed)
+    ex = Ns3Executor(fabric, placement, bg, sc.ports, sc.seed, config, worker)
+    router = fl._jobs.router
+    src, dst = placement[pattern.src], placement[pattern.dst]
+    doc.update(src=src.tolist(), dst=dst.tolist(), bytes=pattern.nbytes.tolist(), epochs=[],
+               bg_links=[[list(router.background_links(i, b, k)) for k in range(b.count)]
+                         for i, b in enumerate(bg)])
+    prev = None
+    for e in range(epochs):
+        choice = router.epoch_choices(0, e, len(src))
+        links = [router.connections(0, i, int(a), int(b))[c].tolist()
+                 for i, (a, b, c) in enumerate(zip(src, dst, choice))]
+        rf = fl.run(pattern, 1)
+        t = time.perf_counter()
+        rp = ex.run(pattern, 1)
+        net = ex.network
+        recv = np.asarray(net.stats()["conn_received"], float)
+        delta = recv if prev is None else recv - np.pad(prev, (0, len(recv) - len(prev)))
+        prev = recv
+        bg_conns = [c for k, c in net._conns.items() if k[0] == "bg"]
+        doc["epochs"].append({
+            "links": links, "fluid_start": rf.start[0].tolist(),
+            "fluid_finish": rf.finish[0].tolist(), "ns3_start": rp.start[0].tolist(),
+            "ns3_finish": rp.finish[0].tolist(),
+            "ns3_bg_bytes": [float(delta[c]) for c in bg_conns],
+            "ns3_span": float(rp.epoch_time[0]), "fluid_span": float(rf.epoch_time[0]),
+            "wall_s": time.perf_counter() - t})
+        save()
+        print(f"  epoch {e}: fluid {rf.epoch_time[0] * 1e3:.3f} ms, ns-3 "
+              f"{rp.epoch_time[0] * 1e3:.3f} ms ({time.perf_counter() - t:.0f} s)", flush=True)
+
+
+def fig5_trace(args, out: dict) -> None:
+    """Per-flow traces of Fig. 5 tree scenarios (``--fig5-trace p:pairs,...``): the
+    baseline pattern and every other pattern REACT ran on the fluid model
+    (``--fig5-ns3`` epochs), ``--fig5-flows-epochs`` epochs each on both models with
+    the same ECMP draws (all baselines first); written to ``--json`` for ``fig5mech``."""
+    from topoopt.netsim.ns3.config import Ns3Config
+    from topoopt.netsim.ns3.worker import Ns3Worker
+
+    config = Ns3Config(mtu=args.fig5_ns3_mtu)
+    todo = []
+    for item in args.fig5_trace.split(","):
+        sc = _fig5_ns3_scenario(args, item, args.fig5_ns3)
+        fabric, placement, bg, pattern = scenario_setup(sc)
+        rec = _Recorder(SimulatedExecutor(fabric, placement, bg, sc.ports, sc.seed))
+        run = run_react(rec, pattern, sc.epochs)
+        key = f"p={sc.p}, pairs={sc.congested}"
+        print(f"{key}: fluid REACT ran {len(rec.patterns)} patterns; changes "
+              f"{run.changes}", flush=True)
+        doc = out.setdefault("fig5_trace", {}).setdefault(key, {})
+        doc["changes"] = [list(c) for c in run.changes]
+        doc["patterns"] = [{} for _ in rec.patterns]
+        todo += [(i, sc, pat, fabric, placement, bg, doc["patterns"][i])
+                 for i, pat in enumerate(rec.patterns)]
+
+    def save() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(out, default=float))
+
+    only = dict(x.split("=") for x in args.fig5_trace_patterns.split(",")) \
+        if args.fig5_trace_patterns else None
+    if only is not None:
+        todo = [t for t in todo if str(t[0]) in only.get(f"{t[1].p}:{t[1].congested}", "")]
+    with Ns3Worker() as w:
+        for i, sc, pat, fabric, placement, bg, doc in sorted(todo, key=lambda x: x[0]):
+            print(f" p={sc.p}, pairs={sc.congested}, pattern {i}", flush=True)
+            _trace_pattern(sc, pat, fabric, placement, bg, args.fig5_flows_epochs, config,
+                           w, doc, save)
+
+
+def _flow_classes(doc: dict, ep: dict) -> np.ndarray:
+    """Per flow of one traced epoch: 0 its source NIC carries the external flows, 1 its
+    path shares another link with them (an ECMP collision), 2 neither."""
+    hot_src = {links[0][0] for links in doc["bg_links"]}    # a congested server's uplink
+    bg = {x for links in doc["bg_links"] for path in links for x in path}
+    out = np.full(len(ep["links"]), 2)
+    for i, path in enumerate(ep["links"]):
+        if path and path[0] in hot_src:
+            out[i] = 0
+        elif bg & set(path):
+            out[i] = 1
+    return out
+
+
+FLOW_CLASSES = ("shares its NIC with p external flows", "ECMP collision further on",
+                "clean path")
+
+
+def fig5_mechanism(trace: dict, skip: int = 1) -> tuple[list, list]:
+    """From ``fig5trace``'s JSON: per scenario and flow class the mean completion time and
+    rate on both models (epochs from ``skip`` on); per pattern the mean epoch time of
+    each model and its gain over the baseline pattern."""
+    flows, patterns = [], []
+    for key, sc in trace.items():
+        base = {}
+        for j, doc in enumerate(sc["patterns"]):
+            eps = doc.get("epochs", [])[skip:]
+            if not eps:
+                continue
+            fl = float(np.mean([e["fluid_span"] for e in eps]))
+            pk = float(np.mean([e["ns3_span"] for e in eps]))
+            if j == 0:
+                base = {"fl": fl, "pk": pk}
+                for c, name in enumerate(FLOW_CLASSES):
+                    f_fct, p_fct, nbytes = [], [], []
+                    for e in eps:
+                        m = _flow_classes(doc, e) == c
+                        f_fct += (np.subtract(e["fluid_finish"], e["fluid_start"])[m]).tolist()
+                        p_fct += (np.subtract(e["ns3_finish"], e["ns3_start"])[m]).tolist()
+                        nbytes += np.asarray(doc["bytes"], float)[m].tolist()
+                    if f_fct:
+                        b = np.asarray(nbytes) * 8
+                        flows.append([key, name, len(f_fct) // len(eps),
+                                      f"{np.mean(f_fct) * 1e3:.3f}", f"{np.mean(p_fct) * 1e3:.3f}",
+                                      f"{np.mean(p_fct) / np.mean(f_fct):.2f}",
+                                      f"{np.mean(b / f_fct) / 1e9:.1f}",
+                                      f"{np.mean(b / p_fct) / 1e9:.1f}"])
+                bgr = [np.sum(e["ns3_bg_bytes"]) * 8 / e["ns3_span"] / len(doc["bg_links"])
+                       for e in eps]
+                flows.append([key, "external flows of one congested NIC (ns-3)", "-", "-", "-",
+                              "-", "-", f"{np.mean(bgr) / 1e9:.1f}"])
+            patterns.append([key, j, len(eps), f"{fl * 1e3:.3f}", f"{pk * 1e3:.3f}",
+                             f"{100 * (base['fl'] / fl - 1):+.1f}",
+                             f"{100 * (base['pk'] / pk - 1):+.1f}"])
+    return flows, patterns
+
+
+def fit_transport(trace: dict, sigmas=(0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15)
+                  ) -> tuple[float, float, list]:
+    """Fit the fluid model's transport terms to ns-3's per-flow times in ``trace``
+    (epochs from 1 on, every traced pattern): ``external_weight`` w from the mean
+    log(ns-3 / fluid) completion time of the flows that share their NIC with p external
+    flows (``(1 + p w) / (1 + p) = exp(mean)``), then ``share_jitter`` as the sigma
+    whose fluid runs (with that w) give the spread (std of the log ratio over all flows)
+    closest to ns-3's. Returns (sigma, w, rows of the sigma grid)."""
+    obs, w_est, runs = [], [], []
+    for key, sc in trace.items():
+        p, k = (int(x.split("=")[1]) for x in key.split(", "))
+        scn = Scenario(collective="tree", p=p, congested=k)
+        fabric, placement, bg, _ = scenario_setup(scn)
+        for doc in sc["patterns"]:
+            eps = doc.get("epochs", [])
+            if len(eps) < 2:
+                continue
+            for ep in eps[1:]:
+                lr = np.log(np.subtract(ep["ns3_finish"], ep["ns3_start"])
+                            / np.subtract(ep["fluid_finish"], ep["fluid_start"]))
+                obs += lr.tolist()
+                m = _flow_classes(doc, ep) == 0
+                if m.any():
+                    w_est.append(((1 + p) * np.exp(lr[m].mean()) - 1) / p)
+            runs.append((scn, fabric, placement, bg, doc, eps))
+    w = float(np.mean(w_est))
+    target = float(np.std(obs))
+    rows, best = [], (np.inf, 0.0)
+    for sig in sigmas:
+        lr = []
+        for scn, fabric, placement, bg, doc, eps in runs:
+            pat = _traced_pattern(scn, doc)
+            r = SimulatedExecutor(fabric, placement, bg, scn.ports, scn.seed, share_jitter=sig,
+                                  external_weight=w).run(pat, len(eps))
+            for e, ep in enumerate(eps[1:], start=1):
+                lr += np.log(r.fct[e] / np.subtract(ep["fluid_finish"], ep["fluid_start"])).tolist()
+        sd = float(np.std(lr))
+        rows.append([f"{sig:g}", f"{sd:.3f}", f"{target:.3f}"])
+        best = min(best, (abs(sd - target), sig))
+    return best[1], w, rows
+
+
+def _traced_pattern(sc: Scenario, doc: dict):
+    """The pattern a trace ran: the scenario's tree with the traced endpoints."""
+    _, placement, _, pattern = scenario_setup(sc)
+    rank = {int(s): r for r, s in enumerate(placement)}
+    src = np.array([rank[s] for s in doc["src"]])
+    dst = np.array([rank[s] for s in doc["dst"]])
+    return replace(pattern, src=src, dst=dst)
+
+
+def fig5_mech(args, out: dict) -> None:
+    """The tables of ``fig5_mechanism`` from ``--fig5-trace-json`` (``fig5trace``'s file)."""
+    trace = json.loads(args.fig5_trace_json.read_text())["fig5_trace"]
+    flows, patterns = fig5_mechanism(trace)
+    sigma, weight, grid = fit_transport(trace)
+    print("baseline pattern, per flow class: mean completion time (ms) and rate (Gb/s)")
+    table(["scenario", "flows", "per epoch", "fluid ms", "ns-3 ms", "ns-3/fluid",
+           "fluid Gb/s", "ns-3 Gb/s"], flows)
+    print("each pattern REACT ran (0 = baseline): mean epoch time and gain over pattern 0")
+    table(["scenario", "pattern", "epochs", "fluid ms", "ns-3 ms", "fluid gain %",
+           "ns-3 gain %"], patterns)
+    print(f"fit: external_weight {weight:.3f} (from the NIC-sharing flows' mean ratio); "
+          "share_jitter by the spread of log(completion time / plain fluid) over all flows")
+    table(["share_jitter", "fluid spread", "ns-3 spread"], grid)
+    print(f"fitted: share_jitter {sigma:g}, external_weight {weight:.3f}\n")
+    out["fig5_mech"] = {"flows": flows, "patterns": patterns, "fit_grid": grid,
+                        "share_jitter": sigma, "external_weight": weight}
 
 
 def ns3_epoch(args, out: dict) -> None:
@@ -501,6 +763,13 @@ def main(argv=None) -> int:
                     help="failures: grid items are Gbps:links (Fig. 8)")
     ap.add_argument("--fig5-flows", default="2:1", help="p:pairs of the fig5flows section")
     ap.add_argument("--fig5-flows-epochs", type=int, default=6)
+    ap.add_argument("--fig5-trace", default="4:4,2:4",
+                    help="p:pairs of the fig5trace section (per-flow traces, both models)")
+    ap.add_argument("--fig5-fluid-draws", type=int, default=1,
+                    help="fig5fluid: jitter draws of the fitted model per scenario")
+    ap.add_argument("--fig5-trace-patterns", default="",
+                    help="p:pairs=i...: trace only these patterns of REACT's path (e.g. 4:4=2,2:4=1)")
+    ap.add_argument("--fig5-trace-json", type=Path, help="fig5trace's --json, for fig5mech")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sections = set(args.sections.split(","))
@@ -531,6 +800,12 @@ def main(argv=None) -> int:
         ns3_epoch(args, out)
     if "fig5flows" in sections:
         fig5_flows(args, out)
+    if "fig5fluid" in sections:
+        fig5_fluid(args, out)
+    if "fig5trace" in sections:
+        fig5_trace(args, out)
+    if "fig5mech" in sections:
+        fig5_mech(args, out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
     return 0

@@ -8,10 +8,11 @@ from click.testing import CliRunner
 
 from topoopt.cli import main
 from topoopt.collectives import build_pattern, multi_ring_allreduce, ring_allreduce
+from topoopt.errors import ConfigError
 from topoopt.fabrics import fat_tree, star
 from topoopt.react.analytical import fluid_star
 from topoopt.react.execution import StarFluidExecutor
-from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
+from topoopt.react.flowsim import BackgroundFlows, JobsExecutor, SimulatedExecutor, external_share
 from topoopt.react.loop import run_react
 from topoopt.react.scenarios import Scenario, run_scenario, run_two_jobs, scenario_setup
 
@@ -43,6 +44,58 @@ def test_ecmp_draws_are_seeded_and_per_epoch():
     assert np.array_equal(a.finish, b.finish)
     one = SimulatedExecutor(f, place, bg, ports=1, seed=3).run(p, 8)
     assert np.allclose(one.epoch_time, one.epoch_time[0])     # one path: every epoch alike
+
+
+def test_transport_terms_off_are_the_plain_fluid_model():
+    """share_jitter 0 and external_weight 1 are max-min; without external flows the
+    weight changes nothing (p = 0)."""
+    f = fat_tree(128, 100e9, k=8)
+    place = [0, 20, 40, 60, 80, 100, 120, 127]
+    p = build_pattern("tree", 8, 20e6)
+    bg = [BackgroundFlows(1, 101, 4), BackgroundFlows(21, 61, 2)]
+    old = SimulatedExecutor(f, place, bg, seed=2).run(p, 3)
+    new = SimulatedExecutor(f, place, bg, seed=2, share_jitter=0.0, external_weight=1.0).run(p, 3)
+    assert np.array_equal(old.finish, new.finish)
+    alone = SimulatedExecutor(f, place, seed=2).run(p, 3)
+    heavy = SimulatedExecutor(f, place, seed=2, external_weight=3.0).run(p, 3)
+    assert np.array_equal(alone.finish, heavy.finish)
+    with pytest.raises(ConfigError):
+        SimulatedExecutor(f, place, bg, external_weight=0.0)
+    with pytest.raises(ConfigError):
+        Scenario(share_jitter=-0.1)
+
+
+@pytest.mark.parametrize("p, w", [(1, 1.0), (2, 1.5), (4, 0.8)])
+def test_external_weight_gives_the_job_flow_its_share_and_fills_the_port(p, w):
+    """A job flow beside p external flows of weight w at its NIC gets 1 / (1 + p w) of
+    it, and the shares add up to the port: share * (1 + p w) == 1."""
+    S, C = 2e6, 100e9
+    share = external_share(p, w)
+    assert share * (1 + p * w) == pytest.approx(1.0)
+    assert external_share(p) == pytest.approx(1 / (p + 1))
+    r = SimulatedExecutor(star(3, C), [0, 1], [BackgroundFlows(0, 2, p)],
+                          external_weight=w).run(build_pattern("rd-allgather", 2, S), 1)
+    # flow 0 -> 1 shares 0's uplink; 1 -> 0 is alone (the external flows leave by 0's uplink)
+    assert r.fct[0, 0] == pytest.approx(S / 2 * 8 / (C * share) + 2e-6)
+    assert r.fct[0, 1] == pytest.approx(S / 2 * 8 / C + 2e-6)
+
+
+def test_share_jitter_splits_a_port_unevenly_and_keeps_it_full():
+    """Two jobs' flows into one server share its downlink in proportion to seeded
+    weights: unequal, yet the link moves both in the time of their bytes at line rate."""
+    S, C = 2e6, 100e9
+    p = build_pattern("rd-allgather", 2, S)
+    full = S * 8 / C + 2e-6                                  # two halves of S, one link
+
+    def into_server_1(sigma):
+        ex = JobsExecutor(star(3, C), [[0, 1], [2, 1]], share_jitter=sigma, seed=5)
+        a, b = ex.run_many([p, p], 1)
+        return np.array([a.fct[0, 0], b.fct[0, 0]])          # 0 -> 1 and 2 -> 1
+
+    even, uneven = into_server_1(0.0), into_server_1(0.5)
+    assert even == pytest.approx([full, full])
+    assert uneven.max() == pytest.approx(full) and uneven.min() < 0.95 * full
+    assert np.array_equal(uneven, into_server_1(0.5))        # seeded
 
 
 def test_react_alleviates_incast_on_a_star_and_idles_when_clean():

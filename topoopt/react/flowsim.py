@@ -17,6 +17,13 @@ Things the simulator does not do itself and that live here:
 * Optionally (``wire=``), packet overheads: header bytes and ACKs on the reverse path
   (:class:`topoopt.netsim.wire.WireModel`, calibrated against ns-3); off by default, so
   times are the closed-form fluid ones.
+* Optionally (``external_weight=``), the transport's unequal share at a port a job's
+  flow shares with long-lived greedy flows (:func:`external_share`); 1 by default
+  (max-min fairness).
+* Optionally (``share_jitter=``), unequal shares among the job's own flows: each epoch
+  every flow gets a seeded log-normal weight and links are shared in proportion to the
+  weights (weighted max-min, work-conserving), as TCP flows that meet at a port split
+  it unevenly from epoch to epoch; 0 by default (plain max-min).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from topoopt.netsim.wire import wire_backgrounds, wire_workload
 from topoopt.react.execution import BatchResult
 
 __all__ = ["BackgroundFlows", "SimulatedExecutor", "JobsExecutor", "ecmp_paths",
-           "check_placements", "pattern_workload", "hop_paths", "pair_links"]
+           "check_placements", "pattern_workload", "hop_paths", "pair_links",
+           "external_share", "jitter_weights"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,42 @@ class BackgroundFlows:
 
     def active(self, epoch: int) -> bool:
         return epoch >= self.first_epoch and (self.last_epoch is None or epoch < self.last_epoch)
+
+
+def external_share(p: int, weight: float = 1.0) -> float:
+    """The fraction of a port's capacity a job's flow gets next to ``p`` greedy external
+    flows that each take ``weight`` times its rate: ``1 / (1 + p * weight)``.
+
+    ``weight = 1`` is max-min fairness (``1 / (p + 1)``). A weight above 1 models a
+    transport whose long-lived flows, with converged windows, keep more than a fair
+    share against a flow that starts anew every epoch from an idle connection (the
+    collective's flows under DCTCP; measured against ns-3 in ``docs/paper-comparison.md``).
+    The job's flow and the ``p`` external flows together get the whole port:
+    ``share * (1 + p * weight) == 1``.
+
+    Parameters
+    ----------
+    p : int
+        External flows at the port.
+    weight : float
+        Each external flow's rate over the job flow's rate (> 0).
+
+    Returns
+    -------
+    float
+
+    References
+    ----------
+    REACT (§7.3): DCTCP, greedy external flows per congested pair.
+
+    Examples
+    --------
+    >>> external_share(4), round(external_share(2, 1.05), 4)
+    (0.2, 0.3226)
+    """
+    if not weight > 0:
+        raise ConfigError("external_weight", weight, "a number > 0 (1: max-min fairness)")
+    return 1.0 / (1.0 + p * weight)
 
 
 def _hash(*parts: int) -> int:
@@ -183,11 +227,27 @@ class JobsExecutor:
     seed : int
     wire : topoopt.netsim.wire.WireModel, optional
         Add packet overheads (wire bytes, ACK load on reverse paths); None: pure fluid.
+    external_weight : float
+        Each external flow's rate over a job flow's at a port they share
+        (:func:`external_share`); 1: max-min fairness.
+    share_jitter : float
+        Standard deviation of the log of each job flow's per-epoch share weight,
+        drawn from ``(seed, job, epoch)`` (:func:`jitter_weights`); 0: plain max-min.
+    jitter_seed : int
+        Another draw of those weights (0: the default draw).
     """
 
     def __init__(self, fabric: Fabric, placements: Sequence[Sequence[int] | np.ndarray],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
-                 seed: int = 0, wire=None) -> None:
+                 seed: int = 0, wire=None, *, external_weight: float = 1.0,
+                 share_jitter: float = 0.0, jitter_seed: int = 0) -> None:
+        external_share(0, external_weight)              # refuses a weight <= 0
+        if not share_jitter >= 0:
+            raise ConfigError("share_jitter", share_jitter, "a number >= 0 (0: max-min)")
+        self.external_weight = float(external_weight)
+        self.share_jitter = float(share_jitter)
+        self.seed = int(seed)
+        self.jitter_key = (int(seed),) if not jitter_seed else (int(seed), int(jitter_seed))
         self.fabric = fabric
         self.placements = check_placements(fabric, placements)
         self.background = tuple(background)
@@ -208,9 +268,14 @@ class JobsExecutor:
                     raise ConfigError("pattern.ranks", p.ranks, f"job {j} has {len(place)} ranks")
                 base, _ = pattern_workload(p, self._cache)
                 routes = self.router.routes(j, place[p.src], place[p.dst], self.epoch)
-                parts.append(dataclasses.replace(base, routes=routes))
+                part = dataclasses.replace(base, routes=routes)
+                if self.share_jitter:
+                    phi = jitter_weights(self.share_jitter, len(routes),
+                                         (*self.jitter_key, j, self.epoch))
+                    part = _weighted(part, phi, self.fabric.latency)
+                parts.append(part)
             work = parts[0] if len(parts) == 1 else _concat(parts)
-            bgs = [Background(self.router.background_links(i, bg, k))
+            bgs = [self._external(self.router.background_links(i, bg, k))
                    for i, bg in enumerate(self.background) if bg.active(self.epoch)
                    for k in range(bg.count)]
             if self.wire is not None:   # ACK companions go after the jobs' flows
@@ -232,6 +297,35 @@ class JobsExecutor:
                 spans.append(finish.max())
             self.epoch += 1
         return [BatchResult(np.array(s), np.array(f), np.array(t)) for s, f, t in out]
+
+    def _external(self, links: tuple[int, ...]) -> Background:
+        """A greedy external flow; with a weight w != 1 it uses w x the max-min rate
+        on each of its links, so a job flow beside p of them gets 1 / (1 + p w)."""
+        w = self.external_weight
+        return Background(links, None if w == 1.0 else (w,) * len(links))
+
+
+def jitter_weights(sigma: float, flows: int, key: Sequence[int]) -> np.ndarray:
+    """Per-flow share weights ``exp(sigma * N(0, 1))``, seeded by ``key`` (all 1 for
+    ``sigma = 0``)."""
+    z = np.random.default_rng([*(int(x) for x in key), 13]).standard_normal(flows)
+    return np.exp(sigma * z)
+
+
+def _weighted(w: CompiledWorkload, phi: np.ndarray, link_latency: np.ndarray
+              ) -> CompiledWorkload:
+    """Weighted max-min through plain max-min: flow f's route weights times ``phi[f]``
+    and its size over ``phi[f]``, so at a shared bottleneck it moves ``phi[f]`` times
+    the bytes per second of a weight-1 flow, and the link stays exactly full. Its
+    latency stays that of its links (the simulator would weight it too)."""
+    r = w.routes
+    owner = np.repeat(np.arange(len(r)), np.diff(r.ptr))
+    latency = w.flow_latency.copy()
+    unset = np.isnan(latency)
+    latency[unset] = np.bincount(owner, weights=link_latency[r.link] * r.weight,
+                                 minlength=len(r))[unset]
+    return dataclasses.replace(w, routes=FlowRoutes(r.ptr, r.link, r.weight * phi[owner]),
+                               flow_size=w.flow_size / phi, flow_latency=latency)
 
 
 def _concat(parts):
@@ -263,6 +357,10 @@ class SimulatedExecutor:
     seed : int
     wire : topoopt.netsim.wire.WireModel, optional
         Packet overheads (see :class:`JobsExecutor`).
+    external_weight, share_jitter : float
+        See :class:`JobsExecutor` (1 and 0: plain max-min).
+    jitter_seed : int
+        See :class:`JobsExecutor`.
 
     Examples
     --------
@@ -276,8 +374,11 @@ class SimulatedExecutor:
 
     def __init__(self, fabric: Fabric, placement: Sequence[int],
                  background: Sequence[BackgroundFlows] = (), ports: int = 4,
-                 seed: int = 0, wire=None) -> None:
-        self._jobs = JobsExecutor(fabric, [placement], background, ports, seed, wire)
+                 seed: int = 0, wire=None, *, external_weight: float = 1.0,
+                 share_jitter: float = 0.0, jitter_seed: int = 0) -> None:
+        self._jobs = JobsExecutor(fabric, [placement], background, ports, seed, wire,
+                                  external_weight=external_weight, share_jitter=share_jitter,
+                                  jitter_seed=jitter_seed)
 
     @property
     def epoch(self) -> int:

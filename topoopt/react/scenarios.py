@@ -62,12 +62,16 @@ from topoopt.topology.topology import Routes, Topology, check_topology
 __all__ = ["Scenario", "ScenarioResult", "KINDS", "COLLECTIVES", "run_scenario",
            "compare_runs", "scenario_setup", "load_plan", "group_shard", "scenario_fabric",
            "run_two_jobs", "summarize", "ShardScenario", "shard_scenario", "without_and_with",
-           "PLACEMENTS"]
+           "PLACEMENTS", "FIG5_NS3_FIT"]
 
 KINDS = ("external", "spine", "failures", "nic", "slow-server", "forwarded", "none")
 #: Job placements on the Fat-tree.
 PLACEMENTS = ("random", "racks")
 COLLECTIVES = ("tree", "ring", "rd-allgather", "plan")
+#: The flow-level transport terms fitted to ns-3's per-flow completion times on Fig. 5's
+#: tree scenarios (DCTCP, MTU 9000; ``react_bench.py --sections fig5mech``, the fit in
+#: docs/paper-comparison.md): ``replace(scenario, **FIG5_NS3_FIT)``.
+FIG5_NS3_FIT = {"share_jitter": 0.08, "external_weight": 1.04}
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,14 @@ class Scenario:
     placement : str
         On the Fat-tree: ``random`` servers (default), or ``racks``: whole racks (ToRs of
         k/2 servers) in different pods, so some ranks share a ToR.
+    share_jitter, external_weight : float
+        The flow-level model's transport terms (:class:`~topoopt.react.flowsim.JobsExecutor`):
+        per-epoch unequal shares among the job's flows, and the external flows' weight
+        against a job flow at a shared port. 0 and 1 (plain max-min) by default;
+        ``FIG5_NS3_FIT`` holds the values fitted to ns-3's per-flow times. The ns-3
+        backend ignores them.
+    jitter_seed : int
+        Another draw of ``share_jitter``'s weights (0: the default draw).
     """
 
     collective: str = "tree"
@@ -127,6 +139,9 @@ class Scenario:
     optics: str = "patch_panel"
     direction: str = "out"
     placement: str = "random"
+    share_jitter: float = 0.0
+    external_weight: float = 1.0
+    jitter_seed: int = 0
 
     def __post_init__(self) -> None:
         require_choice("collective", self.collective, COLLECTIVES)
@@ -143,6 +158,9 @@ class Scenario:
         require_int("seed", self.seed, minimum=0)
         require_positive("bandwidth", self.bandwidth)
         require_positive("capacity", self.capacity, allow_zero=True)
+        require_positive("share_jitter", self.share_jitter, allow_zero=True)
+        require_positive("external_weight", self.external_weight)
+        require_int("jitter_seed", self.jitter_seed, minimum=0)
         if not (self.fabric in ("star", "fattree") or self.fabric.startswith("plan:")):
             raise ConfigError("fabric", self.fabric, "use star, fattree or plan:DIR")
         if self.warmup >= self.epochs:
@@ -518,9 +536,9 @@ def run_scenario(sc: Scenario, params: ReactParams = ReactParams(),
 
         return without_and_with(sc, run_one, progress)
     fabric, placement, background, pattern = scenario_setup(sc, rings, fabric)
-    return compare_runs(sc, pattern, lambda: SimulatedExecutor(fabric, placement, background,
-                                                               sc.ports, sc.seed),
-                        params, progress)
+    return compare_runs(sc, pattern, lambda: SimulatedExecutor(
+        fabric, placement, background, sc.ports, sc.seed, share_jitter=sc.share_jitter,
+        external_weight=sc.external_weight, jitter_seed=sc.jitter_seed), params, progress)
 
 
 def without_and_with(sc: Scenario, run_one: Callable[[bool, Callable | None], ReactRun],
