@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from topoopt.kernels import (
     gemm_efficiency,
     gemm_time,
     kernel_profile,
+    wave_efficiency,
 )
 
 SIZES = (1, 7, 64, 256, 1000, 4096, 18432, 65536)
@@ -79,3 +81,30 @@ def test_sustained_clock_and_nccl_share_never_exceed_the_datasheet(gpu):
     # TF32 was fitted on sustained measurements: not scaled again
     assert gemm_efficiency(65536, 65536, 65536, spec, "fp32") == pytest.approx(
         prof.gemm_peak_fraction["fp32"], rel=1e-2)
+
+
+def test_wave_efficiency_is_a_monotone_lower_bound_of_wave_quantization():
+    """Below the sawtooth ``w / ceil(w)`` of NVIDIA's wave quantization, nondecreasing,
+    and tending to one."""
+    ws = [i / 64 for i in range(1, 64 * 40)]
+    effs = [wave_efficiency(w) for w in ws]
+    assert all(b >= a for a, b in zip(effs, effs[1:]))
+    assert all(0 < e <= w / math.ceil(w) + 1e-12 for w, e in zip(ws, effs))
+    assert wave_efficiency(0.25) == 0.25
+    # just past one wave, two waves' time for barely more than one wave's tiles
+    assert wave_efficiency(1.0 + 1e-9) == pytest.approx(0.5)
+    assert wave_efficiency(1000.5) > 0.998
+
+
+def test_the_tile_count_sets_the_wave_a_gemm_runs_in():
+    """A quarter wave of tiles runs at a quarter of a many-wave GEMM's efficiency; one
+    tile past a full wave at half of it (two waves' time)."""
+    spec = GPUS["A100"]
+    prof = kernel_profile(spec)
+    k = 4096
+    one_wave = prof.tile * prof.sms           # (sms T) x T: sms tiles
+    top = prof.gemm_peak_fraction["fp32"] * k / (k + prof.k_half)
+    assert gemm_efficiency(one_wave / 4, prof.tile, k, spec, "fp32") == pytest.approx(top / 4)
+    assert gemm_efficiency(one_wave + prof.tile, prof.tile, k, spec, "fp32") == pytest.approx(
+        top * (prof.sms + 1) / prof.sms / 2)
+    assert gemm_efficiency(one_wave * 1000, prof.tile, k, spec, "fp32") > 0.99 * top
