@@ -4,8 +4,8 @@ TopoOpt's repository publishes the per-operator times its simulations used
 (``benchmarks/data/topoopt_dlrm_measure_<batch>_128.json``, see ``SOURCES.md``):
 forward and backward milliseconds of each DLRM layer at global batch ``<batch>``,
 split over ``d`` data-parallel GPUs. For each dense layer and ``d`` this prints the
-measured time, the kernel model's (:func:`topoopt.kernels.dense_layer_time`, A100,
-TF32) and, as the baseline in the same run, the flat
+measured time, the planner's (:func:`topoopt.compute.op_time`, which times dense layers
+with :mod:`topoopt.kernels`; A100, TF32) and, as the baseline in the same run, the flat
 model it replaced (``FLOPs / (peak x compute_efficiency)``), then the geometric mean
 and the worst ratio of each over degrees 8-128. The kernel model is fitted on the
 32,768 file; the other batch sizes are held out (``--held-out`` prints their summary).
@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
-from topoopt.kernels import dense_layer_time  # noqa: E402
+from topoopt.compute import op_time  # noqa: E402
+from topoopt.strategy import OpConfig  # noqa: E402
 from topoopt.workloads.layers import dense  # noqa: E402
 
 DIR = Path(__file__).resolve().parent / "data"
@@ -59,7 +60,7 @@ def compare(path: Path, degrees: set[int], show: bool) -> dict[str, list[float]]
     ratios: dict[str, list[float]] = {"model": [], "flat": []}
     for d_in, d_out, deg, fw, bw in rows(path):
         op = dense("layer", d_in, d_out, ("x",))
-        f, b = dense_layer_time(batch / deg, d_in, d_out, cluster.gpu, "fp32")
+        f, b = op_time(op, OpConfig(tuple(range(deg)), deg), cluster, "fp32", 4, batch)
         old = (op.fwd_flops + op.bwd_flops) * batch / deg / flat
         r, r_old = (f + b) / (fw + bw), old / (fw + bw)
         if deg in degrees:

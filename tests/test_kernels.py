@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from topoopt.cluster import GPUS
+from topoopt.cluster import GPUS, Cluster
+from topoopt.compute import gemm_shape, op_time
 from topoopt.kernels import (
     KERNEL_PROFILES,
     attention_time,
@@ -19,6 +20,10 @@ from topoopt.kernels import (
     kernel_profile,
     wave_efficiency,
 )
+from topoopt.model import Operator
+from topoopt.strategy import OpConfig
+from topoopt.workloads.bert import attention
+from topoopt.workloads.layers import dense, norm
 
 SIZES = (1, 7, 64, 256, 1000, 4096, 18432, 65536)
 
@@ -108,3 +113,48 @@ def test_the_tile_count_sets_the_wave_a_gemm_runs_in():
     assert gemm_efficiency(one_wave + prof.tile, prof.tile, k, spec, "fp32") == pytest.approx(
         top * (prof.sms + 1) / prof.sms / 2)
     assert gemm_efficiency(one_wave * 1000, prof.tile, k, spec, "fp32") > 0.99 * top
+
+
+@pytest.mark.parametrize("d_in,d_out,tokens,bias", [(2048, 2048, 1, True), (4096, 1, 1, True),
+                                                    (1024, 4096, 64, False)])
+def test_gemm_shape_reads_back_the_dense_constructor(d_in, d_out, tokens, bias):
+    op = dense("x", d_in, d_out, ("y",), bias=bias, tokens=tokens)
+    got = gemm_shape(op)
+    assert got is not None
+    t, k, n = got
+    assert (t, k, n) == (tokens, d_in, d_out)
+    # counts no dense() makes (a tied decoder: bias only) keep the operator's FLOPs
+    odd = Operator("dec", "dense", params=30522, fwd_flops=2.0 * 64 * 1024 * 30522,
+                   out_elems=64 * 30522)
+    t, k, n = gemm_shape(odd)
+    assert 2 * t * k * n == pytest.approx(odd.fwd_flops) and k == 1024
+    assert gemm_shape(Operator("z", "dense")) is None
+
+
+def test_op_time_times_a_dense_layer_as_its_gemms_on_each_gpu():
+    """A server of 4 GPUs runs a quarter of its samples per GPU; an mp split narrows
+    the GEMM: never faster per FLOP, never slower than the unsplit layer."""
+    c1 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=1)
+    c4 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=4)
+    op = dense("x", 4096, 4096, ("y",))
+    a = op_time(op, OpConfig((0,), 1), c4, "fp32", 4, 4096)
+    b = op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 1024)
+    assert a == pytest.approx(b)
+    assert b == pytest.approx(dense_layer_time(1024, 4096, 4096, c1.gpu, "fp32"))
+    whole = sum(op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 4096))
+    half = sum(op_time(op, OpConfig((0, 1), 1, 2), c1, "fp32", 4, 4096))
+    assert whole / 2 <= half < whole
+
+
+def test_every_compute_op_costs_at_least_a_launch_and_no_more_than_peak_allows():
+    cluster = Cluster(servers=2, nics=1, link_bandwidth=1e11, gpus_per_server=1)
+    launch = kernel_profile(cluster.gpu).launch
+    peak = cluster.peak_flops("fp32")
+    for op in (dense("d", 4096, 1, ("x",)), dense("e", 64, 64, ("x",), tokens=8),
+               attention("a", 1024, 16, 64, ("x",)), norm("n", 1024, 64 * 1024, ("x",))):
+        for batch in (1, 64, 4096):
+            fwd, bwd = op_time(op, OpConfig((0,), 1), cluster, "fp32", 4, batch)
+            assert fwd >= launch and bwd >= launch
+            assert fwd >= op.fwd_flops * batch / peak and bwd >= op.bwd_flops * batch / peak
+            more = op_time(op, OpConfig((0,), 1), cluster, "fp32", 4, 2 * batch)
+            assert more[0] >= fwd and more[1] >= bwd
