@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from topoopt.cluster import GPUS
+from topoopt.cluster import GPUS, Cluster
+from topoopt.compute import gemm_shape, op_time
 from topoopt.kernels import (
     KERNEL_PROFILES,
     attention_time,
@@ -16,7 +18,12 @@ from topoopt.kernels import (
     gemm_efficiency,
     gemm_time,
     kernel_profile,
+    wave_efficiency,
 )
+from topoopt.model import Operator
+from topoopt.strategy import OpConfig
+from topoopt.workloads.bert import attention
+from topoopt.workloads.layers import dense, norm
 
 SIZES = (1, 7, 64, 256, 1000, 4096, 18432, 65536)
 
@@ -79,3 +86,75 @@ def test_sustained_clock_and_nccl_share_never_exceed_the_datasheet(gpu):
     # TF32 was fitted on sustained measurements: not scaled again
     assert gemm_efficiency(65536, 65536, 65536, spec, "fp32") == pytest.approx(
         prof.gemm_peak_fraction["fp32"], rel=1e-2)
+
+
+def test_wave_efficiency_is_a_monotone_lower_bound_of_wave_quantization():
+    """Below the sawtooth ``w / ceil(w)`` of NVIDIA's wave quantization, nondecreasing,
+    and tending to one."""
+    ws = [i / 64 for i in range(1, 64 * 40)]
+    effs = [wave_efficiency(w) for w in ws]
+    assert all(b >= a for a, b in zip(effs, effs[1:]))
+    assert all(0 < e <= w / math.ceil(w) + 1e-12 for w, e in zip(ws, effs))
+    assert wave_efficiency(0.25) == 0.25
+    # just past one wave, two waves' time for barely more than one wave's tiles
+    assert wave_efficiency(1.0 + 1e-9) == pytest.approx(0.5)
+    assert wave_efficiency(1000.5) > 0.998
+
+
+def test_the_tile_count_sets_the_wave_a_gemm_runs_in():
+    """A quarter wave of tiles runs at a quarter of a many-wave GEMM's efficiency; one
+    tile past a full wave at half of it (two waves' time)."""
+    spec = GPUS["A100"]
+    prof = kernel_profile(spec)
+    k = 4096
+    one_wave = prof.tile * prof.sms           # (sms T) x T: sms tiles
+    top = prof.gemm_peak_fraction["fp32"] * k / (k + prof.k_half)
+    assert gemm_efficiency(one_wave / 4, prof.tile, k, spec, "fp32") == pytest.approx(top / 4)
+    assert gemm_efficiency(one_wave + prof.tile, prof.tile, k, spec, "fp32") == pytest.approx(
+        top * (prof.sms + 1) / prof.sms / 2)
+    assert gemm_efficiency(one_wave * 1000, prof.tile, k, spec, "fp32") > 0.99 * top
+
+
+@pytest.mark.parametrize("d_in,d_out,tokens,bias", [(2048, 2048, 1, True), (4096, 1, 1, True),
+                                                    (1024, 4096, 64, False)])
+def test_gemm_shape_reads_back_the_dense_constructor(d_in, d_out, tokens, bias):
+    op = dense("x", d_in, d_out, ("y",), bias=bias, tokens=tokens)
+    got = gemm_shape(op)
+    assert got is not None
+    t, k, n = got
+    assert (t, k, n) == (tokens, d_in, d_out)
+    # counts no dense() makes (a tied decoder: bias only) keep the operator's FLOPs
+    odd = Operator("dec", "dense", params=30522, fwd_flops=2.0 * 64 * 1024 * 30522,
+                   out_elems=64 * 30522)
+    t, k, n = gemm_shape(odd)
+    assert 2 * t * k * n == pytest.approx(odd.fwd_flops) and k == 1024
+    assert gemm_shape(Operator("z", "dense")) is None
+
+
+def test_op_time_times_a_dense_layer_as_its_gemms_on_each_gpu():
+    """A server of 4 GPUs runs a quarter of its samples per GPU; an mp split narrows
+    the GEMM: never faster per FLOP, never slower than the unsplit layer."""
+    c1 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=1)
+    c4 = Cluster(servers=4, nics=1, link_bandwidth=1e11, gpus_per_server=4)
+    op = dense("x", 4096, 4096, ("y",))
+    a = op_time(op, OpConfig((0,), 1), c4, "fp32", 4, 4096)
+    b = op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 1024)
+    assert a == pytest.approx(b)
+    assert b == pytest.approx(dense_layer_time(1024, 4096, 4096, c1.gpu, "fp32"))
+    whole = sum(op_time(op, OpConfig((0,), 1), c1, "fp32", 4, 4096))
+    half = sum(op_time(op, OpConfig((0, 1), 1, 2), c1, "fp32", 4, 4096))
+    assert whole / 2 <= half < whole
+
+
+def test_every_compute_op_costs_at_least_a_launch_and_no_more_than_peak_allows():
+    cluster = Cluster(servers=2, nics=1, link_bandwidth=1e11, gpus_per_server=1)
+    launch = kernel_profile(cluster.gpu).launch
+    peak = cluster.peak_flops("fp32")
+    for op in (dense("d", 4096, 1, ("x",)), dense("e", 64, 64, ("x",), tokens=8),
+               attention("a", 1024, 16, 64, ("x",)), norm("n", 1024, 64 * 1024, ("x",))):
+        for batch in (1, 64, 4096):
+            fwd, bwd = op_time(op, OpConfig((0,), 1), cluster, "fp32", 4, batch)
+            assert fwd >= launch and bwd >= launch
+            assert fwd >= op.fwd_flops * batch / peak and bwd >= op.bwd_flops * batch / peak
+            more = op_time(op, OpConfig((0,), 1), cluster, "fp32", 4, 2 * batch)
+            assert more[0] >= fwd and more[1] >= bwd

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topoopt.cluster import Cluster, Job
-from topoopt.compute import server_compute_time
+from topoopt.compute import op_time, server_compute_time
 from topoopt.errors import ConfigError
 from topoopt.strategy import OpConfig, check_strategy, data_parallel, hybrid, memory_per_server
 from topoopt.traffic import check_traffic, derive_traffic, edge_transfers, ring_matrix
@@ -137,6 +137,12 @@ def test_memory_and_compute_per_server():
     cluster = Cluster(servers=N, nics=4, link_bandwidth=100e9)
     times = server_compute_time(model, strat, cluster, Job("dlrm", 128))
     assert times[0] > times[1] > 0
-    # dense compute of a server: 3 x fwd FLOPs per sample x 512 samples at 44% of 4 x TF32
+    # server 1 runs every non-embedding op data-parallel, 512 samples over its 4 GPUs:
+    # the sum of those ops' times at 128 samples per GPU, never faster than 4 x TF32 peak
     dense = sum(op.fwd_flops + op.bwd_flops for op in model.operators if op.kind != "embedding")
-    assert times[1] == pytest.approx(dense * 512 / (4 * 156e12 * 0.44), rel=1e-6)
+    assert times[1] >= dense * 512 / (4 * 156e12)
+    dp = OpConfig(tuple(range(N)), dp=N)
+    own = sum(sum(op_time(op, dp, Cluster(servers=N, nics=4, link_bandwidth=100e9,
+                                          gpus_per_server=1), "fp32", 4, 128 * N))
+              for op in model.operators if op.kind != "embedding")
+    assert times[1] == pytest.approx(own, rel=1e-9)

@@ -3,24 +3,29 @@
 A GEMM ``C (m x n) = A (m x k) B (k x n)`` takes ``launch + 2 m n k / (peak x eff)``
 with
 
-    ``eff = e_max x min(1, tiles / SMs) x k / (k + k_half)``,
+    ``eff = e_max x wave(tiles / SMs) x k / (k + k_half)``,
     ``tiles = max(1, m / T) x max(1, n / T)``:
 
-``e_max`` is what a large GEMM reaches on this GPU and precision; a GEMM with fewer
-output tiles of ``T x T`` than the GPU has SMs leaves SMs idle (one wave, partly
-filled: the wave-quantization model of NVIDIA's "Matrix Multiplication Background"
-guide); a short reduction ``k`` spends a larger share of the kernel in its prologue and
-epilogue. ``launch`` is the fixed cost of a kernel (launch, framework dispatch and the
-fused epilogue), paid also by a GEMV. Every factor is nondecreasing in ``m``, ``n``
-and ``k``: a larger GEMM is never less efficient.
+``e_max`` is what a large GEMM reaches on this GPU and precision. ``wave`` is wave
+quantization (NVIDIA's "Matrix Multiplication Background" guide): the GPU runs the
+``T x T`` output tiles in waves of one tile per SM, so ``w = tiles / SMs`` waves take
+``ceil(w)`` waves' time. That sawtooth ``w / ceil(w)`` makes some larger GEMMs less
+efficient than smaller ones; the model takes its monotone lower envelope, the
+efficiency every GEMM at least this large is guaranteed: ``min(w, 1/2)`` up to one
+wave (one tile past a full wave halves it), then ``min(w / ceil(w), ceil(w) / (ceil(w)
++ 1))``. A short reduction ``k`` spends a larger
+share of the kernel in its prologue and epilogue. ``launch`` is the fixed cost of a
+kernel (launch, framework dispatch and the fused epilogue), paid also by a GEMV. Every
+factor is nondecreasing in ``m``, ``n`` and ``k``: a larger GEMM is never less
+efficient.
 
-The shape factors (``T``, ``k_half``, ``launch``) and A100's TF32 ``e_max`` are fitted
-on TopoOpt's published per-operator DLRM measurements
-(``benchmarks/data/topoopt_dlrm_measure_32768_128.json``, docs/llm-model.md gives the
-fit and its residuals); the 16-bit ``e_max`` of each GPU comes from published large-GEMM
-throughput (references), at the clock the GPU sustains at its power limit. Attention is
-FlashAttention's published fraction of peak. NCCL's share of NVLink is here too: the
-collectives are kernels of the same GPU.
+``k_half``, ``launch`` and A100's TF32 ``e_max`` are fitted (``T = 128`` and the SM
+count fixed) on TopoOpt's published per-operator DLRM measurements
+(``benchmarks/data/topoopt_dlrm_measure_32768_128.json``; docs/kernels.md gives the
+fit, its residuals and the held-out batch sizes); the 16-bit ``e_max`` of each GPU comes
+from published large-GEMM throughput (references), at the clock the GPU sustains at
+its power limit. Attention is FlashAttention's published fraction of peak. NCCL's share
+of NVLink is here too: the collectives are kernels of the same GPU.
 
 References
 ----------
@@ -51,6 +56,7 @@ References
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
@@ -58,7 +64,7 @@ from typing import Mapping
 from topoopt.cluster import GpuSpec
 
 __all__ = ["KernelProfile", "KERNEL_PROFILES", "kernel_profile", "gemm_efficiency",
-           "gemm_time", "attention_time", "dense_layer_time", "memory_time",
+           "gemm_time", "wave_efficiency", "attention_time", "dense_layer_time", "memory_time",
            "STREAM_FRACTION"]
 
 #: Fraction of the HBM datasheet bandwidth that element-wise kernels (norms, activations,
@@ -105,13 +111,14 @@ class KernelProfile:
     sustained_clock: float = 1.0
     collective_fraction: float = 1.0
     tile: int = 128
-    k_half: float = 73.5
-    launch: float = 19.6e-6
+    k_half: float = 59.0
+    launch: float = 11.8e-6
 
 
-#: Fitted on TopoOpt's DLRM measurements (A100, TF32: e_max 0.454, k_half 73.5,
-#: launch 19.6 us, T = 128 fixed); 16-bit and attention fractions from the references.
-_A100_TF32 = 0.454
+#: Fitted on TopoOpt's DLRM measurements (A100, TF32: e_max 0.466, k_half 59, launch
+#: 11.8 us, T = 128 and 108 SMs fixed; docs/kernels.md); 16-bit and attention fractions
+#: from the references.
+_A100_TF32 = 0.466
 #: H100 SXM's clock under sustained tensor-core load: the middle of the 55.0-59.0 TFLOP/s
 #: per GPU of the Top500's H100 Rpeaks over the 66.9 TFLOP/s FP64 peak at 1980 MHz [7]
 #: (1628-1746 MHz; the A100's 1305 MHz is found the same way).
@@ -167,7 +174,33 @@ def gemm_efficiency(m: float, n: float, k: float, gpu: GpuSpec, precision: str) 
     e_max = (prof.gemm_peak_fraction.get(precision, prof.gemm_peak_fraction["bf16"])
              * _sustained(prof, precision))
     tiles = max(1.0, m / prof.tile) * max(1.0, n / prof.tile)
-    return e_max * min(1.0, tiles / prof.sms) * k / (k + prof.k_half)
+    return e_max * wave_efficiency(tiles / prof.sms) * k / (k + prof.k_half)
+
+
+def wave_efficiency(waves: float) -> float:
+    """Share of the SMs a GEMM of ``waves`` waves of tiles keeps busy, at worst.
+
+    Parameters
+    ----------
+    waves : float
+        Output tiles over SMs.
+
+    Returns
+    -------
+    float
+        The monotone lower envelope of ``waves / ceil(waves)``, the efficiency every
+        GEMM of at least ``waves`` is sure of: ``min(waves, 1/2)`` up to one wave, then
+        ``min(waves / c, c / (c + 1))`` with ``c = ceil(waves)``. Nondecreasing and
+        continuous, tends to 1.
+
+    References
+    ----------
+    NVIDIA, "Matrix Multiplication Background User's Guide", wave quantization.
+    """
+    if waves <= 1.0:
+        return min(max(waves, 0.0), 0.5)
+    c = math.ceil(waves)
+    return min(waves / c, c / (c + 1.0))
 
 
 def gemm_time(m: float, n: float, k: float, gpu: GpuSpec, precision: str) -> float:
