@@ -5,7 +5,9 @@ Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and o
 RCollective running the NCCL double binary tree and the ring pattern, 1-256 MB of
 float32 on 8 ranks (RCollective's default 2 MiB pieces, or ``--piece-mib``). Built for a
 noisy shared machine: one launch per size, rounds that call all three methods in an
-order rotated every round (a burst of outside load hits them alike), many rounds (40 at
+order shuffled every round (a burst of outside load hits them alike, and each method
+follows each other one as often: a call right after a different collective is slower,
+so a fixed rotation would favour some), many rounds (40 at
 1 MB ... 6 at 256 MB), and per method the median and interquartile range of the call
 time (each call after a barrier, its time the slowest rank's), the ratio of medians and
 the median of per-round ratios, plus the CPU seconds of a call summed over the ranks
@@ -74,8 +76,9 @@ def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: 
     """Interleaved calls of every method on every size in one process group.
 
     Per size: ``warm`` untimed calls of each method, then ``reps`` rounds; a round calls
-    every method once, in an order rotated each round (A B C, B C A, ...), so a burst of
-    load on the shared machine hits all methods alike. Each call starts after a barrier;
+    every method once, in an order shuffled each round (the same seed on every rank), so
+    a burst of load on the shared machine hits all methods alike and no method always
+    follows the same other one. Each call starts after a barrier;
     its time is the slowest rank's. Then a swap as it happens (see :func:`_swap_cost`).
     Rank 0 returns ``{(mb, method): seconds per round}`` and the swap rows.
     """
@@ -111,9 +114,9 @@ def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: 
         names = list(methods)
         times = np.zeros((len(names), r))
         cpu = np.zeros((len(names), r))
+        order = np.random.default_rng(int(mb * 1000) + world)
         for i in range(warm + r):
-            for j in range(len(names)):
-                k = (i + j) % len(names)
+            for k in order.permutation(len(names)).tolist():
                 x.fill_(1.0)
                 dist.barrier()
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -190,7 +193,7 @@ def part1(sizes, reps, ranks, warm, piece_bytes, baseline_rev=None) -> list[dict
 
     out = []
     print("Part 1: AllReduce on gloo, 127.0.0.1: interleaved rounds (torch, tree, ring in "
-          "a rotating order), each call's time the slowest rank's; median [25th-75th "
+          "an order shuffled every round), each call's time the slowest rank's; median [25th-75th "
           "percentile] in ms; ratio = RCollective median / torch median, and the median of "
           "the per-round ratios (the two calls a few ms apart)")
     print("CPU: median CPU seconds of a call summed over the ranks, over torch's (less "

@@ -259,8 +259,8 @@ class RCollective:
             self._sizes = [0, 0]
 
     # ------------------------------------------------------------------ execution
-    def _bind(self, pattern: Pattern, sched: LocalSchedule, lanes: list[list[int]], buf,
-              scratch: dict) -> list:
+    def _bind(self, pattern: Pattern, sched: LocalSchedule, lanes: list[list[int]],
+              buf) -> list:
         """Per lane, the steps of its sub-chunks in order with their tensor views of
         ``buf`` and scratch made once (cached per pattern for the last buffer: a
         training loop reduces the same gradient buffer every iteration, so a call
@@ -268,7 +268,9 @@ class RCollective:
         key = (buf.data_ptr(), buf.numel(), buf.dtype, buf.device, self._scratch_gen)
         have = self._bound.get(pattern)
         if have is not None and have[0] == key:
-            return have[1]
+            return have[1]                  # same arena generation: it is still big enough
+        scratch = self._scratch_for(sched, lanes, buf)
+        key = key[:-1] + (self._scratch_gen,)           # the arena may have grown
         bound = [[_bind_step(st, buf, scratch[c]) for c in lane for st in sched.chunks[c]]
                  for lane in lanes]
         self._bound[pattern] = (key, bound)
@@ -350,8 +352,7 @@ class RCollective:
                               f"must equal the pattern's {pattern.elements} elements "
                               "(build the pattern with size = numel x itemsize)")
         sched, lanes = self._compiled(pattern)
-        scratch = self._scratch_for(sched, lanes, buf)
-        bound = self._bind(pattern, sched, lanes, buf, scratch)
+        bound = self._bind(pattern, sched, lanes, buf)
         chunk_pool, wait_pool = self._pools(sched, len(lanes))
         self._stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
         rec = FlowTimes.empty(sched.edges)
