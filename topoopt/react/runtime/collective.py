@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from topoopt._require import require_int
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.runtime.schedule import (
@@ -167,7 +168,7 @@ class RCollective:
             raise ConfigError("batched", True, "batched p2p needs threads=False (one "
                               "group per global step)")
         self.piece_bytes = float(piece_bytes) if self.threads else 0.0
-        self.max_threads = int(max_threads)
+        self.max_threads = require_int("max_threads", max_threads, minimum=1)
         self._peers = [r if group is None else dist.get_global_rank(group, r)
                        for r in range(self.size)]
         self._schedules: "weakref.WeakKeyDictionary[Pattern, tuple]" = \
