@@ -5,7 +5,9 @@ Part 1 (127.0.0.1): per-call AllReduce time of torch's gloo ``all_reduce`` and o
 RCollective running the NCCL double binary tree and the ring pattern, 1-256 MB of
 float32 on 8 ranks (RCollective's default 2 MiB pieces, or ``--piece-mib``). Built for a
 noisy shared machine: one launch per size, rounds that call all three methods in an
-order rotated every round (a burst of outside load hits them alike), many rounds (40 at
+order shuffled every round (a burst of outside load hits them alike, and each method
+follows each other one as often: a call right after a different collective is slower,
+so a fixed rotation would favour some), many rounds (40 at
 1 MB ... 6 at 256 MB), and per method the median and interquartile range of the call
 time (each call after a barrier, its time the slowest rank's), the ratio of medians and
 the median of per-round ratios, plus the CPU seconds of a call summed over the ranks
@@ -30,7 +32,8 @@ them.
 Usage::
 
     nice -n 5 python benchmarks/runtime_bench.py [--quick] [--sizes 1,4,16,64,256]
-        [--ranks 8] [--rounds 1.0] [--piece-mib 2] [--epochs 60] [--skip-allreduce]
+        [--ranks 8] [--rounds 1.0] [--piece-mib 2] [--baseline main] [--epochs 60]
+        [--skip-allreduce]
         [--skip-react] [--skip-failures] [--json OUT]
 """
 
@@ -47,12 +50,35 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: float) -> dict:
+def _baseline_module(rev: str) -> str:
+    """RCollective as of git revision ``rev`` (its ``collective.py`` and ``schedule.py``)
+    written to a fresh package under ``/tmp``; returns the package's directory, to be
+    put on ``sys.path`` as ``rcoll_baseline``."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    pkg = Path(tempfile.mkdtemp(prefix="rcoll-baseline-")) / "rcoll_baseline"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("collective", "schedule"):
+        text = subprocess.run(["git", "-C", str(root), "show",
+                               f"{rev}:topoopt/react/runtime/{name}.py"],
+                              check=True, capture_output=True, text=True).stdout
+        text = text.replace("from topoopt.react.runtime.schedule import",
+                            "from rcoll_baseline.schedule import")
+        (pkg / f"{name}.py").write_text(text)
+    return str(pkg.parent)
+
+
+def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: float,
+                 baseline: str | None = None) -> dict:
     """Interleaved calls of every method on every size in one process group.
 
     Per size: ``warm`` untimed calls of each method, then ``reps`` rounds; a round calls
-    every method once, in an order rotated each round (A B C, B C A, ...), so a burst of
-    load on the shared machine hits all methods alike. Each call starts after a barrier;
+    every method once, in an order shuffled each round (the same seed on every rank), so
+    a burst of load on the shared machine hits all methods alike and no method always
+    follows the same other one. Each call starts after a barrier;
     its time is the slowest rank's. Then a swap as it happens (see :func:`_swap_cost`).
     Rank 0 returns ``{(mb, method): seconds per round}`` and the swap rows.
     """
@@ -64,6 +90,11 @@ def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: 
     from topoopt.react.runtime.collective import RCollective
 
     rc = RCollective(piece_bytes=piece_bytes)
+    old = None
+    if baseline is not None:
+        sys.path.insert(0, baseline)
+        from rcoll_baseline.collective import RCollective as OldRCollective
+        old = OldRCollective(piece_bytes=piece_bytes)
     out: dict = {}
     for mb, r in zip(sizes_mb, reps):
         n = int(mb * 1e6) // 4
@@ -75,12 +106,17 @@ def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: 
             "ring": (lambda p: lambda t: rc.all_reduce(t, p))(
                 ring_allreduce(range(world), 4 * n)),
         }
+        if old is not None:
+            methods["tree@base"] = (lambda p: lambda t: old.all_reduce(t, p))(
+                double_binary_tree_allreduce(world, 4 * n))
+            methods["ring@base"] = (lambda p: lambda t: old.all_reduce(t, p))(
+                ring_allreduce(range(world), 4 * n))
         names = list(methods)
         times = np.zeros((len(names), r))
         cpu = np.zeros((len(names), r))
+        order = np.random.default_rng(int(mb * 1000) + world)
         for i in range(warm + r):
-            for j in range(len(names)):
-                k = (i + j) % len(names)
+            for k in order.permutation(len(names)).tolist():
                 x.fill_(1.0)
                 dist.barrier()
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -99,6 +135,9 @@ def bench_worker(rank: int, world: int, sizes_mb, reps, warm: int, piece_bytes: 
         out[(mb, "swap")] = _swap_cost(rc, x, world, warm)
         dist.barrier()
     rc.close()
+    if old is not None:
+        old.close()
+    out["methods"] = names
     return out
 
 
@@ -147,14 +186,14 @@ def _stats(t) -> tuple[float, float, float]:
     return float(q50), float(q25), float(q75)
 
 
-def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
+def part1(sizes, reps, ranks, warm, piece_bytes, baseline_rev=None) -> list[dict]:
     import numpy as np
 
     from topoopt.react.runtime.launch import launch
 
     out = []
     print("Part 1: AllReduce on gloo, 127.0.0.1: interleaved rounds (torch, tree, ring in "
-          "a rotating order), each call's time the slowest rank's; median [25th-75th "
+          "an order shuffled every round), each call's time the slowest rank's; median [25th-75th "
           "percentile] in ms; ratio = RCollective median / torch median, and the median of "
           "the per-round ratios (the two calls a few ms apart)")
     print("CPU: median CPU seconds of a call summed over the ranks, over torch's (less "
@@ -170,11 +209,15 @@ def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
         m, a, b = _stats(t)
         return f"{m * 1e3:7.1f} [{a * 1e3:5.1f}-{b * 1e3:5.1f}]"
 
+    baseline = _baseline_module(baseline_rev) if baseline_rev else None
+    if baseline:
+        print(f"(rows 'at {baseline_rev}': RCollective of git revision {baseline_rev}, "
+              "called in the same rounds)")
     swaps = []
     for n in ranks:
         t0 = time.perf_counter()
         for mb, r in zip(sizes, reps):       # a launch per size: each row prints at once
-            rows = launch(bench_worker, n, ((mb,), (r,), warm, piece_bytes),
+            rows = launch(bench_worker, n, ((mb,), (r,), warm, piece_bytes, baseline),
                           timeout=7200)[0]
             tt, tr, ri = rows[(mb, "torch")], rows[(mb, "tree")], rows[(mb, "ring")]
             rt, rr = np.median(tr) / np.median(tt), np.median(ri) / np.median(tt)
@@ -183,6 +226,18 @@ def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
             print(f"{n:>5} {mb:>4g}MB {r:>6} {cell(tt)} {cell(tr)} {cell(ri)} "
                   f"{rt:>5.2f} ({pt:4.2f}) {rr:>5.2f} ({pr:4.2f}) {ctr / ct:>7.2f} "
                   f"{cri / ct:>5.2f}", flush=True)
+            if baseline:
+                bt, bri = rows[(mb, "tree@base")], rows[(mb, "ring@base")]
+                bct, bcr = (np.median(rows[(mb, k, "cpu")]) for k in ("tree@base", "ring@base"))
+                print(f"{'at ' + baseline_rev[:9]:>12} {'':>6} {'':>21} {cell(bt)} {cell(bri)} "
+                      f"{np.median(bt) / np.median(tt):>5.2f} ({np.median(bt / tt):4.2f}) "
+                      f"{np.median(bri) / np.median(tt):>5.2f} ({np.median(bri / tt):4.2f}) "
+                      f"{bct / ct:>7.2f} {bcr / ct:>5.2f}", flush=True)
+                out_base = {"baseline_tree_s": _stats(bt), "baseline_ring_s": _stats(bri),
+                            "baseline_tree_ratio": np.median(bt) / np.median(tt),
+                            "baseline_ring_ratio": np.median(bri) / np.median(tt)}
+            else:
+                out_base = {}
             comp, first, alt, steady = rows[(mb, "swap")]
             swaps.append((n, mb, comp, first, alt, steady))
             out.append({"ranks": n, "size_mb": mb, "rounds": r,
@@ -193,7 +248,7 @@ def part1(sizes, reps, ranks, warm, piece_bytes) -> list[dict]:
                                                            "ring": cri},
                         "swap_compile_s": comp,
                         "swap_first_call_s": first, "swap_alternating_s": alt,
-                        "tree_steady_s": steady})
+                        "tree_steady_s": steady, **out_base})
         print(f"      ({time.perf_counter() - t0:.0f} s; load average "
               f"{os.getloadavg()[0]:.2f})", flush=True)
     print("\nA swap when it happens (tree, global swap of ranks 0 and n-1): compiling the "
@@ -342,6 +397,9 @@ def main(argv=None) -> int:
                     help="scale of the rounds per size (1: 40 at 1 MB ... 6 at 256 MB)")
     ap.add_argument("--piece-mib", type=float, default=2.0,
                     help="RCollective's piece_bytes in MiB (0: whole flows)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also time RCollective as of this git revision (e.g. main) in "
+                         "the same rounds")
     ap.add_argument("--epochs", type=int, default=60, help="epochs per run in part 2")
     ap.add_argument("--react-size", type=float, default=4.0, help="MB in part 2")
     ap.add_argument("--flows", type=int, default=2, help="external flows in part 2")
@@ -362,7 +420,7 @@ def main(argv=None) -> int:
     res = {}
     if not args.skip_allreduce:
         res["allreduce"] = part1(sizes, [_rounds(mb, scale) for mb in sizes], ranks, 2,
-                                 args.piece_mib * 2**20)
+                                 args.piece_mib * 2**20, args.baseline)
     if not args.skip_react:
         res["react"] = part2(ranks, args.react_size, epochs, min(epochs // 3, 20),
                              args.flows, args.link_rate)

@@ -243,3 +243,18 @@ def test_split_chunks_keeps_the_collective(pieces):
                 assert (getattr(s, arr).reshape(-1, pieces) == getattr(q, arr)[:, None]).all()
             assert (s.nbytes.reshape(-1, pieces).sum(axis=1) == q.nbytes).all()
             check_local_schedules(s, [local_schedule(s, r) for r in range(s.ranks)])
+
+
+@pytest.mark.parametrize("chunks, pieces, threads", [(2, 64, 32), (8, 16, 32), (8, 1, 32),
+                                                     (2, 3, 32), (4, 5, 1), (40, 2, 32)])
+def test_piece_lanes_cover_every_piece_once_in_order(chunks, pieces, threads):
+    from topoopt.react.runtime.schedule import piece_lanes
+
+    lanes = piece_lanes(chunks, pieces, threads)
+    flat = sorted(c for lane in lanes for c in lane)
+    assert flat == list(range(chunks * pieces))            # every sub-chunk exactly once
+    for lane in lanes:
+        assert lane == sorted(lane)                        # pieces in order within a lane
+        assert len({c // pieces for c in lane}) == 1       # a lane stays in one chunk
+    assert len(lanes) <= max(threads, chunks)              # threads bounded, not by pieces
+    assert len(lanes) == chunks * min(pieces, max(threads // chunks, 1))

@@ -6,7 +6,11 @@ A pattern is executed literally (:mod:`topoopt.collectives.ten`): each chunk sub
 runs in its own thread (the CPU stand-in for the paper's per-chunk CUDA streams), going
 through the rank's steps of that chunk in order; a step posts all of the rank's sends and
 receives of that chunk, waits for them, then reduces or copies what arrived. Chunks are
-independent, so this asynchronous schedule equals the pattern's global step order. On
+independent, so this asynchronous schedule equals the pattern's global step order. Large
+flows are cut into pieces, each chunk into as many sub-chunks, and a chunk's pieces run on
+a few threads (lanes) one after another, so a rank forwards one piece while the next
+arrives with a bounded number in flight (:func:`~topoopt.react.runtime.schedule.
+piece_lanes`). On
 backends where p2p from several threads is not safe (NCCL), ``threads=False`` runs the
 global step order in one thread instead, posting each step's operations as one
 ``batch_isend_irecv`` group. (The NCCL path is written to the same contract but has not
@@ -38,12 +42,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from topoopt._require import require_int
 from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.react.runtime.schedule import (
     LocalSchedule,
     Step,
     local_schedule,
+    piece_lanes,
     pipeline_depth,
     split_chunks,
 )
@@ -121,9 +127,15 @@ class RCollective:
     piece_bytes : float, optional
         With ``threads``, flows are cut into pieces of about this many bytes, each
         chunk into as many independent sub-chunks (:func:`~topoopt.react.runtime.
-        schedule.split_chunks`, at most 32 threads), so that a rank forwards one piece
-        while the next arrives (2 MiB; 0: whole flows). Flow times stay per flow of
-        the pattern: posted when its first piece is, done when its last piece is.
+        schedule.split_chunks`), so that a rank forwards one piece while the next
+        arrives (2 MiB; 0: whole flows). Flow times stay per flow of the pattern:
+        posted when its first piece is, done when its last piece is.
+    max_threads : int, optional
+        With ``threads``, the pieces of a chunk run on ``max_threads // chunks`` lanes
+        (at least one per chunk), each going through its pieces one after another
+        (:func:`~topoopt.react.runtime.schedule.piece_lanes`): at most that many
+        pieces of a chunk are in flight and the pieces of a lane share one scratch
+        area, so neither the threads nor the scratch grow with the buffer (32).
 
     Examples
     --------
@@ -140,7 +152,8 @@ class RCollective:
     """
 
     def __init__(self, group=None, *, threads: bool | None = None,
-                 batched: bool | None = None, piece_bytes: float = 2 << 20) -> None:
+                 batched: bool | None = None, piece_bytes: float = 2 << 20,
+                 max_threads: int = 32) -> None:
         if not dist.is_initialized():
             raise ConfigError("torch.distributed", "not initialised",
                               "call torch.distributed.init_process_group first")
@@ -155,9 +168,10 @@ class RCollective:
             raise ConfigError("batched", True, "batched p2p needs threads=False (one "
                               "group per global step)")
         self.piece_bytes = float(piece_bytes) if self.threads else 0.0
+        self.max_threads = require_int("max_threads", max_threads, minimum=1)
         self._peers = [r if group is None else dist.get_global_rank(group, r)
                        for r in range(self.size)]
-        self._schedules: "weakref.WeakKeyDictionary[Pattern, LocalSchedule]" = \
+        self._schedules: "weakref.WeakKeyDictionary[Pattern, tuple]" = \
             weakref.WeakKeyDictionary()
         self._scratch: dict = {}
         self._scratch_gen = 0
@@ -180,38 +194,48 @@ class RCollective:
         """This rank's compiled part of ``pattern`` (cached per pattern object); with
         pieces, of the pattern cut into sub-chunks (edge ``e * pieces + k`` is piece
         ``k`` of edge ``e``, ``pieces = schedule.edges // pattern.edges_count``)."""
-        s = self._schedules.get(pattern)
-        if s is None:
+        return self._compiled(pattern)[0]
+
+    def _compiled(self, pattern: Pattern) -> tuple[LocalSchedule, list[list[int]]]:
+        """The schedule and its lanes (sub-chunk ids per thread, in order)."""
+        have = self._schedules.get(pattern)
+        if have is None:
             if pattern.ranks != self.size:
                 raise ConfigError("pattern.ranks", pattern.ranks,
                                   f"must equal the group size {self.size}")
             pieces = pipeline_depth(pattern, self.piece_bytes) if self.threads else 1
             s = local_schedule(split_chunks(pattern, pieces), self.rank)
-            self._schedules[pattern] = s
-        return s
+            lanes = (piece_lanes(pattern.chunks, pieces, self.max_threads) if self.threads
+                     else [[c] for c in range(pattern.chunks)])
+            have = self._schedules[pattern] = (s, lanes)
+        return have
 
-    def _scratch_for(self, sched: LocalSchedule, like) -> list:
-        """Per-chunk scratch: slices of one arena per dtype and device, grown only when a
-        schedule needs more in all. A swap moves scratch between chunks (a rank that
-        becomes a tree's inner node needs room there, a new leaf none) without
-        allocating, so its first call does not fault in fresh pages."""
+    def _scratch_for(self, sched: LocalSchedule, lanes: list[list[int]], like) -> dict:
+        """Scratch per sub-chunk: the sub-chunks of a lane run one after another and
+        share one area, the largest any of them needs; the areas are slices of one arena
+        per dtype and device, grown only when a schedule needs more in all. A swap moves
+        scratch between chunks (a rank that becomes a tree's inner node needs room
+        there, a new leaf none) without allocating, so its first call does not fault in
+        fresh pages; with lanes the arena stays the same from a few MB of buffer on."""
         key = (like.dtype, like.device)
-        total = sum(sched.scratch)
+        need = [max((sched.scratch[c] for c in lane), default=0) for lane in lanes]
+        total = sum(need)
         arena = self._scratch.get(key)
         if arena is None or arena.numel() < total:
             arena = torch.empty(total, dtype=like.dtype, device=like.device)
             self._scratch[key] = arena
             self._scratch_gen += 1
             self._bound.clear()                  # drop views of the old arena
-        out, o = [], 0
-        for n in sched.scratch:
-            out.append(arena[o:o + n])
+        out, o = {}, 0
+        for lane, n in zip(lanes, need):
+            for c in lane:
+                out[c] = arena[o:o + sched.scratch[c]]
             o += n
         return out
 
-    def _pools(self, sched: LocalSchedule):
-        """Thread pools sized for ``sched``: one thread per chunk, one per concurrent wait."""
-        chunks = len(sched.chunks)
+    def _pools(self, sched: LocalSchedule, lanes: int):
+        """Thread pools sized for ``sched``: one thread per lane, one per concurrent wait."""
+        chunks = lanes
         waits = max(sched.max_recvs, 1) * (chunks if self.threads else 1)
         with self._lock:
             if self.threads and chunks > self._sizes[0]:
@@ -236,16 +260,20 @@ class RCollective:
             self._sizes = [0, 0]
 
     # ------------------------------------------------------------------ execution
-    def _bind(self, pattern: Pattern, sched: LocalSchedule, buf, scratch: list) -> list:
-        """``sched``'s steps with their tensor views of ``buf`` and scratch made once
-        (cached per pattern for the last buffer: a training loop reduces the same
-        gradient buffer every iteration, so a call slices nothing)."""
+    def _bind(self, pattern: Pattern, sched: LocalSchedule, lanes: list[list[int]],
+              buf) -> list:
+        """Per lane, the steps of its sub-chunks in order with their tensor views of
+        ``buf`` and scratch made once (cached per pattern for the last buffer: a
+        training loop reduces the same gradient buffer every iteration, so a call
+        slices nothing)."""
         key = (buf.data_ptr(), buf.numel(), buf.dtype, buf.device, self._scratch_gen)
         have = self._bound.get(pattern)
         if have is not None and have[0] == key:
-            return have[1]
-        bound = [[_bind_step(st, buf, scratch[st.chunk]) for st in steps]
-                 for steps in sched.chunks]
+            return have[1]                  # same arena generation: it is still big enough
+        scratch = self._scratch_for(sched, lanes, buf)
+        key = key[:-1] + (self._scratch_gen,)           # the arena may have grown
+        bound = [[_bind_step(st, buf, scratch[c]) for c in lane for st in sched.chunks[c]]
+                 for lane in lanes]
         self._bound[pattern] = (key, bound)
         return bound
 
@@ -324,10 +352,9 @@ class RCollective:
             raise ConfigError("tensor.numel", buf.numel(),
                               f"must equal the pattern's {pattern.elements} elements "
                               "(build the pattern with size = numel x itemsize)")
-        sched = self.schedule(pattern)
-        scratch = self._scratch_for(sched, buf)
-        bound = self._bind(pattern, sched, buf, scratch)
-        chunk_pool, wait_pool = self._pools(sched)
+        sched, lanes = self._compiled(pattern)
+        bound = self._bind(pattern, sched, lanes, buf)
+        chunk_pool, wait_pool = self._pools(sched, len(lanes))
         self._stream = torch.cuda.current_stream(buf.device) if buf.is_cuda else None
         rec = FlowTimes.empty(sched.edges)
         rec.begin = clock()

@@ -25,7 +25,7 @@ from topoopt._require import require_int
 from topoopt.collectives.ten import Pattern, PatternError
 
 __all__ = ["Transfer", "Step", "LocalSchedule", "local_schedule", "check_local_schedules",
-           "split_chunks", "pipeline_depth",
+           "split_chunks", "pipeline_depth", "piece_lanes",
            "lockstep_order", "pattern_fingerprint"]
 
 
@@ -315,13 +315,51 @@ def split_chunks(pattern: Pattern, pieces: int) -> Pattern:
                               phase_names=pattern.phase_names, sort=False)
 
 
-def pipeline_depth(pattern: Pattern, piece_bytes: float, max_threads: int = 32) -> int:
+def pipeline_depth(pattern: Pattern, piece_bytes: float, max_subchunks: int = 4096) -> int:
     """Pieces per chunk for :func:`split_chunks`: flows cut into pieces of about
-    ``piece_bytes``, at most ``max_threads`` sub-chunks in all (one thread each), never
-    more pieces than the smallest segment has elements."""
+    ``piece_bytes``, at most ``max_subchunks`` sub-chunks in all, never more pieces than
+    the smallest segment has elements.
+
+    The pieces do not each get a thread: RCollective runs a chunk's pieces on a few
+    lanes (:func:`piece_lanes`), so the piece size stays the same at any buffer size."""
     if pattern.edges_count == 0 or piece_bytes <= 0:
         return 1
     want = int(np.ceil(float(pattern.nbytes.max()) / piece_bytes))
     seg_len = int((pattern.segments[:, 1] - pattern.segments[:, 0]).min())
-    cap = max(max_threads // max(pattern.chunks, 1), 1)
+    cap = max(max_subchunks // max(pattern.chunks, 1), 1)
     return max(1, min(want, cap, seg_len))
+
+
+def piece_lanes(chunks: int, pieces: int, max_threads: int = 32) -> list[list[int]]:
+    """Sub-chunks of :func:`split_chunks` grouped into lanes, one thread each.
+
+    Lane ``(c, j)`` runs pieces ``j, j + W, j + 2W, ...`` of chunk ``c`` one after the
+    other, ``W = min(pieces, max_threads // chunks)`` lanes per chunk: at most ``W``
+    pieces of a chunk are in flight, and the pieces of one lane can share one scratch
+    area (the next starts only when the previous has finished). Deadlock free for any
+    ``W``: piece ``k`` waits only on pieces ``< k`` of its chunk and on earlier steps of
+    itself, so the smallest unfinished (piece, step) can always proceed on both of its
+    endpoints.
+
+    Parameters
+    ----------
+    chunks : int
+        Chunks of the pattern before splitting.
+    pieces : int
+        Pieces per chunk (sub-chunk ``c * pieces + k`` is piece ``k`` of chunk ``c``).
+    max_threads : int, optional
+        Lanes in all, at least one per chunk.
+
+    Returns
+    -------
+    list of list of int
+        Sub-chunk ids per lane, in execution order.
+
+    References
+    ----------
+    gloo's ring AllReduce likewise keeps a fixed number of segments in flight with a
+    fixed scratch, whatever the buffer size (``gloo/allreduce.cc``, ``ring``).
+    """
+    lanes = max(1, min(int(pieces), int(max_threads) // max(int(chunks), 1)))
+    return [list(range(c * pieces + j, (c + 1) * pieces, lanes))
+            for c in range(chunks) for j in range(lanes)]
