@@ -222,10 +222,12 @@ def _member_order_first(rings: Mapping[tuple[int, ...], Sequence[tuple[int, ...]
     servers in order."""
     out = {}
     for members, orders in rings.items():
-        k = len(members)
+        # members are distinct: o is a rotation of them iff it is the one that starts
+        # where members[0] sits
         first = [i for i, o in enumerate(orders)
-                 if any(tuple(o[(j + t) % k] for t in range(k)) == tuple(members)
-                        for j in range(k))]
+                 if members and members[0] in o
+                 and tuple(o[o.index(members[0]):]) + tuple(o[:o.index(members[0])])
+                 == tuple(members)]
         if first:
             i = first[0]
             orders = (tuple(members),) + tuple(o for j, o in enumerate(orders) if j != i)

@@ -4,6 +4,7 @@ early, against running TopologyFinder whole and checking after)."""
 
 import importlib
 
+import numpy as np
 import pytest
 
 from topoopt.cluster import Cluster, Job
@@ -76,3 +77,39 @@ def test_accepting_everything_is_topology_finder_and_nothing_is_none():
         assert same == plan
         assert topology_finder_accepting(lambda rings: False, t, 16, 4, 100e9,
                                          allreduce_degree=d_ar) is None
+
+
+def _member_order_first_reference(rings):
+    """Every rotation of every order compared with the members (the O(k^2) check)."""
+    out = {}
+    for members, orders in rings.items():
+        k = len(members)
+        first = [i for i, o in enumerate(orders)
+                 if any(tuple(o[(j + t) % k] for t in range(k)) == tuple(members)
+                        for j in range(k))]
+        if first:
+            i = first[0]
+            orders = (tuple(members),) + tuple(o for j, o in enumerate(orders) if j != i)
+        out[members] = tuple(orders)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_member_order_first_is_the_rotation_check(seed):
+    rng = np.random.default_rng(seed)
+    rings = {}
+    for _ in range(4):
+        k = int(rng.integers(1, 9))
+        members = tuple(sorted(rng.choice(40, k, replace=False).tolist()))
+        orders = []
+        for _ in range(int(rng.integers(1, 4))):
+            kind = rng.integers(3)
+            if kind == 0:     # a rotation of the member order
+                j = int(rng.integers(k))
+                orders.append(members[j:] + members[:j])
+            elif kind == 1:   # a reversed rotation (another ring)
+                orders.append(tuple(reversed(members)))
+            else:
+                orders.append(tuple(rng.permutation(members).tolist()))
+        rings[members] = tuple(orders)
+    assert llm._member_order_first(rings) == _member_order_first_reference(rings)
