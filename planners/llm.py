@@ -45,7 +45,7 @@ from topoopt.executor import Executor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
 from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
 from topoopt.fabrics.direct import direct_connect
-from topoopt.finder.topology_finder import TopologyPlan, topology_finder
+from topoopt.finder.topology_finder import TopologyPlan, topology_finder_accepting
 from topoopt.interrupt import stop_requested
 from topoopt.llm import (
     HBM_USABLE,
@@ -214,22 +214,47 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
     return fitting, len(space)
 
 
-def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
-    """``plan`` with each group's member-order ring (stride 1), when it has one, first
+def _member_order_first(rings: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]]
+                        ) -> dict[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """``rings`` with each group's member-order ring (stride 1), when it has one, first
     and starting at its smallest member: the ring NCCL runs for a communicator whose
     ranks are in server order, which keeps the launch order (``rank_order.txt``) the
     servers in order."""
-    rings = {}
-    for members, orders in plan.rings.items():
-        k = len(members)
+    out = {}
+    for members, orders in rings.items():
+        # members are distinct: o is a rotation of them iff it is the one that starts
+        # where members[0] sits
         first = [i for i, o in enumerate(orders)
-                 if any(tuple(o[(j + t) % k] for t in range(k)) == tuple(members)
-                        for j in range(k))]
+                 if members and members[0] in o
+                 and tuple(o[o.index(members[0]):]) + tuple(o[:o.index(members[0])])
+                 == tuple(members)]
         if first:
             i = first[0]
             orders = (tuple(members),) + tuple(o for j, o in enumerate(orders) if j != i)
-        rings[members] = tuple(orders)
-    return replace(plan, rings=rings)
+        out[members] = tuple(orders)
+    return out
+
+
+def _member_ring_first(plan: TopologyPlan) -> TopologyPlan:
+    """``plan`` with :func:`_member_order_first` rings."""
+    return replace(plan, rings=_member_order_first(plan.rings))
+
+
+@dataclass(frozen=True)
+class _LaunchCheck:
+    """TopologyFinder's ``accept_rings`` for an LLM's traffic: False when the largest
+    group (the one :func:`launch_order` follows) has rings of its own whose launch order
+    would not keep the traffic; True when it has none yet (decided later)."""
+
+    traffic: LLMTraffic
+    largest: tuple[int, ...]
+    servers: int
+
+    def __call__(self, rings: Mapping) -> bool:
+        if self.largest not in rings:
+            return True
+        first = _member_order_first({self.largest: rings[self.largest]})
+        return launch_preserves_traffic(self.traffic, launch_order(first, self.servers))
 
 
 @dataclass(frozen=True)
@@ -258,25 +283,37 @@ def _finder_tasks(shape, par, cluster, job, seed, finder_kwargs) -> list[_Finder
 
 
 def _topoopt_split(task: _FinderTask) -> tuple | None:
-    """``task.parallel`` on TopologyFinder's topology for its traffic at one port split;
-    None when the launch order of ``rank_order.txt`` (NCCL following the largest
-    group's first ring) would not leave the traffic as planned. A pure function of
-    its task, so it runs in any executor's worker."""
+    """``task.parallel`` on TopologyFinder's topology for its traffic at one port split,
+    as ``(iteration, comm, plan, d_ar)``; None when the launch order of
+    ``rank_order.txt`` (NCCL following the largest group's first ring) would not leave
+    the traffic as planned, found from the rings before the rest of TopologyFinder runs.
+    A pure function of its task, so it runs in any executor's worker; what it returns
+    is small (the traffic and fabric are rebuilt for the plan kept: pickled, they are
+    ~170 MB at 2,048 servers)."""
     shape, par, cluster, job = task.shape, task.parallel, task.cluster, task.job
     batch = job.global_batch(cluster)
     t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
                     job.dtype_bytes)
-    plan = _member_ring_first(topology_finder(
-        finder_traffic(t), cluster.servers, cluster.nics, cluster.link_bandwidth,
-        cluster.link_latency, seed=task.seed, allreduce_degree=task.d_ar,
-        **task.finder_kwargs))
+    ft = finder_traffic(t)
+    largest = min((g.members for g in ft.allreduce), key=lambda m: (-len(m), m), default=())
+    found = topology_finder_accepting(
+        _LaunchCheck(t, largest, cluster.servers), ft, cluster.servers, cluster.nics,
+        cluster.link_bandwidth, cluster.link_latency, seed=task.seed,
+        allreduce_degree=task.d_ar, **task.finder_kwargs)
+    if found is None:
+        return None
+    plan = _member_ring_first(found)
     if not launch_preserves_traffic(t, launch_order(plan.rings, cluster.servers)):
         return None
-    fabric = direct_connect(plan.topology, plan.routes, optics="patch_panel",
-                            name="topoopt", rings=plan.rings)
-    comm = fabric_comm_times(t, fabric, plan.rings)
-    it = llm_iteration(shape, par, cluster, batch, job.precision, t, comm)
-    return it, comm, t, plan, fabric, plan.degree_allreduce
+    comm = fabric_comm_times(t, _shard_fabric(plan), plan.rings)
+    return llm_iteration(shape, par, cluster, batch, job.precision, t, comm), comm, plan, \
+        plan.degree_allreduce
+
+
+def _shard_fabric(plan: TopologyPlan):
+    """The TopoOpt shard of ``plan`` as a fabric."""
+    return direct_connect(plan.topology, plan.routes, optics="patch_panel", name="topoopt",
+                          rings=plan.rings)
 
 
 def _topoopt(shape, par, cluster, job, seed, finder_kwargs) -> list[tuple]:
@@ -315,14 +352,20 @@ def evaluate_fabric(name: str, candidates: Sequence[LLMCandidate], shape: Transf
     """The fastest of ``candidates`` on the fabric called ``name`` (the TopoOpt shard:
     each on its own TopologyFinder topology, every port split tried, as tasks of
     ``executor`` when given; the result does not depend on it)."""
-    best, tried = None, 0
+    best: tuple | None = None
+    tried = 0
     fabric = None if name == "topoopt" else build_fabric(name, cluster, prices, seed)
     if name == "topoopt":
-        for cand, (it, comm, t, plan, fab, d_ar) in _topoopt_runs(
+        for cand, (it, comm, plan, d_ar) in _topoopt_runs(
                 candidates, shape, cluster, job, seed, dict(finder_kwargs or {}), executor):
             tried += 1
             if best is None or it.total < best[0].total:
-                best = (it, comm, t, cand.parallel, plan, fab, d_ar)
+                best = (it, comm, None, cand.parallel, plan, None, d_ar)
+        if best is not None:
+            par = best[3]
+            t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server,
+                            job.global_batch(cluster), job.dtype_bytes)
+            best = (*best[:2], t, par, best[4], _shard_fabric(best[4]), best[6])
     else:
         for cand in candidates:
             if stop_requested() and best is not None:

@@ -79,15 +79,21 @@ def mp_hop_bytes(mp: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> fl
         (``scipy.sparse.csgraph.shortest_path``) weighted by ``mp``.
     """
     s_of, t_of = np.nonzero(mp)
+    return _hop_bytes(s_of, t_of, mp[s_of, t_of], src, dst, n)
+
+
+def _hop_bytes(s_of: np.ndarray, t_of: np.ndarray, nbytes: np.ndarray, src: np.ndarray,
+               dst: np.ndarray, n: int) -> float:
     hops = pair_hops(src, dst, n, s_of, t_of, -1)
     if (hops < 0).any():
         return np.inf
-    return float((mp[s_of, t_of] * hops).sum())
+    return float((nbytes * hops).sum())
 
 
-def _score(mp: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int, p: int) -> float:
+def _score(pairs: tuple[np.ndarray, np.ndarray, np.ndarray], src: np.ndarray,
+           dst: np.ndarray, n: int, p: int) -> float:
     ring = np.arange(n, dtype=np.int64)
-    return mp_hop_bytes(mp, np.r_[src, ring], np.r_[dst, (ring + p) % n], n)
+    return _hop_bytes(*pairs, np.r_[src, ring], np.r_[dst, (ring + p) % n], n)
 
 
 def backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed: int,
@@ -126,9 +132,11 @@ def backbone_stride(mp: np.ndarray, topology: Topology, primes_only: bool, seed:
     if not (mp.sum(axis=1) > 0).any():
         return cands[0]
     src, dst = _links(topology)
+    s_of, t_of = np.nonzero(mp)           # the pairs once, not per stride
+    pairs = (s_of, t_of, mp[s_of, t_of])
     best, best_cost = cands[0], np.inf
     for p in sorted(cands, key=lambda q: (q != cands[0], q)):
-        cost = _score(mp, src, dst, n, p)
+        cost = _score(pairs, src, dst, n, p)
         if cost < best_cost * (1.0 - 1e-12):
             best, best_cost = p, cost
     return int(best)

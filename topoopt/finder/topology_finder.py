@@ -47,7 +47,8 @@ from topoopt.topology.topology import (
 )
 from topoopt.traffic import Traffic
 
-__all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "check_topology_plan",
+__all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "topology_finder_accepting",
+           "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
 
 #: Largest shard whose matching tie-break is drawn as an n x n array (see _match_mp)
@@ -237,28 +238,44 @@ def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float,
         b.ring(ring_order(tuple(range(n)), p), f"backbone:p={p}")
         ring_groups[tuple(range(n))] = backbone_sel.strides
     # Step 2: AllReduce rings per group
-    budget = np.maximum(0, d_ar - b.used)
-    groups = traffic.allreduce
-    degrees = allocate_group_degrees([g.members for g in groups],
-                                     [g.network_bytes for g in groups], budget)
-    rings: dict[tuple[int, ...], tuple[Ring, ...]] = {}
-    selections = {}
-    for g, dk in zip(groups, degrees):
-        if dk == 0:
-            continue
-        sel = select_permutations(len(g.members), dk, primes_only=primes_only, seed=seed)
-        selections[g.members] = sel
-        orders = []
-        for p in sel.strides:
-            order = ring_order(g.members, p)
+    degrees, selections, rings = _group_rings(traffic, np.maximum(0, d_ar - b.used),
+                                              primes_only, seed)
+    for members, orders in rings.items():
+        for p, order in zip(selections[members].strides, orders):
             b.ring(order, f"ring:p={p}")
-            orders.append(order)
-        rings[g.members] = tuple(orders)
-        ring_groups[g.members] = sel.strides
+        ring_groups[members] = selections[members].strides
     rounds = _match_mp(b, traffic.mp, decay, rng, matching)
     spare = _spare_rings(b, seed)
     return _Layout(b.topology(bandwidth, latency), d_ar, rings, ring_groups, tuple(degrees),
                    selections, backbone_sel, rounds, spare)
+
+
+def _group_rings(traffic: Traffic, budget: np.ndarray, primes_only: bool, seed: int
+                 ) -> tuple[tuple[int, ...], dict[tuple[int, ...], PermutationSelection],
+                            dict[tuple[int, ...], tuple[Ring, ...]]]:
+    """Step 2 without building: d_k per group for ``budget`` ports per server, and the
+    strides and ring orders of the groups that get rings."""
+    groups = traffic.allreduce
+    degrees = allocate_group_degrees([g.members for g in groups],
+                                     [g.network_bytes for g in groups], budget)
+    selections, rings = {}, {}
+    for g, dk in zip(groups, degrees):
+        if dk:
+            sel = select_permutations(len(g.members), dk, primes_only=primes_only, seed=seed)
+            selections[g.members] = sel
+            rings[g.members] = tuple(ring_order(g.members, p) for p in sel.strides)
+    return tuple(degrees), selections, rings
+
+
+def _rings_rejected(traffic: Traffic, n: int, d: int, primes_only: bool, seed: int,
+                    d_ar: int | None, accept_rings: Callable[[Mapping], bool]) -> bool:
+    """Whether ``accept_rings`` refuses the Step 2 rings of both passes (without and
+    with the backbone ring, which takes one port of every server whatever its stride),
+    so that it refuses the plan's whichever pass it takes."""
+    if d_ar is None:
+        d_ar = split_degree(d, traffic.allreduce_bytes, traffic.mp_bytes)
+    return all(not accept_rings(_group_rings(traffic, np.full(n, max(0, d_ar - used)),
+                                             primes_only, seed)[2]) for used in (0, 1))
 
 
 def _match_mp(b: _Builder, mp: np.ndarray, decay: Callable[[float, int], float],
@@ -533,8 +550,40 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
     >>> plan.degree_allreduce + plan.degree_mp
     4
     """
+    plan = topology_finder_accepting(
+        None, traffic, servers, ports, link_bandwidth, link_latency,
+        primes_only=primes_only, mp_decay=mp_decay, k_paths=k_paths, routing=routing,
+        max_extra_hops=max_extra_hops, seed=seed, matching=matching,
+        allreduce_degree=allreduce_degree, implementation=implementation)
+    assert plan is not None
+    return plan
+
+
+def topology_finder_accepting(accept_rings: Callable[[Mapping], bool] | None,
+                              traffic: Traffic, servers: int, ports: int,
+                              link_bandwidth: float, link_latency: float = 1e-6, *,
+                              primes_only: bool = False,
+                              mp_decay: float | Callable[[float, int], float] = 0.5,
+                              k_paths: int = 4, routing: str = "kshortest",
+                              max_extra_hops: int | None = 0, seed: int = 0,
+                              matching: str = "rustworkx", allreduce_degree: int | None = None,
+                              implementation: str = "fast") -> TopologyPlan | None:
+    """:func:`topology_finder`'s plan, or None as soon as ``accept_rings`` refuses it.
+
+    ``accept_rings(rings)`` sees the ring orders of the groups that got rings of their
+    own in Step 2 (members -> orders, the plan's ``rings`` for those groups) and returns
+    False only if no plan with them can be used (a caller's own check on the rings,
+    such as a launch order that must keep the traffic). It is asked before Step 3 (the
+    matchings) for both passes, and again on the pass kept, before the routes: a
+    refused plan costs Step 2, not the whole run. Same options as
+    :func:`topology_finder`; a plan it returns is the one :func:`topology_finder` gives
+    (None for ``accept_rings``: never refused).
+    """
     n, d = _check_arguments(traffic, servers, ports, link_bandwidth, routing, k_paths,
                             allreduce_degree, implementation)
+    if accept_rings is not None and _rings_rejected(traffic, n, d, primes_only, seed,
+                                                    allreduce_degree, accept_rings):
+        return None
     decay = _decay_fn(mp_decay)
     layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
                     None, matching, allreduce_degree)
@@ -542,6 +591,8 @@ def topology_finder(traffic: Traffic, servers: int, ports: int, link_bandwidth: 
         stride = backbone_stride(traffic.mp, layout.topology, primes_only, seed)
         layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
                         seed, stride, matching, allreduce_degree)
+    if accept_rings is not None and not accept_rings(layout.rings):
+        return None
     topo = layout.topology
     dist = hop_distances(topo)
     direct = {(a, b) for a, _, b, _ in topo.links}
