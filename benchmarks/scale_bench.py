@@ -228,6 +228,12 @@ def main() -> int:
             tree, sides["baseline"] = _install_baseline(args.baseline, work)
         print(f"DLRM, tables = {args.tables_per_server:g} x servers, effort "
               f"{' '.join(effort) or 'of the config'}; {os.cpu_count()} cores")
+        # a fresh install compiles its numba kernels on its first plan (then caches
+        # them on disk): a small plan per side first, so no measured run pays for it
+        warm = _config(template, 8, work, "job.size", "tables", 4)
+        for side, site in sides.items():
+            plan_once(site, warm, work / f"warm-{side}", ["--budget=1", "--workers=1"],
+                      args.timeout, "warm-up")
         current: list[tuple[int, Run]] = []
         for n in sizes:
             tables = max(1, round(n * args.tables_per_server))
