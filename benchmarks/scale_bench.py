@@ -8,7 +8,8 @@ size it prints the wall time, the peak resident memory of the whole process tree
 planner and its workers, summed, sampled every 0.1 s), whether the check passed, each
 stage's result and end (the progress lines: fabric, best time, seconds since start),
 every fabric's iteration time over the Ideal Switch's, and the growth exponent of the
-wall time between consecutive sizes (``log(t2 / t1) / log(n2 / n1)``).
+CPU time (user + system of the process tree) between consecutive sizes
+(``log(t2 / t1) / log(n2 / n1)``).
 
 ``--baseline REF`` plans the sizes up to ``--baseline-max`` with that git ref too (a
 worktree installed with ``pip install --target``, as ``plan_ab_bench.py``) and prints
@@ -29,6 +30,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -52,6 +54,7 @@ class Run:
     label: str
     wall: float = math.nan
     peak_rss: float = 0.0
+    cpu: float = math.nan
     code: int = -1
     check: str = "-"
     stages: list[str] = field(default_factory=list)
@@ -83,8 +86,18 @@ def _tree_rss(root: int) -> float:
     return total
 
 
-def _run(cmd: list[str], env: dict, timeout: float) -> tuple[int, float, float, str, str]:
-    """``(exit code, wall s, peak tree RSS bytes, stdout, stderr)``; 124 on timeout."""
+def _children_cpu() -> float:
+    """User + system seconds of this process's waited-for descendants so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _run(cmd: list[str], env: dict, timeout: float
+         ) -> tuple[int, float, float, float, str, str]:
+    """``(exit code, wall s, peak tree RSS bytes, CPU s of the tree, stdout, stderr)``;
+    124 on timeout. The CPU time (user + system of the plan and the workers it
+    waited for) is the number to compare on a shared machine."""
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -104,9 +117,10 @@ def _run(cmd: list[str], env: dict, timeout: float) -> tuple[int, float, float, 
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
         code = 124
+    wall = time.perf_counter() - t0
     stop.set()
     sampler.join()
-    return code, time.perf_counter() - t0, peak[0], out, err
+    return code, wall, peak[0], _children_cpu() - cpu0, out, err
 
 
 def _config(template: Path, servers: int, folder: Path, table: str, key: str,
@@ -131,10 +145,10 @@ def plan_once(site: Path | None, config: Path, out: Path, extra: list[str], time
     if site is not None:
         env["PYTHONPATH"] = str(site)
     base = [sys.executable, "-m", "topoopt", "plan"]
-    code, wall, peak, stdout, stderr = _run(
+    code, wall, peak, cpu, stdout, stderr = _run(
         base + [str(config), "-o", str(out), "--no-plots", "--no-report", *extra], env,
         timeout)
-    run = Run(label, wall, peak, code)
+    run = Run(label, wall, peak, cpu, code)
     run.stages = [m.group(0) for m in map(_DONE.match, stderr.splitlines()) if m]
     run.skipped = [line for line in stdout.splitlines() if line.startswith("skipped")]
     if code != 0:
@@ -150,17 +164,19 @@ def plan_once(site: Path | None, config: Path, out: Path, extra: list[str], time
 
 
 def _print_runs(runs: list[tuple[int, Run]]) -> None:
-    head = (f"{'size':>6} {'wall s':>8} {'peak GB':>8} {'growth':>7} {'check':>6}  "
+    head = (f"{'size':>6} {'wall s':>8} {'CPU s':>8} {'peak GB':>8} {'growth':>7} "
+            f"{'check':>6}  "
             "fabric / Ideal Switch")
     print(head + "\n" + "-" * len(head))
     prev: tuple[int, Run] | None = None
     for n, r in runs:
         growth = "-"
         if prev is not None and r.code == 0 and prev[1].code == 0:
-            growth = f"n^{math.log(r.wall / prev[1].wall) / math.log(n / prev[0]):.2f}"
+            # of the CPU time: the wall time of a shared machine moves with its load
+            growth = f"n^{math.log(r.cpu / prev[1].cpu) / math.log(n / prev[0]):.2f}"
         ideal = r.times.get("ideal")
         ratios = " ".join(f"{k} {v / ideal:.2f}" for k, v in r.times.items()) if ideal else ""
-        print(f"{n:>6} {r.wall:8.1f} {r.peak_rss / 1e9:8.2f} {growth:>7} "
+        print(f"{n:>6} {r.wall:8.1f} {r.cpu:8.1f} {r.peak_rss / 1e9:8.2f} {growth:>7} "
               f"{r.check[:6]:>6}  {ratios}")
         if r.check not in ("pass",):
             print(f"{'':>6} {r.check}")
@@ -212,6 +228,12 @@ def main() -> int:
             tree, sides["baseline"] = _install_baseline(args.baseline, work)
         print(f"DLRM, tables = {args.tables_per_server:g} x servers, effort "
               f"{' '.join(effort) or 'of the config'}; {os.cpu_count()} cores")
+        # a fresh install compiles its numba kernels on its first plan (then caches
+        # them on disk): a small plan per side first, so no measured run pays for it
+        warm = _config(template, 8, work, "job.size", "tables", 4)
+        for side, site in sides.items():
+            plan_once(site, warm, work / f"warm-{side}", ["--budget=1", "--workers=1"],
+                      args.timeout, "warm-up")
         current: list[tuple[int, Run]] = []
         for n in sizes:
             tables = max(1, round(n * args.tables_per_server))
@@ -224,9 +246,10 @@ def main() -> int:
                     current.append((n, r))
                 else:
                     cur = current[-1][1]
-                    print(f"  {n} servers: current {cur.wall:.1f} s, baseline {r.wall:.1f} s, "
-                          f"ratio {cur.wall / r.wall:.2f}; same times: "
-                          f"{cur.times == r.times}")
+                    print(f"  {n} servers: current {cur.wall:.1f} s ({cur.cpu:.1f} CPU s), "
+                          f"baseline {r.wall:.1f} s ({r.cpu:.1f} CPU s), ratio "
+                          f"{cur.wall / r.wall:.2f} wall, {cur.cpu / r.cpu:.2f} CPU; "
+                          f"same times: {cur.times == r.times}", flush=True)
         _print_runs(current)
         if args.quality:
             _quality(args, template, work, effort)
@@ -257,7 +280,8 @@ def _quality(args: argparse.Namespace, template: Path, work: Path, effort: list[
         a, b = one.times[k], four.times.get(k, math.nan)
         print(f"{k:10} {a * 1e3:9.2f} {b * 1e3:9.2f} {a / b:6.3f} "
               f"{a / one.times['ideal']:9.2f} {b / four.times['ideal']:9.2f}")
-    print(f"wall: {one.wall:.0f} s at x1, {four.wall:.0f} s at x4; checks {one.check}, "
+    print(f"wall: {one.wall:.0f} s ({one.cpu:.0f} CPU s) at x1, {four.wall:.0f} s "
+          f"({four.cpu:.0f} CPU s) at x4; checks {one.check}, "
           f"{four.check}")
 
 

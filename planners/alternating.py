@@ -17,7 +17,7 @@ their own TopologyFinder topology, and after every round so do the chains' bests
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from topoopt._require import (
@@ -30,6 +30,7 @@ from topoopt._require import (
 from topoopt.cluster import Cluster, Job
 from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.errors import TopoOptError
+from topoopt.estimate import EstimateCache
 from topoopt.fabrics import direct_connect, ideal_switch
 from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_finder
 from topoopt.interrupt import stop_requested
@@ -156,7 +157,8 @@ class AlternatingResult:
 
 def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
                   finder_kwargs: Mapping | None = None, neighbours: bool = True,
-                  base: tuple[TopologyPlan, float] | None = None
+                  base: tuple[TopologyPlan, float] | None = None,
+                  cost_of: Callable[[TopologyPlan], IterationCost] | None = None
                   ) -> tuple[TopologyPlan, float]:
     """TopologyFinder for ``strategy``, trying Step 1's split and, with ``neighbours``,
     one AllReduce port more and one less.
@@ -164,22 +166,26 @@ def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, 
     Algorithm 1 splits d in proportion to traffic; when MP traffic is a sliver, the
     one port it gets may cost AllReduce more than it saves MP. We let the simulator
     judge between the proportional split and its neighbours. ``base``: Step 1's
-    topology and time, when already known.
+    topology and time, when already known; ``cost_of``: the iteration cost on a plan
+    (default a new :class:`~topoopt.planners.cost.IterationCost` per plan).
     """
     return split_topologies(model, strategy, cluster, job, seed, finder_kwargs, neighbours,
-                            base)[0]
+                            base, cost_of)[0]
 
 
 def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
                      seed: int = 0, finder_kwargs: Mapping | None = None,
                      neighbours: bool = True,
-                     base: tuple[TopologyPlan, float] | None = None
+                     base: tuple[TopologyPlan, float] | None = None,
+                     cost_of: Callable[[TopologyPlan], IterationCost] | None = None
                      ) -> list[tuple[TopologyPlan, float]]:
     """:func:`best_topology`'s candidates, fastest first: ``(plan, strategy's time on
     it)`` for Step 1's split and, with ``neighbours``, its neighbours."""
     finder_kwargs = dict(finder_kwargs or {})
 
     def timed(plan: TopologyPlan) -> float:
+        if cost_of is not None:
+            return cost_of(plan)(strategy)
         return IterationCost(model, cluster, job, topoopt_fabric(plan), plan.rings)(strategy)
 
     if base is None:
@@ -301,7 +307,8 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
                        screened_families=screened_families, topology_seed=topology_seed,
                        progress=progress)
     p = _Shard(model, cluster, job, StrategySpace.build(model, cluster, job),
-               seed if topology_seed is None else topology_seed, dict(finder_kwargs or {}))
+               seed if topology_seed is None else topology_seed, dict(finder_kwargs or {}),
+               EstimateCache(model, cluster, job))
     screened = _screen(p, start, seeds, layouts, side_layouts, screen)
     (best_strategy, best_plan, best_t), origin, (start_plan, start_t) = _first_start(p,
                                                                                     screened)
@@ -395,6 +402,12 @@ class _Shard:
     space: StrategySpace
     tseed: int
     finder_kwargs: dict
+    #: the per-operator pieces every topology's estimator shares (they do not depend
+    #: on the fabric), and each plan's cost, kept: the alternation times a plan again
+    #: (a round's splits, its descents, the pick), and a kept cost keeps its memo and
+    #: route caches (plan id -> (plan, cost); the plan held so the id stays its own)
+    cache: EstimateCache | None = field(default=None, compare=False)
+    costs: dict = field(default_factory=dict, compare=False, repr=False)
 
     def topology(self, strategy: Strategy) -> TopologyPlan:
         """TopologyFinder's topology for ``strategy``'s traffic (Step 1's split)."""
@@ -409,9 +422,14 @@ class _Shard:
         return extend_plan(plan, _traffic(self.model, strategy, self.cluster, self.job))
 
     def cost(self, plan: TopologyPlan) -> IterationCost:
-        """Iteration time of a strategy on ``plan``'s shard."""
-        return IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
-                             plan.rings)
+        """Iteration time of a strategy on ``plan``'s shard (one cost per plan, kept)."""
+        hit = self.costs.get(id(plan))
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        cost = IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
+                             plan.rings, cache=self.cache)
+        self.costs[id(plan)] = (plan, cost)
+        return cost
 
 
 def _stage_progress(progress: Callable[[str, int, float], None] | None, stage: str
@@ -476,7 +494,7 @@ def _first_start(p: _Shard, screened: list[Screened]
     for name, strategy, plan_c, t_c in ranked:
         if not stop_requested():  # Ctrl-C: no more descents, but the timed ones compete
             plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
-                                        p.finder_kwargs, base=(plan_c, t_c))
+                                        p.finder_kwargs, base=(plan_c, t_c), cost_of=p.cost)
         if name == "start":
             start_plan, start_t = plan_c, t_c
             best_plan, best_t = plan_c, t_c
@@ -512,14 +530,15 @@ def _round_pick(p: _Shard, found: FabricSearch, best_strategy: Strategy,
         kept = p.fit(res.best, best_plan)
         kept_t = p.cost(kept)(res.best)
         splits_of[res.best.configs] = split_topologies(p.model, res.best, p.cluster, p.job,
-                                                       p.tseed, p.finder_kwargs)
+                                                       p.tseed, p.finder_kwargs,
+                                                       cost_of=p.cost)
         plan_r, t_r = splits_of[res.best.configs][0]
         options += [(kept_t, 1, len(options), res.best, kept),
                     (t_r, 0, len(options), res.best, plan_r)]
     if not options:       # the chains found nothing better
         return _RoundPick(best_strategy, best_plan, best_t, best_t, best_t, best_plan,
                           split_topologies(p.model, best_strategy, p.cluster, p.job, p.tseed,
-                                           p.finder_kwargs))
+                                           p.finder_kwargs, cost_of=p.cost))
     t, _, _, strategy, plan = min(options, key=lambda o: o[:3])
     return _RoundPick(strategy, plan, t,
                       mcmc_time=min(o[0] for o in options if o[1] == 1),

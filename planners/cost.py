@@ -36,16 +36,21 @@ class IterationCost:
     seed : int
     reference : bool
         Use the reference estimator (for checks and benchmarks).
+    cache : topoopt.estimate.EstimateCache, optional
+        Per-operator pieces (compute times, fused segments, MP transfer patterns) to
+        share with other costs of the same (model, cluster, job) on other fabrics:
+        they do not depend on the fabric (default a cache of its own).
     """
 
     def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric, rings=None,
-                 overlap: bool = True, seed: int = 0, reference: bool = False) -> None:
+                 overlap: bool = True, seed: int = 0, reference: bool = False,
+                 cache: EstimateCache | None = None) -> None:
         self.model, self.cluster, self.job, self.fabric = model, cluster, job, fabric
         self.rings, self.overlap, self.seed = rings, overlap, seed
         # the reference path simulates a static network: on a reconfigurable fabric it
         # would freeze the initial circuits, so such a fabric keeps its own simulation
         self.reference = reference and reconfiguration_of(fabric) is None
-        self.cache = EstimateCache(model, cluster, job)
+        self.cache = cache if cache is not None else EstimateCache(model, cluster, job)
         # a reconfigurable fabric (OCS-reconfig, SiP-ML) gets its time-varying simulation
         self.fast = iteration_estimator(model, cluster, job, fabric, rings, overlap,
                                         cache=self.cache)

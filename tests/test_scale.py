@@ -72,6 +72,30 @@ def test_a_descent_on_another_split_keeps_a_topology_fitted_to_its_strategy():
     assert t == pytest.approx(p.cost(plan)(strategy), rel=1e-12)   # timed as kept
 
 
+def test_a_kept_cost_with_the_shared_cache_times_as_a_fresh_one():
+    # the alternation keeps one cost per plan and one EstimateCache for every plan:
+    # the same plan gives the same cost back, and each strategy on each plan takes
+    # exactly the time a fresh IterationCost of its own gives (the old path)
+    from topoopt.estimate import EstimateCache
+    from topoopt.planners.alternating import topoopt_fabric
+    from topoopt.planners.cost import IterationCost
+
+    p0 = _dlrm_shard(16, 8)
+    p = _Shard(p0.model, p0.cluster, p0.job, p0.space, 0, {},
+               EstimateCache(p0.model, p0.cluster, p0.job))
+    start = start_strategy(p.model, p.cluster, p.job, p.space)
+    layouts = [lay.strategy for lay in structured_strategies(p.model, p.space)][:6]
+    plans = [plan for plan, _ in split_topologies(p.model, start, p.cluster, p.job,
+                                                  cost_of=p.cost)]
+    assert len(plans) >= 2
+    for plan in plans:
+        assert p.cost(plan) is p.cost(plan)
+        assert p.cost(plan).cache is p.cache
+        for s in [start, *layouts]:
+            fresh = IterationCost(p.model, p.cluster, p.job, topoopt_fabric(plan), plan.rings)
+            assert p.cost(plan)(s) == fresh(s)
+
+
 def test_the_plan_summary_names_the_skipped_exports(tmp_path):
     # 512 servers do not fit the default OCS's ports: the summary says what was not
     # written and why, on stdout with the rest of it, not only in a note line
