@@ -549,7 +549,7 @@ def test_the_critical_path_bound_is_the_time_of_a_chain_without_contention():
     # forward, backward, the gradient back, backward, update; nothing waits for a
     # server or a link, so the longest chain is the time
     ops = (Operator("a", "dense", params=1 << 20, fwd_flops=4e9, bwd_flops=8e9,
-                    out_elems=1 << 16),
+                    out_elems=1 << 20),
            Operator("b", "dense", params=1 << 20, fwd_flops=4e9, bwd_flops=8e9,
                     out_elems=1 << 10, inputs=("a",)))
     model = Model("chain", ops)
