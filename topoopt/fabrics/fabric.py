@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import connected_components
 
 from topoopt._frozen import FrozenDict
 from topoopt.errors import PlanCheckError, TopoOptError
@@ -311,8 +311,11 @@ def _with_access(core: FlowRoutes, up: np.ndarray, down: np.ndarray) -> FlowRout
 class _CoreRouter:
     """Shortest-path routing among the routing nodes (switches, or servers when direct).
 
-    Holds all-pairs hop distances ``D`` and shortest-path counts ``sigma`` over the
-    core graph (every link between two routing nodes) and a growing CSR store of
+    Hop distances ``D`` and shortest-path counts ``sigma`` over the core graph
+    (every link between two routing nodes) are computed lazily: the rows of the
+    sources (``from_``) and the columns of the targets (``to``, a BFS on the
+    reversed graph) that the routed pairs need, never the all-pairs tables (a
+    plan's pairs mostly have explicit routes). Routes go to a growing CSR store of
     per-pair routes. ECMP weight of link ``u -> v`` on pair ``(s, t)``:
     ``sigma[s, u] sigma[v, t] / sigma[s, t]`` when ``D[s,u] + 1 + D[v,t] = D[s,t]``
     (the share of equally weighted shortest paths that cross it).
@@ -331,10 +334,12 @@ class _CoreRouter:
         self.link_id = np.flatnonzero(core_mask)
         self.u = self.local[fabric.src[core_mask]]
         self.v = self.local[fabric.dst[core_mask]]
+        # link multiplicities: a path count counts parallel links separately
         adj = csr_matrix((np.ones(self.u.size), (self.u, self.v)), shape=(c, c))
         adj.sum_duplicates()
-        self.D: np.ndarray = shortest_path(adj, method="D", unweighted=True)
-        self.sigma = self._path_counts()
+        self.adj = adj
+        self.from_ = _Layers(adj)           # rows: D[s, :], sigma[s, :]
+        self.to = _Layers(adj.T.tocsr())    # columns: D[:, t], sigma[:, t]
         self.row_of = np.full((c, c), -1, np.int64)
         self.explicit_row = np.zeros(0, bool)
         self._ptr: list[int] = [0]
@@ -345,27 +350,6 @@ class _CoreRouter:
         self._out: tuple | None = None
         if fabric.explicit:
             self._load_explicit(fabric)
-
-    def _path_counts(self) -> np.ndarray:
-        """``sigma[s, t]``: number of shortest paths, layer by layer from each source."""
-        c, D = self.c, self.D
-        sigma = np.eye(c)
-        if self.u.size == 0:
-            return sigma
-        finite = D[np.isfinite(D)]
-        depth = int(finite.max()) if finite.size else 0
-        head = csr_matrix((np.ones(self.u.size), (self.v, np.arange(self.u.size))),
-                          shape=(c, self.u.size))
-        step = max(1, _PAIR_CHUNK // self.u.size)
-        for lo in range(0, c, step):  # sources are independent: bound the memory
-            du, dv = D[lo:lo + step][:, self.u], D[lo:lo + step][:, self.v]
-            sig = sigma[lo:lo + step]
-            for k in range(1, depth + 1):
-                mask = (du == k - 1) & (dv == k)
-                if mask.any():
-                    sig = sig + (head @ np.where(mask, sig[:, self.u], 0.0).T).T
-            sigma[lo:lo + step] = sig
-        return sigma
 
     def _append_block(self, counts: np.ndarray, links: np.ndarray,
                       weights: np.ndarray) -> np.ndarray:
@@ -418,8 +402,9 @@ class _CoreRouter:
             rows = self.row_of[la, lb]
         return rows
 
-    def _unreachable(self, s: np.ndarray, t: np.ndarray) -> None:
-        bad = ~np.isfinite(self.D[s, t])
+    def _unreachable(self, s: np.ndarray, t: np.ndarray, hops: np.ndarray) -> None:
+        """Raise unless every ``hops[i]`` (the distance ``s[i] -> t[i]``) is finite."""
+        bad = ~np.isfinite(hops)
         if bad.any():
             f = self.fabric
             a, b = self.global_[s[bad][0]], self.global_[t[bad][0]]
@@ -429,19 +414,23 @@ class _CoreRouter:
                                "the topology is not strongly connected")
 
     def _compute(self, s: np.ndarray, t: np.ndarray) -> None:
-        self._unreachable(s, t)
+        # the rows of the sources and the columns of the targets asked, nothing more
+        rs, ct = self.from_.slots(s), self.to.slots(t)
+        self._unreachable(s, t, self.to.dist[ct, s])
         same = s == t
         if same.any():
             self.row_of[s[same], t[same]] = self._append_block(
                 np.zeros(int(same.sum()), np.int64), np.empty(0, np.int64), np.empty(0))
-        s, t = s[~same], t[~same]
+        s, t, rs, ct = s[~same], t[~same], rs[~same], ct[~same]
         step = max(1, _PAIR_CHUNK // max(self.u.size, 1))
-        D, sig = self.D, self.sigma
+        Df, sf, Dt, st = self.from_.dist, self.from_.count, self.to.dist, self.to.count
         for lo in range(0, s.size, step):
             ps, pt = s[lo:lo + step], t[lo:lo + step]
-            on = (D[ps][:, self.u] + 1 + D[self.v][:, pt].T) == D[ps, pt][:, None]
+            pr, pc = rs[lo:lo + step], ct[lo:lo + step]
+            # D[s, u] + 1 + D[v, t] == D[s, t]
+            on = (Df[pr][:, self.u] + 1 + Dt[pc][:, self.v]) == Df[pr, pt][:, None]
             r, e = np.nonzero(on)
-            w = sig[ps[r], self.u[e]] * sig[self.v[e], pt[r]] / sig[ps[r], pt[r]]
+            w = sf[pr[r], self.u[e]] * st[pc[r], self.v[e]] / sf[pr[r], pt[r]]
             counts = np.bincount(r, minlength=ps.size)
             self.row_of[ps, pt] = self._append_block(counts, self.link_id[e], w)
 
@@ -487,21 +476,22 @@ class _CoreRouter:
                      ) -> FlowRoutes:
         """One shortest path per flow, uniform over the shortest paths of its pair."""
         s, t = self.local[a], self.local[b]
-        self._unreachable(s, t)
+        ct = self.to.slots(t)
+        Dt, st = self.to.dist, self.to.count   # D[x, t[i]] = Dt[ct[i], x]
+        self._unreachable(s, t, Dt[ct, s])
         table, _ = self._out_table()
-        D, sig = self.D, self.sigma
-        hops = D[s, t].astype(np.int64)
+        hops = Dt[ct, s].astype(np.int64)
         cur = s.copy()
         steps = int(hops.max()) if hops.size else 0
         chosen = np.full((s.size, max(steps, 1)), -1, np.int64)
         for k in range(steps):
             live = k < hops
             cand = table[cur[live]]                         # (P, width) core-link idx
-            tl = t[live][:, None]
+            cl = ct[live]
             ok = cand >= 0
             head = np.where(ok, self.v[np.maximum(cand, 0)], 0)
-            ok &= D[head, tl] == (D[cur[live], t[live]] - 1)[:, None]
-            wgt = np.where(ok, sig[head, tl], 0.0)
+            ok &= Dt[cl[:, None], head] == (Dt[cl, cur[live]] - 1)[:, None]
+            wgt = np.where(ok, st[cl[:, None], head], 0.0)
             cum = np.cumsum(wgt, axis=1)
             pick = (cum < rng.random(int(cum.shape[0]))[:, None] * cum[:, -1:]).sum(axis=1)
             e = cand[np.arange(cand.shape[0]), pick]
@@ -524,7 +514,9 @@ class _CoreRouter:
                     return [(tuple(int(v) for v in p), float(w)) for p, w in options]
         if s == t:
             return [((), 1.0)]
-        self._unreachable(np.array([s]), np.array([t]))
+        slot = self.to.slots(np.array([t]))[0]   # before reading dist: it may grow
+        col = self.to.dist[slot]                  # D[:, t]
+        self._unreachable(np.array([s]), np.array([t]), col[[s]])
         table, deg = self._out_table()
         out: list[tuple[int, ...]] = []
 
@@ -533,11 +525,68 @@ class _CoreRouter:
                 out.append(tuple(int(self.link_id[e]) for e in acc))
                 return
             for e in table[node, :deg[node]]:
-                if self.D[self.v[e], t] == self.D[node, t] - 1:
+                if col[self.v[e]] == col[node] - 1:
                     walk(int(self.v[e]), acc + [int(e)])
 
         walk(s, [])
         return [(p, 1.0 / len(out)) for p in out]
+
+
+class _Layers:
+    """Hop distances and shortest-path counts from some roots, computed on demand.
+
+    A breadth-first search from each root asked (in chunks of roots, layer by
+    layer: the counts of a layer are the previous layer's counts pushed along
+    ``adj``, whose entries are link multiplicities), cached per root. Over the
+    transposed graph a root's row is a column of the original tables.
+    """
+
+    def __init__(self, adj: csr_matrix) -> None:
+        self.adj_t = adj.T.tocsr()  # (to, from): one product pushes a frontier one hop
+        self.c = adj.shape[0]
+        self.slot = np.full(self.c, -1, np.int64)
+        self.size = 0
+        self.dist = np.empty((0, self.c))
+        self.count = np.empty((0, self.c))
+
+    def slots(self, roots: np.ndarray) -> np.ndarray:
+        """Rows of ``dist``/``count`` holding ``roots``' tables, computing missing ones."""
+        roots = np.asarray(roots, np.int64)
+        new = np.unique(roots[self.slot[roots] < 0])
+        if new.size:
+            if self.size + new.size > self.dist.shape[0]:
+                cap = min(self.c, max(2 * self.dist.shape[0], self.size + new.size))
+                for name in ("dist", "count"):
+                    grown = np.empty((cap, self.c))
+                    grown[:self.size] = getattr(self, name)[:self.size]
+                    setattr(self, name, grown)
+            step = max(1, _PAIR_CHUNK // max(self.c, 1))
+            for lo in range(0, new.size, step):
+                part = new[lo:lo + step]
+                at = slice(self.size, self.size + part.size)
+                self.dist[at], self.count[at] = self._search(part)
+                self.slot[part] = np.arange(at.start, at.stop)
+                self.size += part.size
+        return self.slot[roots]
+
+    def _search(self, roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m, c = roots.size, self.c
+        dist = np.full((m, c), np.inf)
+        count = np.zeros((m, c))
+        idx = np.arange(m)
+        dist[idx, roots] = 0.0
+        count[idx, roots] = 1.0
+        frontier = count.copy()
+        k = 0
+        while True:
+            k += 1
+            pushed = (self.adj_t @ frontier.T).T      # sum over in-links of the layer's counts
+            reached = (pushed > 0) & np.isinf(dist)
+            if not reached.any():
+                return dist, count
+            dist[reached] = k
+            frontier = np.where(reached, pushed, 0.0)
+            count[reached] = pushed[reached]
 
 
 def check_fabric(fabric: Fabric) -> None:
@@ -586,5 +635,7 @@ def check_fabric(fabric: Fabric) -> None:
             raise PlanCheckError("a switched fabric attaches servers to switches (ids >= n)")
     core = fabric._core()
     att = core.local[fabric.attach]
-    if not np.all(np.isfinite(core.D[np.ix_(np.unique(att), np.unique(att))])):
+    # every server reaches every other iff their routing nodes share one strong component
+    _, label = connected_components(core.adj, directed=True, connection="strong")
+    if np.unique(label[att]).size > 1:
         raise PlanCheckError(f"fabric {fabric.name!r} is not strongly connected")
