@@ -92,7 +92,7 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _run(cmd: list[str], env: dict, timeout: float
+def _run(cmd: list[str], env: dict, timeout: float, cwd: Path
          ) -> tuple[int, float, float, float, str, str]:
     """``(exit code, wall s, peak tree RSS bytes, CPU s of the tree, stdout, stderr)``;
     124 on timeout. The CPU time (user + system of the plan and the workers it
@@ -100,7 +100,7 @@ def _run(cmd: list[str], env: dict, timeout: float
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, cwd=cwd)
     peak = [0.0]
     stop = threading.Event()
 
@@ -145,9 +145,12 @@ def plan_once(site: Path | None, config: Path, out: Path, extra: list[str], time
     if site is not None:
         env["PYTHONPATH"] = str(site)
     base = [sys.executable, "-m", "topoopt", "plan"]
+    # ``-m`` puts the working folder first on sys.path: run outside any checkout, or a
+    # run from the repository would import this tree's topoopt, not ``site``'s
+    cwd = out.parent
     code, wall, peak, cpu, stdout, stderr = _run(
         base + [str(config), "-o", str(out), "--no-plots", "--no-report", *extra], env,
-        timeout)
+        timeout, cwd)
     run = Run(label, wall, peak, cpu, code)
     run.stages = [m.group(0) for m in map(_DONE.match, stderr.splitlines()) if m]
     run.skipped = [line for line in stdout.splitlines() if line.startswith("skipped")]
@@ -157,7 +160,7 @@ def plan_once(site: Path | None, config: Path, out: Path, extra: list[str], time
     doc = json.loads((out / "plan.json").read_text())
     run.times = dict(doc["iteration_time_s"])
     check = subprocess.run(base + ["--check", str(out)], env=env, capture_output=True,
-                           text=True)
+                           text=True, cwd=cwd)
     run.check = "pass" if check.returncode == 0 else (
         "FAIL " + (check.stdout + check.stderr).strip().splitlines()[-1])
     return run
