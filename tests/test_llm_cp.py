@@ -92,8 +92,10 @@ def test_cp_splits_activations_and_passes_kv_around_a_ring():
     layers = max(stage_layers(GPT3.layers, 2))
     assert t.network_bytes()["cp"] == pytest.approx(2 * 3 * 3 * layers * par.gpus * block)
     assert sum(it.parts().values()) == pytest.approx(it.total)
-    no_overlap = _iteration(GPT3, par, 8, Overlap(cp_comm=False))[0]
-    assert it.total <= no_overlap.total and no_overlap.cp > 0
+    # the default is Llama 3's all-gather, exposed; a ring under the attention is
+    # never slower (Megatron-Core's p2p)
+    ring = _iteration(GPT3, par, 8, Overlap(cp_comm=True))[0]
+    assert ring.total <= it.total and ring.cp <= it.cp and it.cp > 0
 
 
 def test_edge_layers_keep_every_layer_and_thin_the_edges():

@@ -19,7 +19,9 @@ the GPU updates). What overlaps is :class:`Overlap`: by default what Megatron-LM
 does with the distributed optimizer, ``--overlap-grad-reduce`` and
 ``--overlap-param-gather`` (the reduce-scatter under the last micro-batch's backward,
 the all-gather under the next iteration's first forward), overlapped pipeline
-sends and the context-parallel K/V ring under the attention it feeds; TP overlap (``--tp-comm-overlap``) is off by default, as in Megatron.
+sends; TP overlap (``--tp-comm-overlap``) is off by default, as in Megatron. The
+context-parallel K/V exchange is Llama 3's all-gather, exposed (``cp_comm``: a ring
+under the attention).
 :data:`SC21` turns every overlap off (Megatron-LM of SC'21 reduced after the flush).
 
 Model FLOPs (for MFU) are ``6 N + 12 L s h`` per token
@@ -43,7 +45,8 @@ from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["Overlap", "SC21", "CommTimes", "LayerTimes", "LLMIteration", "llm_iteration",
            "layer_times", "ideal_comm_times", "nvlink_rate", "hardware_flops_per_token",
-           "megatron_flops_per_token", "optimizer_bytes_per_param", "optimizer_time"]
+           "megatron_flops_per_token", "optimizer_bytes_per_param", "optimizer_time",
+           "FLASH_BWD_OVER_FWD"]
 
 #: Bytes per element streamed by the unfused softmax path of one attention score
 #: (Megatron-LM SC'21's fused scale-mask-softmax then dropout): forward reads the 2-byte
@@ -56,6 +59,13 @@ SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9.0, 11.0
 #: ``dP = dO V^T`` writes, ``dV = P^T dO`` reads ``P``, ``dQ = dS K`` and ``dK = dS^T Q``
 #: read ``dS`` (per GEMM: forward 2, backward 4 over its two kernels).
 BMM_SCORE_BYTES_FWD, BMM_SCORE_BYTES_BWD = 2.0, 4.0
+
+#: FLOPs of FlashAttention's backward kernel over its forward's: ``dV``, ``dP``,
+#: ``dQ``, ``dK`` and the recomputed ``Q K^T``, five matmuls to the forward's two. It is
+#: the count FlashAttention's published fwd+bwd TFLOP/s use (``flops(..., mode)`` in
+#: Dao-AILab/flash-attention ``benchmarks/benchmark_flash_attention.py``: ``bwd`` 2.5 x,
+#: ``fwd_bwd`` 3.5 x the forward), so the kernel is timed on those FLOPs at that rate.
+FLASH_BWD_OVER_FWD = 2.5
 
 #: Bytes per parameter of Adam's step on 16-bit weights with fp32 main weights, as
 #: Megatron-LM's mixed-precision optimizer runs it kernel by kernel
@@ -74,8 +84,9 @@ FP16_LOSS_SCALE_BYTES = 6.0 + 8.0
 
 @dataclass(frozen=True)
 class Overlap:
-    """Which communication runs under compute (all True but ``tp_comm``: Megatron-LM's
-    defaults with the distributed optimizer and its overlap flags).
+    """Which communication runs under compute (all True but ``tp_comm`` and
+    ``cp_comm``: Megatron-LM's defaults with the distributed optimizer and its overlap
+    flags; context parallelism as Llama 3 ran it).
 
     Attributes
     ----------
@@ -92,9 +103,13 @@ class Overlap:
         Pipeline sends and receives under the next micro-batch's compute (Megatron's
         overlapped P2P communication).
     cp_comm : bool
-        The context-parallel ring's K/V steps under the attention blocks they feed
-        (Megatron-Core's ring attention runs step ``i + 1``'s send during step ``i``'s
-        attention): only what exceeds the stage's attention time is exposed.
+        False (default): context parallelism as Llama 3 ran it (Grattafiori et al.,
+        arXiv 2407.21783, §3.3.2): K and V all-gathered before the attention, their
+        gradients reduce-scattered after it ("the all-gather communication latency is
+        exposed in the critical path"): the same bytes as a ring, all exposed. True:
+        Megatron-Core's ring attention (``--cp-comm-type p2p``), which sends step
+        ``i + 1``'s block during step ``i``'s attention: only what exceeds the stage's
+        attention time is exposed.
     fused_grad_accumulation : bool
         Not an overlap but a fusion of the same vintage: the weight-gradient GEMMs
         accumulate into the gradient buffer (Megatron-core's
@@ -108,7 +123,7 @@ class Overlap:
     tp_comm: bool = False
     pp_comm: bool = True
     fused_grad_accumulation: bool = True
-    cp_comm: bool = True
+    cp_comm: bool = False
 
 
 #: Nothing overlapped nor fused: Megatron-LM as Narayanan et al. SC'21 ran it.
@@ -273,7 +288,8 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     MLP ``h -> g f / t`` (``g`` = 2 gated) and ``f / t -> h``; an MoE layer runs its
     router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
     experts`` tokens each, and its shared experts. Causal attention executes half of
-    the ``4 s h`` per token (flash) or all of it as batched ``s x s`` GEMMs whose
+    the ``4 s h`` per token forward, 2.5 x that backward (flash, which recomputes
+    ``Q K^T``: :data:`FLASH_BWD_OVER_FWD`) or all of it as batched ``s x s`` GEMMs whose
     scores the softmax streams (unfused; each of those GEMMs takes at least the time
     its ``s x s`` operand takes through HBM, :data:`BMM_SCORE_BYTES_FWD`, as a roofline
     bounds a GEMM whose ``k`` or ``n`` is the head dimension, and the context is copied
@@ -304,8 +320,9 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     heads = b * shape.heads / t
     if par.flash_attention:
         core = 2.0 * s * h * tokens / t    # causal: half of 4 s h per token
-        a_fwd, a_bwd = attention_time(core, gpu, precision), attention_time(2 * core, gpu,
-                                                                              precision)
+        # the backward kernel recomputes Q K^T: 5 matmuls, 2.5 x the forward's
+        a_fwd = attention_time(core, gpu, precision)
+        a_bwd = attention_time(FLASH_BWD_OVER_FWD * core, gpu, precision)
         ag_fwd = ag_bwd = 0.0
     else:
         d, scores = shape.head_dim, heads * s * s
