@@ -284,7 +284,7 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     ``tokens`` are the GPU's own: ``1 / cp`` of the micro-batch's with context
     parallelism, whose queries attend to the whole sequence (``shape.seq`` keys, half
     of them under the causal mask, balanced over the ranks). The GEMMs see every token of the micro-batch (sequence parallelism gathers them)
-    and ``1 / tp`` of the weights: QKV ``h -> (h + 2 kv) / t``, output ``h / t -> h``,
+    and ``1 / tp`` of the weights: QKV ``h -> h / t + 2 kv / min(t, kv_heads)``, output ``h / t -> h``,
     MLP ``h -> g f / t`` (``g`` = 2 gated) and ``f / t -> h``; an MoE layer runs its
     router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
     experts`` tokens each, and its shared experts. Causal attention executes half of
@@ -302,7 +302,9 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     b = tokens / s
     width = (2 if shape.gated else 1)
     mats: list[tuple[float, float, float, int]] = [
-        (tokens, h, (h + 2 * shape.kv_dim) / t, 1), (tokens, h / t, h, 1)]
+        # fewer KV heads than t: each GPU computes a whole (replicated) KV head
+        (tokens, h, h / t + 2 * shape.kv_dim / min(t, shape.kv_heads), 1),
+        (tokens, h / t, h, 1)]
     act_width: float = shape.ffn
     if shape.moe:
         per_expert = par.ep * tokens * shape.top_k * shape.capacity_factor / shape.experts

@@ -111,9 +111,10 @@ def has_dropout(shape: TransformerShape) -> bool:
 
 
 def activation_bytes_per_token(shape: TransformerShape, recompute: str,
-                               flash_attention: bool = True) -> float:
-    """Bytes of 16-bit activations one layer keeps per token for its backward, before
-    tensor/sequence parallelism (Korthikanti et al. §4.1 and Table 2, term by term).
+                               flash_attention: bool = True, tp: int = 1) -> float:
+    """Bytes of 16-bit activations one layer keeps per token for its backward, on one
+    GPU of a ``tp``-way tensor- and sequence-parallel group (Korthikanti et al. §4.1,
+    §4.2.2 and Table 2, term by term: every term ``/ tp``).
 
     Korthikanti's ``34 h``: attention block ``11 h`` = the QKV input ``2 h``, Q and K
     ``4 h``, V ``2 h``, the output projection's input ``2 h``, its dropout mask ``h``
@@ -124,18 +125,33 @@ def activation_bytes_per_token(shape: TransformerShape, recompute: str,
     and their product), with ``f`` the width a token goes through (``top_k x
     capacity_factor`` experts in a MoE layer, plus the shared ones), and the two
     ``h`` dropout masks go with the dropout (:func:`has_dropout`). Fused (flash)
-    attention keeps no scores: the ``5 a s`` term goes.
+    attention keeps no scores: the ``5 a s`` term goes. With fewer KV heads than
+    ``tp`` each GPU keeps a whole KV head (they are replicated, not split): K and V
+    are ``kv_dim / min(tp, kv_heads)`` wide per GPU. Full recomputation keeps the
+    layer input, ``2 h / tp`` (sequence parallel).
+
+    Examples
+    --------
+    Korthikanti's ``34 s b h / t`` (Table 2, selective recomputation with sequence
+    parallelism), GPT-3 175B at ``t = 8``:
+
+    >>> from topoopt.workloads import build_model
+    >>> from topoopt.workloads.gpt import transformer_shape
+    >>> gpt3 = transformer_shape(build_model("gpt3-175b"))
+    >>> activation_bytes_per_token(gpt3, "selective", False, 8) == 34 * 12288 / 8
+    True
     """
     h = shape.hidden
     if recompute == "full":
-        return 2.0 * h
+        return 2.0 * h / tp
     width = (shape.top_k * shape.capacity_factor * shape.expert_ffn
              + shape.shared_experts * shape.ffn) if shape.moe else shape.ffn
     masks = 2.0 * h if has_dropout(shape) else 0.0
-    attention = 6.0 * h + 4.0 * shape.kv_dim
-    per = attention + 4.0 * h + 2.0 * h + (6.0 if shape.gated else 4.0) * width + masks
+    kv = 4.0 * shape.kv_dim / min(tp, shape.kv_heads)   # K and V of the local KV heads
+    per = (6.0 * h + 4.0 * h + 2.0 * h + (6.0 if shape.gated else 4.0) * width
+           + masks) / tp + kv
     if recompute == "none" and not flash_attention:
-        per += 5.0 * shape.heads * shape.seq
+        per += 5.0 * shape.heads * shape.seq / tp
     return per
 
 
@@ -204,8 +220,8 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     edp = dp // par.ep
     # each GPU holds 1/cp of a micro-batch's tokens (context parallelism)
     mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq / par.cp
-    act_token = (activation_bytes_per_token(shape, par.recompute, par.flash_attention)
-                 * dtype_bytes / 2 / par.tp)
+    act_token = (activation_bytes_per_token(shape, par.recompute, par.flash_attention,
+                                            par.tp) * dtype_bytes / 2)
     stages = []
     for s in range(par.pp):
         params = dense[s] + expert[s]

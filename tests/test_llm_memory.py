@@ -1,0 +1,100 @@
+"""Memory terms against Korthikanti et al. (arXiv 2205.05198) §4 and Table 2, by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from topoopt.llm import LLMParallel, memory_per_gpu, stage_layers
+from topoopt.llm.memory import activation_bytes_per_token, in_flight
+from topoopt.workloads import build_model
+from topoopt.workloads.gpt import TransformerShape, transformer_shape
+
+#: A small Llama-shape layer: h 64, 8 heads of 8, 2 KV heads (kv 16), SwiGLU 176.
+SMALL_LLAMA = TransformerShape(4, 64, 8, 2, 176, 32, 1000, tied_embeddings=False,
+                               gated=True, bias=False, learned_positions=False,
+                               rms_norm=True)
+#: A small GPT-style layer: h 64, 8 heads (multi-head), GELU 4h, LayerNorm, dropout.
+SMALL_GPT = TransformerShape(4, 64, 8, 8, 256, 32, 1000, tied_embeddings=True,
+                             gated=False, bias=True, learned_positions=True, rms_norm=False)
+
+
+def test_korthikanti_table_2_rows_for_a_gpt_layer():
+    """Per token (``s b`` = 1): ``h (34/t + 5 a s / (h t))`` with tensor and sequence
+    parallelism, ``34 h / t`` with selective recomputation, ``2 h / t`` with full
+    (the layer input, sequence-parallel); h 64, a 8, s 32."""
+    for t, none, selective, full in ((1, 34 * 64 + 5 * 8 * 32, 34 * 64, 128),
+                                     (2, 1728, 1088, 64), (8, 432, 272, 16)):
+        assert activation_bytes_per_token(SMALL_GPT, "none", False, t) == none
+        assert activation_bytes_per_token(SMALL_GPT, "selective", False, t) == selective
+        assert activation_bytes_per_token(SMALL_GPT, "full", False, t) == full
+        # flash attention keeps no scores: the 5 a s term goes
+        assert activation_bytes_per_token(SMALL_GPT, "none", True, t) == selective
+
+
+def test_llama_layer_by_hand():
+    """Korthikanti's terms for a GQA, SwiGLU, RMSNorm layer without dropout, 16-bit:
+    QKV input 2h, Q 2h, K and V 2 x 2 kv, attention output 2h, two norm inputs 4h,
+    MLP input 2h, gate, up and their product 3 x 2 f; h 64, kv 16, f 176:
+    768 + 64 + 1056 = 1888 bytes per token. At t = 4 the 2 KV heads are split 2 ways
+    (each GPU keeps a whole one): (768 + 1056) / 4 + 64 / 2 = 488; at t = 8, 228 + 32."""
+    assert activation_bytes_per_token(SMALL_LLAMA, "none") == 1888
+    assert activation_bytes_per_token(SMALL_LLAMA, "none", True, 2) == 944
+    assert activation_bytes_per_token(SMALL_LLAMA, "none", True, 4) == 488
+    assert activation_bytes_per_token(SMALL_LLAMA, "none", True, 8) == 260
+
+
+@pytest.mark.parametrize("shape", [SMALL_LLAMA, SMALL_GPT])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_more_tensor_parallelism_never_more_activations_per_gpu(shape, recompute):
+    per = [activation_bytes_per_token(shape, recompute, flash, t)
+           for flash in (True, False) for t in (1, 2, 4, 8)]
+    for flash in range(2):
+        run = per[4 * flash:4 * flash + 4]
+        assert all(a >= b for a, b in zip(run, run[1:]))
+    # and the whole GPU's memory: weights, optimizer and activations
+    totals = [memory_per_gpu(shape, LLMParallel(t, 2, 1, micro_batches=4,
+                                                recompute=recompute), 8, 2, 80e9).total
+              for t in (1, 2, 4, 8)]
+    assert all(a >= b for a, b in zip(totals, totals[1:]))
+
+
+def test_recomputation_and_flash_never_add_memory():
+    for shape in (SMALL_LLAMA, SMALL_GPT):
+        for t in (1, 4):
+            none, sel, full = (activation_bytes_per_token(shape, r, False, t)
+                               for r in ("none", "selective", "full"))
+            assert none >= sel >= full
+            assert activation_bytes_per_token(shape, "none", True, t) <= none
+
+
+def test_activations_are_layers_times_in_flight_times_tokens():
+    """The fullest stage: its layers x the micro-batches in flight x tokens x bytes;
+    under the interleaved schedule the first stage holds p (1 + (p - 1) / (p v))
+    micro-batches (Korthikanti §4.2.3), so 4 stages of 2 chunks of 2 layers hold
+    4 x (1 + 3 / 8) = 5.5 micro-batches of 4 layers."""
+    par = LLMParallel(2, 4, 1, micro_batches=16, virtual=2)
+    assert stage_layers(16, 4, 2) == (4, 4, 4, 4)
+    shape = dataclasses.replace(SMALL_LLAMA, layers=16)
+    mem = memory_per_gpu(shape, par, 16, 2, 80e9)
+    per_token = activation_bytes_per_token(shape, "none", True, 2)
+    assert in_flight(par, 0) == 5.5
+    assert mem.stage == 0 and mem.activations == pytest.approx(4 * 5.5 * 32 * per_token)
+
+
+def test_llama3_405b_first_stage_by_hand():
+    """Llama 3 405B, tp 8 pp 16, one layer fewer on the edge stages (7, 8 x 14, 7),
+    plain 1F1B with 32 micro-batches of 8,192 tokens: stage 1 keeps 15 micro-batches
+    of 8 layers at (12 h + 6 f) / 8 + 4 kv / 8 = 65,024 bytes per token and layer."""
+    llama = transformer_shape(build_model("llama3-405b"))
+    par = LLMParallel(8, 16, 64, micro_batches=32, edge_layers=1, zero1=True,
+                      shard_grads=True)
+    assert activation_bytes_per_token(llama, "none", True, 8) == 65024
+    mem = memory_per_gpu(llama, par, 2048, 2, 80e9, grad_bytes=4)
+    assert mem.stage == 1
+    assert mem.activations == pytest.approx(8 * 15 * 8192 * 65024)
+    # bf16 weights whole; fp32 gradients, main weights and Adam's moments sharded
+    # over dp = 64 (FSDP, Llama 3 §3.3.2): 2 + (4 + 12) / 64 bytes per parameter
+    model_state = mem.weights + mem.gradients + mem.optimizer
+    assert model_state == pytest.approx(mem.params * (2 + 16 / 64))
