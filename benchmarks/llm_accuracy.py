@@ -19,7 +19,18 @@ Grattafiori et al., arXiv 2407.21783, Table 4 and §3.3.2 (Llama 3 405B on H100,
 400 Gb/s per server, 16M tokens per batch, BF16 MFU: 8,192 GPUs tp 8 pp 16 dp 64 at
 8,192 tokens, 43 %; 16,384 GPUs dp 128, 41 %; 16,384 GPUs tp 8 cp 16 pp 16 dp 8 at
 131,072 tokens, 38 %; interleaved, v not given: v = 4 assumed; one layer fewer on the
-first and last stage; FSDP shards the optimizer states and the fp32 gradients, §3.3.4).
+first and last stage; FSDP shards the optimizer states and the fp32 gradients, §3.3.4;
+context parallelism all-gathers K and V, its latency exposed, §3.3.2).
+
+FLOP conventions, per source (:data:`FLOP_CONVENTION`): Narayanan et al. count
+``96 B s l h^2 (1 + s / 6h + V / 16 l h)`` per iteration, the recomputed forward
+included and attention unmasked (``12 L s h`` per token in the model FLOPs); Llama 3
+reports BF16 MFU citing Chowdhery et al. (PaLM, App. B: ``6 N + 12 L H Q T``, attention
+unmasked), Meta's torchtitan computes MFU the same way (``get_num_flop_per_token``:
+"we follow the convention and do not account for sparsity in causal attention"), and
+Meta's SC'24 slide of the same runs gives 430 / 400 / 380 TFLOP/s per GPU, i.e. the
+MFU times H100's ~1,000 TFLOP/s. So every row is compared on the unmasked count; the
+causal count (``6 L s h``) is printed beside it for the Llama 3 rows.
 
 Usage::
 
@@ -60,6 +71,12 @@ SC21_TABLE1 = (
     (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
     (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
 )
+
+#: How each source counts the FLOPs its throughput is quoted in (see the module notes).
+FLOP_CONVENTION = {
+    "tflops": "Megatron: 6N + 12 L s h per token (unmasked) + the recomputed forward",
+    "mfu": "PaLM App. B / torchtitan: 6N + 12 L s h per token (unmasked), no recompute",
+}
 
 #: The same rows in ``examples/sc21/run_table_1.sh``: (micro-batch size, layers per
 #: virtual stage or None, DDP implementation).
@@ -121,7 +138,9 @@ def rows():
 
 def main() -> int:
     print(f"{'run':<30} {'layout':<44} {'published':>9} {'estimate':>9} {'ratio':>6} "
-          f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7}")
+          f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits")
+    for metric, convention in FLOP_CONVENTION.items():
+        print(f"  {metric}: {convention}")
     ratios, sizes = [], []
     for label, params, shape, par, gpu, nic, batch, overlap, published, metric in rows():
         it, mem = estimate(shape, par, gpu, nic, batch, overlap)
@@ -137,7 +156,8 @@ def main() -> int:
         sizes.append(params)
         print(f"{label:<30} {par.label():<44} {show} {r:>6.2f} "
               f"{it.bubble / it.total:>6.1%} {it.dp / it.total:>5.1%} "
-              f"{it.optimizer / it.total:>5.1%} {mem.total / 1e9:>7.1f}")
+              f"{it.optimizer / it.total:>5.1%} {mem.total / 1e9:>7.1f} "
+              f"{'yes' if mem.fits else 'no'}")
     print("BF16 MFU if the source counts causal attention (6 L s h per token, not 12):")
     causal_ratios = list(ratios)
     for i, (label, params, shape, par, gpu, nic, batch, overlap, published,

@@ -98,3 +98,13 @@ def test_llama3_405b_first_stage_by_hand():
     # over dp = 64 (FSDP, Llama 3 §3.3.2): 2 + (4 + 12) / 64 bytes per parameter
     model_state = mem.weights + mem.gradients + mem.optimizer
     assert model_state == pytest.approx(mem.params * (2 + 16 / 64))
+
+
+def test_flexible_rounds_match_megatron_when_p_divides_m():
+    """Llama 3's (and PyTorch's) interleaved schedule runs N = m / floor(m / p)
+    micro-batches per round: Megatron's N = p when p divides m; more in flight when
+    it does not (m = 20, p = 8: N = 10, 2 x 7 + 10 + 1 = 25 chunk forwards, v = 2)."""
+    for p, v in ((4, 2), (8, 4), (16, 8)):
+        par = LLMParallel(1, p, 1, micro_batches=3 * p, virtual=v)
+        assert in_flight(par, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert in_flight(LLMParallel(1, 8, 1, micro_batches=20, virtual=2), 0) == 12.5

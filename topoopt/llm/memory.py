@@ -159,15 +159,20 @@ def in_flight(par: LLMParallel, stage: int) -> float:
     """Micro-batches of its layers stage ``stage`` keeps activations for, at most.
 
     1F1B: the ``p - s - 1`` warm-up forwards and the one in flight (SC'21 §2.2.1). The
-    interleaved schedule runs ``2 (p - s - 1) + (v - 1) p + 1`` chunk forwards before
-    its first backward (Megatron-LM's ``get_forward_backward_func`` warm-up count),
-    each ``1 / v`` of the stage's layers: ``p (1 + (p - 1) / (p v))`` micro-batches on
-    the first stage (Korthikanti et al. §4.2.3). Never more than the ``m`` of them.
+    interleaved schedule runs ``2 (p - s - 1) + (v - 1) N + 1`` chunk forwards before
+    its first backward, each ``1 / v`` of the stage's layers, with ``N`` micro-batches
+    per round: ``N = p`` in Megatron-LM (its warm-up count), which gives ``p (1 + (p -
+    1) / (p v))`` micro-batches on the first stage (Korthikanti et al. §4.2.3); Llama
+    3's schedule makes ``N`` tunable (§3.3.2) so that ``m`` need not be a multiple of
+    ``p``, as PyTorch's flexible interleaved 1F1B does with ``N = m / floor(m / p)``
+    (``torch.distributed.pipelining``: ``microbatches_per_round``), taken here; it is
+    ``p`` whenever ``p`` divides ``m``. Never more than the ``m`` micro-batches.
     """
     p, v, m = par.pp, par.virtual, par.micro_batches
     if v == 1:
         return float(min(m, p - stage))
-    return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1) / v
+    per_round = m // max(1, m // p)
+    return min(m * v, 2 * (p - stage - 1) + (v - 1) * per_round + 1) / v
 
 
 def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
