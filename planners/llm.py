@@ -4,7 +4,8 @@
 preset of theirs):
 
 1. **Degrees** (:func:`rank_parallel`): every ``(tp, pp, dp, ep)`` that uses all GPUs
-   (``tp`` inside a server), every micro-batch count ``m`` dividing a replica's
+   (``tp`` inside a server; and ``cp``, powers of two, for sequences of at least
+   :data:`CP_MIN_SEQ` tokens), every micro-batch count ``m`` dividing a replica's
    sequences, activation recomputation off or full, ZeRO-1 off or on, plain or
    interleaved 1F1B (``v`` of :data:`VIRTUALS` dividing the layers per stage) and
    both rank orders (:data:`~topoopt.llm.ORDERS`), is checked against the GPUs' HBM (:func:`~topoopt.llm.memory_per_gpu`) and timed on
@@ -67,7 +68,8 @@ from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
 
 __all__ = ["LLMCandidate", "LLMFabricResult", "LLMPlan", "enumerate_parallel", "rank_parallel",
-           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "check_fixed"]
+           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "check_fixed",
+           "CP_MIN_SEQ"]
 
 #: Candidates of the degree search timed on every fabric.
 TOP = 6
@@ -86,6 +88,28 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+#: Shortest sequence (tokens) for which the search also tries context parallelism
+#: (``cp`` of 2, 4, 8, ... dividing the GPUs of a ``tp`` group's column, ``2 cp``
+#: dividing the sequence). Llama 3 405B trained its 8K-token stage with ``cp = 1`` and
+#: turned CP 16 on for 128K (Grattafiori et al., Table 4); Megatron-Core documents CP
+#: for long sequences. At 16K and beyond a layer's activations per sequence pass a GB
+#: on most models; below it the search space, and every plan, stay as they were.
+CP_MIN_SEQ = 16384
+
+
+def _cp_degrees(shape: TransformerShape, gpus: int) -> list[int]:
+    """Context-parallel degrees the search tries for ``gpus`` GPUs outside the tensor
+    group: 1, and below :data:`CP_MIN_SEQ` nothing else."""
+    if shape.seq < CP_MIN_SEQ:
+        return [1]
+    out, cp = [], 1
+    while cp <= gpus:
+        if gpus % cp == 0 and (cp == 1 or shape.seq % (2 * cp) == 0):
+            out.append(cp)
+        cp *= 2
+    return out
+
+
 #: Interleaved chunks per stage the search tries (Llama 3 405B's layout gains ~35 %
 #: over v = 1; a v must divide the layers per stage).
 VIRTUALS = (1, 2, 3, 4, 6, 8)
@@ -94,27 +118,38 @@ VIRTUALS = (1, 2, 3, 4, 6, 8)
 def enumerate_parallel(shape: TransformerShape, cluster: Cluster, global_batch: int,
                        virtuals: Sequence[int] = VIRTUALS) -> list[LLMParallel]:
     """Every valid parallelism (:func:`~topoopt.llm.check_parallel`) of the search
-    space (module notes), ZeRO-1 off."""
+    space (module notes), ZeRO-1 off; ``cp > 1`` only for sequences of at least
+    :data:`CP_MIN_SEQ` tokens."""
     g, total = cluster.gpus_per_server, cluster.servers * cluster.gpus_per_server
     out = []
     for tp in _divisors(g):
         if shape.heads % tp or (shape.kv_heads % tp and tp % shape.kv_heads):
             continue
-        for pp in _divisors(total // tp):
-            dp = total // tp // pp
-            if global_batch % dp:
-                continue
-            for v in virtuals:
-                if pp * v > shape.layers or (v > 1 and (pp == 1 or shape.layers % (pp * v))):
+        for cp in _cp_degrees(shape, total // tp):
+            for pp in _divisors(total // tp // cp):
+                dp = total // tp // cp // pp
+                if global_batch % dp:
                     continue
-                for ep in (_divisors(dp) if shape.moe else [1]):
-                    if shape.moe and shape.experts % ep:
-                        continue
-                    for m in _divisors(global_batch // dp):
-                        for recompute in ("none", "full"):
-                            for order in (ORDERS if pp > 1 and dp > 1 else ORDERS[:1]):
-                                out.append(LLMParallel(tp, pp, dp, ep, m, False, recompute,
-                                                       order, v))
+                out += _layouts(shape, tp, cp, pp, dp, global_batch, virtuals)
+    return out
+
+
+def _layouts(shape: TransformerShape, tp: int, cp: int, pp: int, dp: int,
+             global_batch: int, virtuals: Sequence[int]) -> list[LLMParallel]:
+    """The candidates of one ``(tp, cp, pp, dp)``: every ``v``, ``ep``, ``m``,
+    recomputation and rank order."""
+    out = []
+    for v in virtuals:
+        if pp * v > shape.layers or (v > 1 and (pp == 1 or shape.layers % (pp * v))):
+            continue
+        for ep in (_divisors(dp) if shape.moe else [1]):
+            if shape.moe and shape.experts % ep:
+                continue
+            for m in _divisors(global_batch // dp):
+                for recompute in ("none", "full"):
+                    for order in (ORDERS if pp > 1 and dp > 1 else ORDERS[:1]):
+                        out.append(LLMParallel(tp, pp, dp, ep, m, False, recompute,
+                                               order, v, cp=cp))
     return out
 
 
@@ -141,7 +176,7 @@ def time_on_fabric(shape: TransformerShape, par: LLMParallel, cluster: Cluster, 
 
 
 #: What ``[plan] parallel = {...}`` may fix (the rest is searched).
-FIXABLE = ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "recompute", "order")
+FIXABLE = ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "recompute", "order", "cp")
 
 
 def check_fixed(fixed: Mapping | None) -> dict:
