@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from topoopt.cluster import GPUS
 from topoopt.llm import LLMParallel, memory_per_gpu, stage_layers
 from topoopt.llm.memory import activation_bytes_per_token, in_flight
 from topoopt.workloads import build_model
@@ -108,3 +109,18 @@ def test_flexible_rounds_match_megatron_when_p_divides_m():
         par = LLMParallel(1, p, 1, micro_batches=3 * p, virtual=v)
         assert in_flight(par, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
     assert in_flight(LLMParallel(1, 8, 1, micro_batches=20, virtual=2), 0) == 12.5
+
+
+def test_flash_backward_runs_two_and_a_half_forwards():
+    """FlashAttention's backward kernel recomputes Q K^T: five matmuls to the forward's
+    two, the count its published fwd+bwd rates use (Dao-AILab/flash-attention,
+    benchmarks/benchmark_flash_attention.py, ``flops(mode="bwd") = 2.5 x fwd``)."""
+    from topoopt.kernels import attention_time
+    from topoopt.llm import layer_times
+
+    llama = transformer_shape(build_model("llama3-8b"))
+    gpu = GPUS["H100"]
+    lt = layer_times(llama, LLMParallel(8, 1, 1), gpu, "bf16", llama.seq)
+    core = 2.0 * llama.seq * llama.hidden * llama.seq / 8   # causal half of 4 s h, /tp
+    assert lt.attention == pytest.approx(attention_time(core, gpu, "bf16")
+                                         + attention_time(2.5 * core, gpu, "bf16"))
