@@ -124,3 +124,21 @@ def test_flash_backward_runs_two_and_a_half_forwards():
     core = 2.0 * llama.seq * llama.hidden * llama.seq / 8   # causal half of 4 s h, /tp
     assert lt.attention == pytest.approx(attention_time(core, gpu, "bf16")
                                          + attention_time(2.5 * core, gpu, "bf16"))
+
+
+def test_sharding_never_adds_model_state():
+    """ZeRO-1 and FSDP's sharded gradients divide by dp; more dp never more state."""
+    shape = dataclasses.replace(SMALL_LLAMA, layers=8)
+    for grad_bytes in (None, 4):
+        states = []
+        for dp in (1, 2, 4, 8):
+            plain, zero1, fsdp = (
+                memory_per_gpu(shape, LLMParallel(1, 2, dp, micro_batches=2, zero1=z,
+                                                  shard_grads=g), 8 * dp, 2, 80e9,
+                               grad_bytes=grad_bytes)
+                for z, g in ((False, False), (True, False), (True, True)))
+            state = [m.weights + m.gradients + m.optimizer for m in (plain, zero1, fsdp)]
+            assert state[0] >= state[1] >= state[2]
+            assert plain.activations == zero1.activations == fsdp.activations
+            states.append(state[2])
+        assert all(a >= b for a, b in zip(states, states[1:]))
