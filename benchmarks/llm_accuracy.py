@@ -50,7 +50,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topoopt.cluster import GPUS, Cluster  # noqa: E402
 from topoopt.llm import (  # noqa: E402
-    HBM_USABLE,
     SC21,
     LLMParallel,
     Overlap,
@@ -78,11 +77,6 @@ FLOP_CONVENTION = {
     "tflops": "Megatron: 6N + 12 L s h per token (unmasked) + the recomputed forward",
     "mfu": "PaLM App. B / torchtitan: 6N + 12 L s h per token (unmasked), no recompute",
 }
-
-#: HBM of the GPUs the runs used: the "80 GB" A100 and H100 SXM hold 80 GiB (CUDA
-#: reports 81,920 and 81,559 MiB); ``GPUS`` counts 80e9 bytes. The last column checks
-#: the fullest GPU against ``HBM_USABLE`` of this.
-DEVICE_BYTES = {"A100": 80 * 2**30, "H100": 80 * 2**30}
 
 #: The same rows in ``examples/sc21/run_table_1.sh``: (micro-batch size, layers per
 #: virtual stage or None, DDP implementation).
@@ -144,7 +138,7 @@ def rows():
 
 def main() -> int:
     print(f"{'run':<30} {'layout':<44} {'published':>9} {'estimate':>9} {'ratio':>6} "
-          f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits fits-80GiB")
+          f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits")
     for metric, convention in FLOP_CONVENTION.items():
         print(f"  {metric}: {convention}")
     ratios, sizes = [], []
@@ -163,8 +157,7 @@ def main() -> int:
         print(f"{label:<30} {par.label():<44} {show} {r:>6.2f} "
               f"{it.bubble / it.total:>6.1%} {it.dp / it.total:>5.1%} "
               f"{it.optimizer / it.total:>5.1%} {mem.total / 1e9:>7.1f} "
-              f"{'yes' if mem.fits else 'no':<4} "
-              f"{'yes' if mem.total <= HBM_USABLE * DEVICE_BYTES[gpu] else 'no'}")
+              f"{'yes' if mem.fits else 'no'}")
     print("BF16 MFU if the source counts causal attention (6 L s h per token, not 12):")
     causal_ratios = list(ratios)
     for i, (label, params, shape, par, gpu, nic, batch, overlap, published,

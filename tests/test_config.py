@@ -39,7 +39,7 @@ def test_paper_settings_dlrm_128():
 def test_gpu_datasheet_figures():
     from topoopt.cluster import GPUS
     assert GPUS["A100"].fp16_flops == 312e12 and GPUS["H100"].fp16_flops == 989.4e12
-    assert GPUS["A100"].memory == 80e9 and GPUS["H100"].memory == 80e9
+    assert GPUS["A100"].memory == 81920 * 2**20 and GPUS["H100"].memory == 81559 * 2**20
 
 
 @pytest.mark.parametrize("section, key, value, fragment", [

@@ -44,9 +44,10 @@ class GpuSpec:
 #: NVIDIA A100 and H100 SXM 80GB datasheets (docs/reference-data.md):
 #: A100: 312 TFLOP/s FP16/BF16, 156 TF32, 80 GB at 2,039 GB/s, NVLink 600 GB/s.
 #: H100: 989.4 TFLOP/s FP16/BF16, 494.7 TF32, 80 GB at 3.35 TB/s, NVLink 900 GB/s.
+#: The "80 GB" is the memory CUDA reports, in MiB: 81,920 on the A100, 81,559 on the H100.
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({
-    "A100": GpuSpec("A100", 312e12, 156e12, 80e9, 2039e9 * 8, 600e9 * 8),
-    "H100": GpuSpec("H100", 989.4e12, 494.7e12, 80e9, 3.35e12 * 8, 900e9 * 8),
+    "A100": GpuSpec("A100", 312e12, 156e12, 81920 * 2**20, 2039e9 * 8, 600e9 * 8),
+    "H100": GpuSpec("H100", 989.4e12, 494.7e12, 81559 * 2**20, 3.35e12 * 8, 900e9 * 8),
 })
 
 #: Bytes per element of parameters, activations and gradients.
