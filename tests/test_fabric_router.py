@@ -85,12 +85,17 @@ BUILDS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BUILDS))
-def test_lazy_tables_and_routes_match_dense(name):
+def _built(name, seed):
+    """The fabric, its core router, the dense hop and path-count tables, and a rng."""
     f = BUILDS[name]()
     core = f._core()
     D, sigma = _dense(core)
-    rng = np.random.default_rng(0)
+    return f, core, D, sigma, np.random.default_rng(seed)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_lazy_tables_and_routes_match_dense(name):
+    f, core, D, sigma, rng = _built(name, 0)
     n = f.servers
     a = rng.integers(0, n, 60)
     b = rng.integers(0, n, 60)
@@ -126,10 +131,7 @@ def test_lazy_tables_and_routes_match_dense(name):
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_random_paths_match_dense_walk(name):
-    f = BUILDS[name]()
-    core = f._core()
-    D, sigma = _dense(core)
-    rng = np.random.default_rng(1)
+    f, core, D, sigma, rng = _built(name, 1)
     a = f.attach[rng.integers(0, f.servers, 80)]
     b = f.attach[rng.integers(0, f.servers, 80)]
     got = core.random_paths(a, b, np.random.default_rng(7))
