@@ -26,6 +26,7 @@ from topoopt.netsim import (
     simulate,
 )
 from topoopt.netsim._dag_kernel import _solve
+from topoopt.netsim._fill_kernel import link_classes
 from topoopt.netsim.dag import link_load_bound, route_classes, run_dag, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
@@ -356,9 +357,12 @@ def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=No
         count = np.ones(flow_class.size, np.int64)
     mult, pmult, prev_cls, nprev, crate = state
     rate = np.empty(act.size)
+    lptr, lcls = link_classes(flow_class, routes.ptr, routes.link, L)
+    iscratch = np.zeros((5, L), np.int64)
+    iscratch[3] = -1
     state[3] = _solve(act, act.size, flow_class, count, routes.ptr, routes.link, routes.weight, cap,
-                      warm, mult, pmult, prev_cls, nprev, crate, np.zeros(L), np.zeros(L),
-                      np.zeros(L, bool), np.zeros(L, bool), rate)
+                      warm, mult, pmult, prev_cls, nprev, crate, lptr, lcls, np.zeros((3, L)),
+                      iscratch, np.zeros(C, bool), rate)
     return rate, state
 
 
