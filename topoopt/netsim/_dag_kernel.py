@@ -45,6 +45,31 @@ def successor_lists(before, after, n):
     return ptr, succ
 
 
+#: The filling scans each saturated link's classes: past this many entries of the
+#: graph's classes per entry of those filling, the filling lists its own per link.
+_SPARSE_LINKS = 3
+
+
+@njit(cache=True)
+def _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks, left, nent, size):
+    """Link -> class CSR of the filling classes alone (``left``: their entries per link)."""
+    ptr = np.zeros(size, np.int64)
+    for q in range(nlinks):
+        ptr[links[q] + 1] = left[links[q]]
+    for lk in range(size - 1):
+        ptr[lk + 1] += ptr[lk]
+    pos = ptr[:-1].copy()
+    out = np.empty(nent, np.int64)
+    for k in range(ncls):
+        c = cls[k]
+        if filling[c]:
+            for e in range(cptr[c], cptr[c + 1]):
+                lk = clink[e]
+                out[pos[lk]] = c
+                pos[lk] += 1
+    return ptr, out
+
+
 @njit(cache=True)
 def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
            nprev, crate, lptr, lcls, scratch, iscratch, filling, out_rate):
@@ -90,6 +115,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
         links, left, hid, seen, sat = (iscratch[0], iscratch[1], iscratch[2], iscratch[3],
                                        iscratch[4])
         nlinks = 0
+        nent = 0
         for k in range(ncls):
             c = cls[k]
             if crate[c] < lam:
@@ -108,6 +134,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
                     left[lk] = 0
                 rising[lk] += cweight[e] * m
                 left[lk] += 1
+            nent += cptr[c + 1] - cptr[c]
         if fixed_n > 0:
             # what the classes kept frozen take of the links the others cross
             for k in range(ncls):
@@ -117,6 +144,12 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
                         lk = clink[e]
                         if seen[lk] >= 0:
                             frozen[lk] += crate[c] * cweight[e] * mult[c]
+        if lptr[-1] > _SPARSE_LINKS * nent:
+            # most classes on the links are idle (an all-to-all's thousands of pairs
+            # per switch port): their own link -> class lists cost less to build than
+            # to skip over
+            lptr, lcls = _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks,
+                                           left, nent, lptr.size)
         fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
                     clink, cweight, crate, level0, hkey, hid, sat)
         for q in range(nlinks):

@@ -293,7 +293,11 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel
     # only the classes this graph uses, renumbered: a builder's route store keeps every
     # class it has met, and the filling's passes over the rows then stay in cache
-    used, flow_class = np.unique(dag.flow_class, return_inverse=True)
+    seen = np.zeros(len(dag.class_routes) + 1, np.int64)
+    seen[dag.flow_class + 1] = 1
+    renumber = np.cumsum(seen)
+    used = np.flatnonzero(seen[1:])
+    flow_class = renumber[dag.flow_class]
     idx, counts = gather_rows(dag.class_routes.ptr, used)
     r = FlowRoutes(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                    dag.class_routes.link[idx], dag.class_routes.weight[idx])
