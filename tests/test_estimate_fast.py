@@ -421,6 +421,35 @@ def test_warm_started_filling_equals_a_fresh_filling(seed):
                                    rtol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_filling_with_most_classes_idle_equals_max_min_on_the_expanded_flows(seed):
+    # a few transmitting classes among many the graph uses (an all-to-all's idle
+    # pairs): the solve lists its own link -> class rows, with the same rates
+    rng = np.random.default_rng(100 + seed)
+    L, C = 12, 60
+    cap = rng.choice([1.0, 2.0, 3.0, 5.0], size=L)
+    rows = [rng.choice(L, size=int(rng.integers(1, 5)), replace=False) for _ in range(C)]
+    routes = FlowRoutes.from_lists(rows, [rng.choice([0.5, 1.0, 2.0], size=r.size)
+                                          for r in rows])
+    flow_class = np.repeat(np.arange(C), rng.integers(1, 3, size=C))
+    act = rng.choice(flow_class.size, size=6, replace=False)
+    assert routes.ptr[-1] > 3 * (routes.ptr[flow_class[act] + 1]
+                                 - routes.ptr[flow_class[act]]).sum()
+    rate, state = _kernel_rates(cap, routes, flow_class, act)
+    np.testing.assert_allclose(rate, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+    # and warm, after some of them end
+    act = act[:3]
+    warm, _ = _kernel_rates(cap, routes, flow_class, act, state, warm=True)
+    np.testing.assert_allclose(warm, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+
+
+def test_link_classes_lists_each_used_class_once_per_entry():
+    routes = FlowRoutes.from_lists([[0, 2], [1], [2, 0, 1], [1]], [[1, 1], [1], [1, 2, 1], [1]])
+    ptr, cls = link_classes(np.array([2, 0, 0]), routes.ptr, routes.link, 3)
+    rows = [sorted(cls[ptr[k]:ptr[k + 1]].tolist()) for k in range(3)]
+    assert rows == [[0, 2], [2], [0, 2]]   # classes 1 and 3 carry no flow
+
+
 def test_route_classes_merge_identical_rows_only():
     routes = FlowRoutes.from_lists([[0, 1], [2], [0, 1], [0, 1], []], [[1, 1], [1], [1, 1],
                                                                      [1, 2], []])
