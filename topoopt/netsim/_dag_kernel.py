@@ -71,22 +71,66 @@ def _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks, left, nent
 
 
 @njit(cache=True)
+def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate, lptr, lcls, lent,
+                 extra, touched):
+    """A level below which no link saturates now that the classes ``cls[:ncls]`` carry
+    ``mult`` flows where the last solve had ``pmult`` (rates ``crate``): at level ``x``
+    the old classes take at most ``min(x W, U)`` of a link (``W`` their weight, ``U``
+    what they take at their rates), so with ``x D`` more (``D`` the weight added on
+    it) the link has room up to ``max(cap / (W + D), (cap - U) / D)``. ``extra`` and
+    ``touched`` are scratch of the links' size (``extra`` left zero)."""
+    n = 0
+    for k in range(ncls):
+        c = cls[k]
+        more = mult[c] - pmult[c]
+        if more <= 0:
+            continue
+        for e in range(cptr[c], cptr[c + 1]):
+            lk = clink[e]
+            if extra[lk] == 0.0:
+                touched[n] = lk
+                n += 1
+            extra[lk] += cweight[e] * more
+    bound = np.inf
+    for q in range(n):
+        lk = touched[q]
+        d = extra[lk]
+        extra[lk] = 0.0
+        if not d > 0.0:
+            continue
+        weight = 0.0
+        taken = 0.0
+        for z in range(lptr[lk], lptr[lk + 1]):
+            m = pmult[lcls[z]]
+            if m > 0:
+                w = cweight[lent[z]] * m
+                weight += w
+                taken += crate[lcls[z]] * w
+        room = max(cap[lk] / (weight + d), (cap[lk] - taken) / d)
+        if room < bound:
+            bound = room
+    return bound
+
+
+@njit(cache=True)
 def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
-           nprev, crate, lptr, lcls, scratch, iscratch, filling, out_rate):
+           nprev, crate, lptr, lcls, lent, scratch, iscratch, filling, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
     :func:`topoopt.netsim.max_min_rates` on the expanded flows).
 
-    ``warm``: the active flows are the last solve's minus some. Progressive filling
-    froze every class at its rate, lowest first; let ``lam`` be the lowest old rate of
-    a class that lost flows. No link that saturated below ``lam`` carries such a class,
-    and removing load only raises the other links' shares, so every level below
-    ``lam`` is unchanged: the filling resumes from the last of those levels on what the
+    ``warm``: ``crate`` holds the last solve's rates. Progressive filling froze every
+    class at its rate, lowest first; let ``lam`` be the lowest old rate of a class that
+    lost flows, or lower, the lowest level at which a link of a class that gained flows
+    may now saturate (:func:`_added_bound`). No link that saturated below ``lam``
+    carries a class that lost flows, and removing load only raises the other links'
+    shares; no link that gained load saturates below it: every level below ``lam`` is
+    unchanged, and the filling resumes from the last of those levels on what the
     classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
-    ``crate`` keep the last solve; the count of classes is returned.) ``lptr, lcls``:
-    the classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
-    ``scratch`` (3 x links floats) and ``iscratch`` (5 x links ints, row 3 all ``-1``)
-    are work space."""
+    ``crate`` keep the last solve; the count of classes is returned.) ``lptr, lcls,
+    lent``: the classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
+    ``scratch`` (4 x links floats, row 3 zero) and ``iscratch`` (5 x links ints, row 3
+    all ``-1``) are work space."""
     cls = np.empty(nact, np.int64)
     ncls = 0
     for i in range(nact):
@@ -104,6 +148,11 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             c = prev_cls[k]
             if mult[c] < pmult[c] and crate[c] < lam:
                 lam = crate[c]
+        lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate,
+                                    lptr, lcls, lent, scratch[3], iscratch[4]))
+        for k in range(ncls):
+            if pmult[cls[k]] == 0:
+                crate[cls[k]] = np.inf   # no rate yet: filled
         for k in range(ncls):
             c = cls[k]
             if crate[c] < lam:
@@ -252,8 +301,8 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     prev_cls = np.empty(nflows, np.int64)
     nprev = 0
     crate = np.zeros(max(nclass, 1))
-    lptr, lcls = link_classes(flow_class, cptr, clink, L)
-    scratch = np.zeros((3, L))
+    lptr, lcls, lent = link_classes(flow_class, cptr, clink, L)
+    scratch = np.zeros((4, L))
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
     filling = np.zeros(max(nclass, 1), np.bool_)
@@ -323,7 +372,7 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             break
         # -- the set of transmitting flows changed: re-solve max-min ------------------
         if nnew > 0 or dirty:
-            warm = nnew == 0 and nprev > 0
+            warm = nprev > 0
             if nact > 0 and t > t_ref:
                 for i in range(nact):
                     arem[i] = arem[i] - arate[i] * (t - t_ref)
@@ -335,7 +384,7 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             dirty = False
             t_ref = t
             nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                           pmult, prev_cls, nprev, crate, lptr, lcls, scratch, iscratch,
+                           pmult, prev_cls, nprev, crate, lptr, lcls, lent, scratch, iscratch,
                            filling, arate)
             flow_next = np.inf
             sent_next = np.inf

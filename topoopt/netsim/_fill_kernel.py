@@ -23,8 +23,9 @@ _RTOL = 1e-9
 
 @njit(cache=True)
 def link_classes(flow_class, cptr, clink, nlinks):
-    """CSR ``(ptr, cls)`` of the route classes used by ``flow_class`` on each link:
-    link ``l``'s classes ``cls[ptr[l]:ptr[l + 1]]`` (a class once per entry)."""
+    """CSR ``(ptr, cls, ent)`` of the route classes used by ``flow_class`` on each link:
+    link ``l``'s classes ``cls[ptr[l]:ptr[l + 1]]`` (a class once per entry) and those
+    entries' positions in ``clink``."""
     used = np.zeros(cptr.size - 1, np.bool_)
     for f in range(flow_class.size):
         used[flow_class[f]] = True
@@ -37,13 +38,15 @@ def link_classes(flow_class, cptr, clink, nlinks):
         ptr[lk + 1] += ptr[lk]
     fill = ptr[:-1].copy()
     cls = np.empty(ptr[nlinks], np.int64)
+    ent = np.empty(ptr[nlinks], np.int64)
     for c in range(used.size):
         if used[c]:
             for e in range(cptr[c], cptr[c + 1]):
                 lk = clink[e]
                 cls[fill[lk]] = c
+                ent[fill[lk]] = e
                 fill[lk] += 1
-    return ptr, cls
+    return ptr, cls, ent
 
 
 @njit(cache=True)
