@@ -26,6 +26,7 @@ from topoopt.netsim import (
     simulate,
 )
 from topoopt.netsim._dag_kernel import _solve
+from topoopt.netsim._fill_kernel import link_classes
 from topoopt.netsim.dag import link_load_bound, route_classes, run_dag, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
 from topoopt.planners.cost import IterationCost
@@ -356,9 +357,12 @@ def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=No
         count = np.ones(flow_class.size, np.int64)
     mult, pmult, prev_cls, nprev, crate = state
     rate = np.empty(act.size)
+    lptr, lcls, lent = link_classes(flow_class, routes.ptr, routes.link, L)
+    iscratch = np.zeros((5, L), np.int64)
+    iscratch[3] = -1
     state[3] = _solve(act, act.size, flow_class, count, routes.ptr, routes.link, routes.weight, cap,
-                      warm, mult, pmult, prev_cls, nprev, crate, np.zeros(L), np.zeros(L),
-                      np.zeros(L, bool), np.zeros(L, bool), rate)
+                      warm, mult, pmult, prev_cls, nprev, crate, lptr, lcls, lent, np.zeros((4, L)),
+                      iscratch, np.zeros(C, bool), rate)
     return rate, state
 
 
@@ -415,6 +419,70 @@ def test_warm_started_filling_equals_a_fresh_filling(seed):
         warm, state = _kernel_rates(cap, routes, flow_class, act, state, warm=True)
         np.testing.assert_allclose(warm, _expanded(cap, rows, routes, flow_class[act]),
                                    rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_filling_with_most_classes_idle_equals_max_min_on_the_expanded_flows(seed):
+    # a few transmitting classes among many the graph uses (an all-to-all's idle
+    # pairs): the solve lists its own link -> class rows, with the same rates
+    rng = np.random.default_rng(100 + seed)
+    L, C = 12, 60
+    cap = rng.choice([1.0, 2.0, 3.0, 5.0], size=L)
+    rows = [rng.choice(L, size=int(rng.integers(1, 5)), replace=False) for _ in range(C)]
+    routes = FlowRoutes.from_lists(rows, [rng.choice([0.5, 1.0, 2.0], size=r.size)
+                                          for r in rows])
+    flow_class = np.repeat(np.arange(C), rng.integers(1, 3, size=C))
+    act = rng.choice(flow_class.size, size=6, replace=False)
+    assert routes.ptr[-1] > 3 * (routes.ptr[flow_class[act] + 1]
+                                 - routes.ptr[flow_class[act]]).sum()
+    rate, state = _kernel_rates(cap, routes, flow_class, act)
+    np.testing.assert_allclose(rate, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+    # and warm, after some of them end
+    act = act[:3]
+    warm, _ = _kernel_rates(cap, routes, flow_class, act, state, warm=True)
+    np.testing.assert_allclose(warm, _expanded(cap, rows, routes, flow_class[act]), rtol=1e-12)
+
+
+def test_link_classes_lists_each_used_class_once_per_entry():
+    routes = FlowRoutes.from_lists([[0, 2], [1], [2, 0, 1], [1]], [[1, 1], [1], [1, 2, 1], [1]])
+    ptr, cls, ent = link_classes(np.array([2, 0, 0]), routes.ptr, routes.link, 3)
+    assert (routes.link[ent] == np.repeat(np.arange(3), np.diff(ptr))).all()
+    rows = [sorted(cls[ptr[k]:ptr[k + 1]].tolist()) for k in range(3)]
+    assert rows == [[0, 2], [2], [0, 2]]   # classes 1 and 3 carry no flow
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_warm_solves_as_flows_come_and_go_equal_a_fresh_filling(block):
+    # flows added and removed between solves (several classes gaining flows on one
+    # link among them): the filling resumes below the first level a removed flow or
+    # the added ones can move, and gives the fresh solution
+    for seed in range(50 * block, 50 * block + 50):
+        rng = np.random.default_rng(seed)
+        L, C = int(rng.integers(5, 30)), int(rng.integers(5, 60))
+        cap = rng.choice([1.0, 2.0, 3.0, 5.0], size=L) * rng.uniform(0.5, 2, size=L)
+        rows = [rng.choice(L, size=int(rng.integers(1, min(L, 8))), replace=False)
+                for _ in range(C)]
+        routes = FlowRoutes.from_lists(rows, [rng.uniform(0.1, 2.0, size=r.size)
+                                              for r in rows])
+        flow_class = np.repeat(np.arange(C), rng.integers(1, 4, size=C))
+        count = rng.integers(1, 4, size=flow_class.size)
+        pool = rng.permutation(flow_class.size)
+        act = pool[:pool.size // 2]
+        _, state = _kernel_rates(cap, routes, flow_class, act, count=count)
+        for _ in range(20):
+            keep = act[rng.random(act.size) < 0.8]
+            idle = np.setdiff1d(pool, keep)
+            act = np.concatenate([keep, rng.choice(idle, size=min(idle.size,
+                                                                  int(rng.integers(0, 3))),
+                                                   replace=False)])
+            if not act.size:
+                break
+            warm, state = _kernel_rates(cap, routes, flow_class, act, state, warm=True,
+                                        count=count)
+            copies = np.repeat(act, count[act])
+            np.testing.assert_allclose(np.repeat(warm, count[act]),
+                                       _expanded(cap, rows, routes, flow_class[copies]),
+                                       rtol=1e-12, err_msg=f"seed {seed}")
 
 
 def test_route_classes_merge_identical_rows_only():

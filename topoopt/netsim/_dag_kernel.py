@@ -15,15 +15,13 @@ import heapq
 import numpy as np
 from numba import njit
 
+from topoopt.netsim._fill_kernel import fill_levels, link_classes
+
 __all__ = ["run_kernel", "successor_lists", "OK", "PAST_HORIZON", "STUCK"]
 
 #: Status codes of :func:`run_kernel`.
 OK, PAST_HORIZON, STUCK = 0, 1, 2
 
-_RTOL = 1e-9
-#: Above this many entries per link, :func:`_fill_by_links` fills (the crossover is
-#: measured in docs/tuning.md, "Simulators").
-_ENTRIES_PER_LINK = 4
 
 
 @njit(cache=True)
@@ -47,157 +45,92 @@ def successor_lists(before, after, n):
     return ptr, succ
 
 
-@njit(cache=True)
-def _fill_by_links(e_cls, e_link, e_w, alive, links, nlinks, residual, load, sat, crate,
-                   level):
-    """:func:`_fill` for many entries per link (thousands of per-pair flows on a few
-    switch ports): per level one pass over the links still loaded finds the smallest
-    share, and only the entries of the classes that freeze are touched, through a
-    link -> entries index -- work levels x links + entries instead of levels x
-    entries. The same levels, ties and rates as :func:`_fill` (loads are decremented
-    instead of re-summed: ~1e-16 relative)."""
-    lid = np.empty(residual.size, np.int64)
-    for q in range(nlinks):
-        lid[links[q]] = q
-    cnt = np.zeros(nlinks + 1, np.int64)
-    for q in range(alive):
-        cnt[lid[e_link[q]] + 1] += 1
-    for q in range(nlinks):
-        cnt[q + 1] += cnt[q]
-    pos = cnt[:-1].copy()
-    ent = np.empty(alive, np.int64)
-    for q in range(alive):
-        k = lid[e_link[q]]
-        ent[pos[k]] = q
-        pos[k] += 1
-    block_start = np.empty(alive, np.int64)   # entries are contiguous per class
-    block_end = np.empty(alive, np.int64)
-    q = 0
-    while q < alive:
-        end = q + 1
-        while end < alive and e_cls[end] == e_cls[q]:
-            end += 1
-        for y in range(q, end):
-            block_start[y] = q
-            block_end[y] = end
-        q = end
-    left = np.empty(nlinks, np.int64)
-    active = np.empty(nlinks, np.int64)
-    nactive = 0
-    for q in range(nlinks):
-        load[links[q]] = 0.0
-        sat[links[q]] = False
-        left[q] = cnt[q + 1] - cnt[q]
-        if left[q] > 0:
-            active[nactive] = q
-            nactive += 1
-    for q in range(alive):
-        load[e_link[q]] += e_w[q]
-    done = np.zeros(alive, np.bool_)
-    while nactive > 0:
-        step = np.inf
-        for r in range(nactive):
-            lk = links[active[r]]
-            if load[lk] > 0.0 and residual[lk] / load[lk] < step:
-                step = residual[lk] / load[lk]
-        if step == np.inf:
-            break
-        if step < 0.0:
-            step = 0.0
-        level += step
-        lim = step * (1.0 + _RTOL) + 1e-300
-        for r in range(nactive):
-            lk = links[active[r]]
-            if load[lk] > 0.0:
-                share = residual[lk] / load[lk]
-                residual[lk] -= step * load[lk]
-                if share <= lim:
-                    residual[lk] = 0.0
-                    sat[lk] = True
-        for r in range(nactive):
-            k = active[r]
-            if not sat[links[k]]:
-                continue
-            for z in range(cnt[k], cnt[k + 1]):
-                q0 = ent[z]
-                if done[q0]:
-                    continue
-                crate[e_cls[q0]] = level
-                for y in range(block_start[q0], block_end[q0]):
-                    done[y] = True
-                    load[e_link[y]] -= e_w[y]
-                    left[lid[e_link[y]]] -= 1
-        w = 0
-        for r in range(nactive):
-            k = active[r]
-            if left[k] > 0 and not sat[links[k]]:
-                active[w] = k
-                w += 1
-        nactive = w
+#: The filling scans each saturated link's classes: past this many entries of the
+#: graph's classes per entry of those filling, the filling lists its own per link.
+_SPARSE_LINKS = 3
 
 
 @njit(cache=True)
-def _fill(e_cls, e_link, e_w, alive, links, nlinks, residual, load, sat, crate, level):
-    """Progressive filling from ``level`` on ``residual``: every class in ``e_cls``
-    (rate ``inf`` on entry) freezes at the level where one of its links saturates.
+def _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks, left, nent, size):
+    """Link -> class CSR of the filling classes alone (``left``: their entries per link)."""
+    ptr = np.zeros(size, np.int64)
+    for q in range(nlinks):
+        ptr[links[q] + 1] = left[links[q]]
+    for lk in range(size - 1):
+        ptr[lk + 1] += ptr[lk]
+    pos = ptr[:-1].copy()
+    out = np.empty(nent, np.int64)
+    for k in range(ncls):
+        c = cls[k]
+        if filling[c]:
+            for e in range(cptr[c], cptr[c + 1]):
+                lk = clink[e]
+                out[pos[lk]] = c
+                pos[lk] += 1
+    return ptr, out
 
-    Each level passes over every entry still unfrozen; with many more entries than
-    links (thousands of per-pair flows on a switch's ports, frozen at up to hundreds of
-    levels) :func:`_fill_by_links` does the filling, its levels a pass over the links."""
-    if alive > _ENTRIES_PER_LINK * nlinks:
-        _fill_by_links(e_cls, e_link, e_w, alive, links, nlinks, residual, load, sat, crate,
-                       level)
-        return
-    while alive > 0:
-        for q in range(nlinks):
-            load[links[q]] = 0.0
-        for q in range(alive):
-            load[e_link[q]] += e_w[q]
-        step = np.inf
-        for q in range(nlinks):
-            lk = links[q]
-            if load[lk] > 0.0 and residual[lk] / load[lk] < step:
-                step = residual[lk] / load[lk]
-        if step < 0.0:
-            step = 0.0
-        level += step
-        lim = step * (1.0 + _RTOL) + 1e-300
-        for q in range(nlinks):
-            lk = links[q]
-            sat[lk] = False
-            if load[lk] > 0.0:
-                share = residual[lk] / load[lk]
-                residual[lk] -= step * load[lk]
-                if share <= lim:
-                    residual[lk] = 0.0
-                    sat[lk] = True
-        for q in range(alive):
-            if sat[e_link[q]]:
-                crate[e_cls[q]] = level
-        w = 0
-        for q in range(alive):
-            if crate[e_cls[q]] == np.inf:
-                e_cls[w] = e_cls[q]
-                e_link[w] = e_link[q]
-                e_w[w] = e_w[q]
-                w += 1
-        alive = w
+
+@njit(cache=True)
+def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate, lptr, lcls, lent,
+                 extra, touched):
+    """A level below which no link saturates now that the classes ``cls[:ncls]`` carry
+    ``mult`` flows where the last solve had ``pmult`` (rates ``crate``): at level ``x``
+    the old classes take at most ``min(x W, U)`` of a link (``W`` their weight, ``U``
+    what they take at their rates), so with ``x D`` more (``D`` the weight added on
+    it) the link has room up to ``max(cap / (W + D), (cap - U) / D)``. ``extra`` and
+    ``touched`` are scratch of the links' size (``extra`` left zero)."""
+    n = 0
+    for k in range(ncls):
+        c = cls[k]
+        more = mult[c] - pmult[c]
+        if more <= 0:
+            continue
+        for e in range(cptr[c], cptr[c + 1]):
+            lk = clink[e]
+            if extra[lk] == 0.0:
+                touched[n] = lk
+                n += 1
+            extra[lk] += cweight[e] * more
+    bound = np.inf
+    for q in range(n):
+        lk = touched[q]
+        d = extra[lk]
+        extra[lk] = 0.0
+        if not d > 0.0:
+            continue
+        weight = 0.0
+        taken = 0.0
+        for z in range(lptr[lk], lptr[lk + 1]):
+            m = pmult[lcls[z]]
+            if m > 0:
+                w = cweight[lent[z]] * m
+                weight += w
+                taken += crate[lcls[z]] * w
+        room = max(cap[lk] / (weight + d), (cap[lk] - taken) / d)
+        if room < bound:
+            bound = room
+    return bound
 
 
 @njit(cache=True)
 def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
-           nprev, crate, residual, load, seen, sat, out_rate):
+           nprev, crate, lptr, lcls, lent, scratch, iscratch, filling, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
     :func:`topoopt.netsim.max_min_rates` on the expanded flows).
 
-    ``warm``: the active flows are the last solve's minus some. Progressive filling
-    froze every class at its rate, lowest first; let ``lam`` be the lowest old rate of
-    a class that lost flows. No link that saturated below ``lam`` carries such a class,
-    and removing load only raises the other links' shares, so every level below
-    ``lam`` is unchanged: the filling resumes from the last of those levels on what the
+    ``warm``: ``crate`` holds the last solve's rates. Progressive filling froze every
+    class at its rate, lowest first; let ``lam`` be the lowest old rate of a class that
+    lost flows, or lower, the lowest level at which a link of a class that gained flows
+    may now saturate (:func:`_added_bound`). No link that saturated below ``lam``
+    carries a class that lost flows, and removing load only raises the other links'
+    shares; no link that gained load saturates below it: every level below ``lam`` is
+    unchanged, and the filling resumes from the last of those levels on what the
     classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
-    ``crate`` keep the last solve; the count of classes is returned.)"""
+    ``crate`` keep the last solve; the count of classes is returned.) ``lptr, lcls,
+    lent``: the classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
+    ``scratch`` (4 x links floats, row 3 zero) and ``iscratch`` (5 x links ints, row 3
+    all ``-1``) are work space."""
     cls = np.empty(nact, np.int64)
     ncls = 0
     for i in range(nact):
@@ -215,6 +148,11 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             c = prev_cls[k]
             if mult[c] < pmult[c] and crate[c] < lam:
                 lam = crate[c]
+        lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate,
+                                    lptr, lcls, lent, scratch[3], iscratch[4]))
+        for k in range(ncls):
+            if pmult[cls[k]] == 0:
+                crate[cls[k]] = np.inf   # no rate yet: filled
         for k in range(ncls):
             c = cls[k]
             if crate[c] < lam:
@@ -222,54 +160,51 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
                 if crate[c] > level0:
                     level0 = crate[c]
     if fixed_n < ncls:
-        # entries of the classes still to fill (all of them on a cold start)
-        nent = 0
-        for k in range(ncls):
-            c = cls[k]
-            if not crate[c] < lam:
-                nent += cptr[c + 1] - cptr[c]
-        e_cls = np.empty(nent, np.int64)
-        e_link = np.empty(nent, np.int64)
-        e_w = np.empty(nent)
-        links = np.empty(nent, np.int64)
+        frozen, rising, hkey = scratch[0], scratch[1], scratch[2]
+        links, left, hid, seen, sat = (iscratch[0], iscratch[1], iscratch[2], iscratch[3],
+                                       iscratch[4])
         nlinks = 0
-        j = 0
+        nent = 0
         for k in range(ncls):
             c = cls[k]
             if crate[c] < lam:
                 continue
+            filling[c] = True
+            crate[c] = np.inf
+            m = mult[c]
             for e in range(cptr[c], cptr[c + 1]):
                 lk = clink[e]
-                e_cls[j] = c
-                e_link[j] = lk
-                e_w[j] = cweight[e] * mult[c]
-                j += 1
-                if not seen[lk]:
-                    seen[lk] = True
+                if seen[lk] < 0:
+                    seen[lk] = nlinks
                     links[nlinks] = lk
                     nlinks += 1
-                    residual[lk] = cap[lk]
+                    frozen[lk] = 0.0
+                    rising[lk] = 0.0
+                    left[lk] = 0
+                rising[lk] += cweight[e] * m
+                left[lk] += 1
+            nent += cptr[c + 1] - cptr[c]
         if fixed_n > 0:
-            # what the frozen classes and the common level0 already take
+            # what the classes kept frozen take of the links the others cross
             for k in range(ncls):
                 c = cls[k]
                 if crate[c] < lam:
                     for e in range(cptr[c], cptr[c + 1]):
                         lk = clink[e]
-                        if seen[lk]:
-                            residual[lk] -= crate[c] * cweight[e] * mult[c]
-            for q in range(nent):
-                residual[e_link[q]] -= level0 * e_w[q]
-            for q in range(nlinks):
-                if residual[links[q]] < 0.0:
-                    residual[links[q]] = 0.0
-        for k in range(ncls):
-            c = cls[k]
-            if not crate[c] < lam:
-                crate[c] = np.inf
-        _fill(e_cls, e_link, e_w, nent, links, nlinks, residual, load, sat, crate, level0)
+                        if seen[lk] >= 0:
+                            frozen[lk] += crate[c] * cweight[e] * mult[c]
+        if lptr[-1] > _SPARSE_LINKS * nent:
+            # most classes on the links are idle (an all-to-all's thousands of pairs
+            # per switch port): their own link -> class lists cost less to build than
+            # to skip over
+            lptr, lcls = _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks,
+                                           left, nent, lptr.size)
+        fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
+                    clink, cweight, crate, level0, hkey, hid, sat)
         for q in range(nlinks):
-            seen[links[q]] = False
+            seen[links[q]] = -1
+        for k in range(ncls):
+            filling[cls[k]] = False
     for i in range(nact):
         out_rate[i] = crate[flow_class[act[i]]]
     for k in range(nprev):
@@ -366,10 +301,11 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     prev_cls = np.empty(nflows, np.int64)
     nprev = 0
     crate = np.zeros(max(nclass, 1))
-    residual = np.zeros(L)
-    load = np.zeros(L)
-    seen = np.zeros(L, np.bool_)
-    sat = np.zeros(L, np.bool_)
+    lptr, lcls, lent = link_classes(flow_class, cptr, clink, L)
+    scratch = np.zeros((4, L))
+    iscratch = np.zeros((5, L), np.int64)
+    iscratch[3] = -1
+    filling = np.zeros(max(nclass, 1), np.bool_)
     # transmitting flows
     act = np.empty(nflows, np.int64)
     arem = np.empty(nflows)
@@ -436,7 +372,7 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             break
         # -- the set of transmitting flows changed: re-solve max-min ------------------
         if nnew > 0 or dirty:
-            warm = nnew == 0 and nprev > 0
+            warm = nprev > 0
             if nact > 0 and t > t_ref:
                 for i in range(nact):
                     arem[i] = arem[i] - arate[i] * (t - t_ref)
@@ -448,7 +384,8 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             dirty = False
             t_ref = t
             nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                           pmult, prev_cls, nprev, crate, residual, load, seen, sat, arate)
+                           pmult, prev_cls, nprev, crate, lptr, lcls, lent, scratch, iscratch,
+                           filling, arate)
             flow_next = np.inf
             sent_next = np.inf
             for i in range(nact):

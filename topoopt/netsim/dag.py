@@ -291,12 +291,21 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     table = np.full((max(nres, 1), width), -1, np.int64)
     table[qres, slot[qnodes]] = qnodes
     from topoopt.netsim._dag_kernel import PAST_HORIZON, STUCK, run_kernel
-    r = dag.class_routes
+    # only the classes this graph uses, renumbered: a builder's route store keeps every
+    # class it has met, and the filling's passes over the rows then stay in cache
+    seen = np.zeros(len(dag.class_routes) + 1, np.int64)
+    seen[dag.flow_class + 1] = 1
+    renumber = np.cumsum(seen)
+    used = np.flatnonzero(seen[1:])
+    flow_class = renumber[dag.flow_class]
+    idx, counts = gather_rows(dag.class_routes.ptr, used)
+    r = FlowRoutes(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                   dag.class_routes.link[idx], dag.class_routes.weight[idx])
     i64 = (lambda a: np.ascontiguousarray(a, np.int64))
     f64 = (lambda a: np.ascontiguousarray(a, np.float64))
     start, finish, tx_end, events, status, value = run_kernel(
         n, np.ascontiguousarray(dag.is_flow, np.bool_), i64(dag.local), i64(dag.flow_node),
-        f64(dag.flow_bits), f64(dag.flow_latency), i64(dag.flow_class), i64(dag.counts()),
+        f64(dag.flow_bits), f64(dag.flow_latency), i64(flow_class), i64(dag.counts()),
         i64(r.ptr), i64(r.link), f64(r.weight), i64(node_res), f64(dag.node_duration),
         i64(dag.succ_ptr), i64(dag.succ), i64(dag.pending), table, slot, f64(cap),
         float(horizon))
