@@ -18,9 +18,12 @@ the ratio current / baseline. ``--quality N`` plans N servers again with 4x the 
 much of a fabric's gap to the Ideal Switch a longer search closes (the search) and how
 much stays (the fabric). ``--llm GPUS,...`` plans an LLM config
 (``--llm-config``, ``--llm-model``) at those GPU counts through the same ``plan`` path.
+``--no-exports`` passes ``--no-exports`` to every plan: the search alone, without the
+exports (Chakra traces, ASTRA-sim and NCCL files), whose cost grows with the plan the
+search found (how many servers run each operator), not with the search.
 
 Usage: python benchmarks/scale_bench.py [--sizes 128,256,512,1024] [--baseline main]
-       [--quality 256] [--llm 1024,8192,16384] [--timeout 1800]
+       [--quality 256] [--llm 1024,8192,16384] [--timeout 1800] [--no-exports]
 """
 
 from __future__ import annotations
@@ -210,6 +213,8 @@ def main() -> int:
     ap.add_argument("--chains", type=int, help="--chains [default: config's]")
     ap.add_argument("--workers", type=int, help="--workers [default: all cores]")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per plan")
+    ap.add_argument("--no-exports", action="store_true",
+                    help="plan without the exports: the search's time alone")
     ap.add_argument("--baseline", help="git ref planned beside the working tree")
     ap.add_argument("--baseline-max", type=int, default=256,
                     help="largest size the baseline plans [default: 256]")
@@ -223,6 +228,7 @@ def main() -> int:
     template = ROOT / "configs" / "dlrm-128.toml"
     effort = [f"--{k}={v}" for k in ("budget", "rounds", "chains", "workers")
               if (v := getattr(args, k)) is not None]
+    effort += ["--no-exports"] * args.no_exports
     tree = None
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
