@@ -48,7 +48,8 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     (out of / into a congested node, neither), fluid against ns-3.
 ``fig5ns3``
     Tree scenarios (``--fig5-ns3-grid p:pairs,...``; ``--fig5-ns3-kind failures``:
-    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12) on ns-3 with §7.3's
+    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12; per item, further
+    fields ``:seed``, ``:star``, ``:failures`` override those options) on ns-3 with §7.3's
     settings, ``--fig5-ns3`` epochs each (100, warm-up a quarter, at most 25), through
     the sweep executor, next to the fluid model: baseline time, REACT's gain, wall and
     CPU time per scenario. At MTU 1500 one epoch costs ~75 CPU-s, at 9000 about a
@@ -770,7 +771,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fig5-ns3", type=int, default=100,
                     help="epochs per ns-3 Fig. 5 run (warm-up: a quarter, at most 25)")
     ap.add_argument("--fig5-ns3-grid", default="2:1,4:1,2:3,4:3",
-                    help="p:pairs of the tree scenarios run on ns-3")
+                    help="p:pairs[:seed][:star|fattree][:failures|external],... of the tree "
+                    "scenarios run on ns-3, in this order")
     ap.add_argument("--fig5-ns3-mtu", type=int, default=1500,
                     help="IP MTU of the ns-3 runs, bytes (9000: ~6x fewer packets)")
     ap.add_argument("--fig5-ns3-seed", type=int, default=0)
