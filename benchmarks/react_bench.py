@@ -48,7 +48,8 @@ Sections (``--sections``, comma separated; default ``speed,shard``):
     (out of / into a congested node, neither), fluid against ns-3.
 ``fig5ns3``
     Tree scenarios (``--fig5-ns3-grid p:pairs,...``; ``--fig5-ns3-kind failures``:
-    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12) on ns-3 with §7.3's
+    ``Gbps:links``, Fig. 8; ``--fig5-ns3-fabric star``: Fig. 12; per item, further
+    fields ``:seed``, ``:star``, ``:failures`` override those options) on ns-3 with §7.3's
     settings, ``--fig5-ns3`` epochs each (100, warm-up a quarter, at most 25), through
     the sweep executor, next to the fluid model: baseline time, REACT's gain, wall and
     CPU time per scenario. At MTU 1500 one epoch costs ~75 CPU-s, at 9000 about a
@@ -366,14 +367,34 @@ def headroom(args, out: dict) -> None:
 
 def _fig5_ns3_scenario(args, item: str, epochs: int) -> Scenario:
     """One scenario of ``--fig5-ns3-grid``: ``p:pairs`` (external flows, Fig. 5 and 12)
-    or, with ``--fig5-ns3-kind failures``, ``Gbps:links`` (gray failures, Fig. 8)."""
-    a, b = (float(x) for x in item.split(":"))
-    base = Scenario(collective="tree", fabric=args.fig5_ns3_fabric, seed=args.fig5_ns3_seed,
+    or, with ``--fig5-ns3-kind failures``, ``Gbps:links`` (gray failures, Fig. 8).
+    Optional further fields override the options for this item: a number is the seed,
+    ``star``/``fattree`` the fabric, ``failures``/``external`` the kind (e.g.
+    ``50:64:failures``, ``4:4:star``, ``2:4:1``)."""
+    a, b, *more = item.split(":")
+    seed, fabric, kind = args.fig5_ns3_seed, args.fig5_ns3_fabric, args.fig5_ns3_kind
+    for word in more:
+        if word.isdigit():
+            seed = int(word)
+        elif word in ("star", "fattree"):
+            fabric = word
+        elif word in ("failures", "external"):
+            kind = word
+        else:
+            raise SystemExit(f"--fig5-ns3-grid: unknown field {word!r} in {item!r} (a seed, "
+                             "star, fattree, failures or external)")
+    base = Scenario(collective="tree", fabric=fabric, seed=seed,
                     epochs=epochs, warmup=(min(25, epochs // 4) if args.fig5_ns3_warmup is None
                                            else args.fig5_ns3_warmup))
-    if args.fig5_ns3_kind == "failures":
-        return replace(base, kind="failures", capacity=a * 1e9, congested=int(b), p=0)
+    if kind == "failures":
+        return replace(base, kind="failures", capacity=float(a) * 1e9, congested=int(b), p=0)
     return replace(base, p=int(a), congested=int(b))
+
+
+def _fig5_label(sc: Scenario) -> str:
+    what = (f"{sc.capacity / 1e9:g}G, links={sc.congested}" if sc.kind == "failures"
+            else f"p={sc.p}, pairs={sc.congested}")
+    return f"{sc.fabric} {what}, seed {sc.seed}"
 
 
 def fig5_ns3(args, out: dict) -> None:
@@ -396,8 +417,7 @@ def fig5_ns3(args, out: dict) -> None:
         (f,) = run_sweep_timed([sc])
         (f100,) = run_sweep([replace(sc, epochs=100, warmup=25)])
         (fit,) = run_sweep([replace(sc, **FIG5_NS3_FIT)])
-        label = (f"{sc.capacity / 1e9:g}G, links={sc.congested}" if sc.kind == "failures"
-                 else f"p={sc.p}, pairs={sc.congested}")
+        label = _fig5_label(sc)
         rows[i] = [label, f"{f.result.mean('baseline') * 1e3:.2f}",
                    f"{pkt.mean('baseline') * 1e3:.2f}", f"{100 * f.result.improvement:+.1f}",
                    f"{100 * pkt.improvement:+.1f}", f"{100 * f100.improvement:+.1f}",
@@ -413,8 +433,7 @@ def fig5_ns3(args, out: dict) -> None:
             args.json.write_text(json.dumps(out, indent=1, default=float))
 
     run_sweep_timed(scs, workers=args.workers, backend="ns3", ns3_config=config, on_done=done)
-    print(f"tree, 8 nodes, 20 MB, {args.fig5_ns3_fabric}, {args.fig5_ns3_kind}, seed "
-          f"{args.fig5_ns3_seed}, {e} epochs (warm-up {scs[0].warmup}), ns-3 MTU {config.mtu}:"
+    print(f"tree, 8 nodes, 20 MB, {e} epochs (warm-up {scs[0].warmup}), ns-3 MTU {config.mtu}:"
           " baseline time and REACT's gain, fluid model against ns-3 (a scenario's wall and "
           "CPU cover both its runs)")
     table(["scenario", "base flow ms", "base ns-3 ms", "gain flow %", "gain ns-3 %",
@@ -432,7 +451,7 @@ def fig5_fluid(args, out: dict) -> None:
     rows = []
     for item in args.fig5_ns3_grid.split(","):
         sc = _fig5_ns3_scenario(args, item, args.fig5_ns3)
-        row = [f"p={sc.p}, pairs={sc.congested}"]
+        row = [_fig5_label(sc)]
         for model in (sc, replace(sc, **FIG5_NS3_FIT)):
             (r,) = run_sweep_timed([model])
             row += [f"{r.result.mean('baseline') * 1e3:.2f}",
@@ -752,7 +771,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fig5-ns3", type=int, default=100,
                     help="epochs per ns-3 Fig. 5 run (warm-up: a quarter, at most 25)")
     ap.add_argument("--fig5-ns3-grid", default="2:1,4:1,2:3,4:3",
-                    help="p:pairs of the tree scenarios run on ns-3")
+                    help="p:pairs[:seed][:star|fattree][:failures|external],... of the tree "
+                    "scenarios run on ns-3, in this order")
     ap.add_argument("--fig5-ns3-mtu", type=int, default=1500,
                     help="IP MTU of the ns-3 runs, bytes (9000: ~6x fewer packets)")
     ap.add_argument("--fig5-ns3-seed", type=int, default=0)

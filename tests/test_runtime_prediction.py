@@ -45,3 +45,20 @@ def test_external_flows_slow_the_baseline():
 def test_bad_link_rate_is_refused():
     with pytest.raises(ConfigError, match="link_rate"):
         fluid_prediction(_spec(), None, 0.0)
+
+
+def test_a_fixed_pattern_runs_as_the_predictions_baseline():
+    from topoopt.react.runtime.experiment import fluid_pattern_run, make_pattern
+
+    n, size, rate, latency = 4, 8e6, 1e9, 20e-6
+    spec = _spec("ring", n)
+    r = fluid_pattern_run(make_pattern(spec), None, rate, epochs=2, latency=latency)
+    assert np.allclose(r.epoch_time, 2 * (n - 1) * (size / n * 8 / rate + 2 * latency))
+    tree = _spec("tree", 8)
+    slow = SlowRank(2, "flows", flows=2)
+    f = fluid_prediction(tree, slow, rate)
+    got = fluid_pattern_run(make_pattern(tree), slow, rate, epochs=3)
+    assert np.allclose(got.epoch_time, f.baseline[:3])
+    assert got.fct.shape == (3, make_pattern(tree).edges_count)
+    with pytest.raises(ConfigError, match="slow_rank"):
+        fluid_pattern_run(make_pattern(spec), SlowRank(4), rate)

@@ -31,6 +31,7 @@ from topoopt.collectives.ten import Pattern
 from topoopt.errors import ConfigError
 from topoopt.fabrics import star
 from topoopt.react.critical import critical_paths
+from topoopt.react.execution import BatchResult
 from topoopt.react.flowsim import BackgroundFlows, SimulatedExecutor
 from topoopt.react.loop import ReactParams, run_react
 from topoopt.react.runtime.launch import LaunchOptions, launch
@@ -38,7 +39,8 @@ from topoopt.react.runtime.netem import NetnsTestbed, netns_supported
 from topoopt.react.runtime.tuner import assemble_batch
 
 __all__ = ["RunSpec", "SlowRank", "RuntimeResult", "run_runtime", "make_pattern",
-           "critical_share", "FluidPrediction", "fluid_prediction", "COLLECTIVES"]
+           "critical_share", "FluidPrediction", "fluid_prediction", "fluid_pattern_run",
+           "COLLECTIVES"]
 
 #: Patterns :func:`make_pattern` builds.
 COLLECTIVES = ("tree", "ring", "rd-allgather", "multi-ring")
@@ -410,7 +412,17 @@ def fluid_prediction(spec: RunSpec, slow: SlowRank | None, link_rate: float,
     REACT §7.1-§7.2 (external flows into one server of a single-switch cluster).
     """
     require_positive("link_rate", link_rate)
-    n = spec.nprocs
+    executor = _testbed_executor(spec.nprocs, slow, link_rate, latency, seed)
+    pattern = make_pattern(spec)
+    runs = [run_react(executor(), pattern, spec.epochs, spec.params, enabled)
+            for enabled in (False, True)]
+    return FluidPrediction(runs[0].epoch_time, runs[1].epoch_time, runs[1].changes,
+                           spec.warmup)
+
+
+def _testbed_executor(n: int, slow: SlowRank | None, link_rate: float, latency: float,
+                      seed: int):
+    """A factory of fresh fluid executors of the testbed (see :func:`fluid_prediction`)."""
     bw = [float(link_rate)] * (n + 1)
     background = []
     if slow is not None and slow.mode == "rate":
@@ -418,9 +430,39 @@ def fluid_prediction(spec: RunSpec, slow: SlowRank | None, link_rate: float,
     elif slow is not None:
         background = [BackgroundFlows(n, slow.rank, slow.flows)]
     fabric = star(n + 1, bw, latency)
-    pattern = make_pattern(spec)
-    runs = [run_react(SimulatedExecutor(fabric, list(range(n)), background, 1, seed),
-                      pattern, spec.epochs, spec.params, enabled)
-            for enabled in (False, True)]
-    return FluidPrediction(runs[0].epoch_time, runs[1].epoch_time, runs[1].changes,
-                           spec.warmup)
+    return lambda: SimulatedExecutor(fabric, list(range(n)), background, 1, seed)
+
+
+def fluid_pattern_run(pattern: Pattern, slow: SlowRank | None, link_rate: float,
+                      epochs: int = 1, latency: float = 20e-6, seed: int = 0) -> BatchResult:
+    """``epochs`` epochs of a fixed ``pattern`` on the fluid model of the testbed.
+
+    The same network as :func:`fluid_prediction` (a star of ``pattern.ranks`` ranks and one
+    outside host, ``slow``'s congestion), without REACT: to rate a pattern the real
+    runtime ended on against the initial one on a model independent of wall clocks.
+
+    Parameters
+    ----------
+    pattern : Pattern
+    slow : SlowRank, optional
+    link_rate : float
+        Bits/s of every rank link.
+    epochs : int
+    latency : float
+        Seconds per link.
+    seed : int
+
+    Returns
+    -------
+    BatchResult
+        Per epoch and flow: start, finish (and FCT), and the epoch times.
+
+    References
+    ----------
+    REACT §7.1-§7.2 (external flows into one server of a single-switch cluster).
+    """
+    require_positive("link_rate", link_rate)
+    require_int("epochs", epochs, minimum=1)
+    if slow is not None and slow.rank >= pattern.ranks:
+        raise ConfigError("slow_rank", slow.rank, f"must be a rank in 0..{pattern.ranks - 1}")
+    return _testbed_executor(pattern.ranks, slow, link_rate, latency, seed)().run(pattern, epochs)
