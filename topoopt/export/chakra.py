@@ -169,33 +169,38 @@ def chakra_traces(graph: IterationGraph, fabric: Any, servers: int,
     return ChakraTraces(servers, nodes, groups)
 
 
-def _attr(pb: Any, name: str, value: Any) -> Any:
+def _attr_field(name: str, value: Any) -> str:
+    """The ``AttributeProto`` field that carries ``name``'s ``value``."""
     if isinstance(value, bool):
-        return pb.AttributeProto(name=name, bool_val=value)
-    if name == "comm_type":
-        return pb.AttributeProto(name=name, int64_val=pb.CollectiveCommType.Value(value))
+        return "bool_val"
     if name == "num_ops":  # ASTRA-sim reads it as uint64 (Workload.cc line 253)
-        return pb.AttributeProto(name=name, uint64_val=int(value))
-    if isinstance(value, str):
-        return pb.AttributeProto(name=name, string_val=value)
+        return "uint64_val"
+    if isinstance(value, str) and name != "comm_type":
+        return "string_val"
     if isinstance(value, float):
-        return pb.AttributeProto(name=name, double_val=value)
-    return pb.AttributeProto(name=name, int64_val=int(value))
+        return "double_val"
+    return "int64_val"
 
 
 def encode_chakra_traces(traces: ChakraTraces) -> dict[str, bytes]:
     """``chakra/et.<rank>.et`` bytes per rank, and ``chakra/comm_groups.json``."""
     from chakra.src.third_party.utils.protolib import encodeMessage  # type: ignore[import-untyped]
     pb = _pb()
+    node_type = {k: pb.NodeType.Value(k) for k in pb.NodeType.keys()}
+    comm_type = {k: pb.CollectiveCommType.Value(k) for k in pb.CollectiveCommType.keys()}
     out: dict[str, bytes] = {}
     for rank, nodes in enumerate(traces.nodes):
         buf = io.BytesIO()
         encodeMessage(buf, pb.GlobalMetadata(version=_VERSION))
         for nid, (name, kind, attrs, deps, dur) in enumerate(nodes):
-            node = pb.Node(id=nid, name=name, type=pb.NodeType.Value(kind),
-                           duration_micros=dur)
-            node.data_deps.extend(deps)
-            node.attr.extend(_attr(pb, k, v) for k, v in attrs.items())
+            node = pb.Node(id=nid, name=name, type=node_type[kind], duration_micros=dur,
+                           data_deps=deps)
+            add = node.attr.add
+            for k, v in attrs.items():   # fields filled in place: no message copied
+                field = _attr_field(k, v)
+                value = (comm_type[v] if k == "comm_type" else
+                         v if field in ("bool_val", "string_val", "double_val") else int(v))
+                add(name=k, **{field: value})
             encodeMessage(buf, node)
         out[f"{CHAKRA_DIR}/et.{rank}.et"] = buf.getvalue()
     out[COMM_GROUPS] = (json.dumps(traces.groups, indent=1, sort_keys=True) + "\n").encode()
