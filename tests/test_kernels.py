@@ -12,9 +12,11 @@ import pytest
 from topoopt.cluster import GPUS, Cluster
 from topoopt.compute import gemm_shape, op_time
 from topoopt.kernels import (
+    FLASH_BWD_OVER_FWD,
     KERNEL_PROFILES,
     attention_time,
     dense_layer_time,
+    flash_attention_times,
     gemm_efficiency,
     gemm_time,
     kernel_profile,
@@ -158,3 +160,25 @@ def test_every_compute_op_costs_at_least_a_launch_and_no_more_than_peak_allows()
             assert fwd >= op.fwd_flops * batch / peak and bwd >= op.bwd_flops * batch / peak
             more = op_time(op, OpConfig((0,), 1), cluster, "fp32", 4, 2 * batch)
             assert more[0] >= fwd and more[1] >= bwd
+
+
+def test_bert_and_the_llm_model_time_flash_attention_alike():
+    """One backward-over-forward count for every fused attention: the DLRM/BERT
+    estimator's attention op is its projection GEMMs plus ``flash_attention_times`` of
+    its score FLOPs (backward 2.5 x the forward's, not the op's 2 x), the constant the
+    LLM model imports."""
+    from topoopt.llm import iteration
+    assert iteration.FLASH_BWD_OVER_FWD is FLASH_BWD_OVER_FWD == 2.5
+    cluster = Cluster(servers=2, nics=1, link_bandwidth=1e11, gpus_per_server=1,
+                      gpu=GPUS["A100"])
+    h, s, batch = 1024, 2048, 8
+    op = attention("a", h, 16, s, ("x",))
+    fwd, bwd = op_time(op, OpConfig((0,), 1), cluster, "bf16", 2, batch)
+    width = math.sqrt(op.params / 4.0)   # the estimator reads the shape back from counts
+    tokens = op.out_elems / width
+    p_fwd, p_bwd = dense_layer_time(batch * tokens, width, 4 * width, cluster.gpu, "bf16")
+    scores = batch * (op.fwd_flops - 2.0 * op.params * tokens)
+    a_fwd, a_bwd = flash_attention_times(scores, cluster.gpu, "bf16")
+    assert (fwd, bwd) == pytest.approx((p_fwd + a_fwd, p_bwd + a_bwd))
+    launch = kernel_profile(cluster.gpu).launch
+    assert a_bwd - launch == pytest.approx(FLASH_BWD_OVER_FWD * (a_fwd - launch))

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from topoopt.cluster import Cluster, Job
-from topoopt.kernels import attention_time, dense_layer_time, kernel_profile
+from topoopt.kernels import dense_layer_time, flash_attention_times, kernel_profile
 from topoopt.model import Model, Operator
 from topoopt.strategy import OpConfig, Strategy
 
@@ -62,10 +62,10 @@ def _gemm_op_time(op: Operator, rows: float, mp: int, cluster: Cluster,
     seq = op.out_elems / hidden
     proj = min(op.fwd_flops, 2.0 * op.params * seq)
     fwd, bwd = dense_layer_time(rows * seq, hidden, 4.0 * hidden / mp, gpu, precision)
-    scores = rows * (op.fwd_flops - proj) / mp
-    score_bwd = rows * (op.bwd_flops - 2.0 * proj) / mp
-    return (fwd + attention_time(scores, gpu, precision),
-            bwd + attention_time(max(score_bwd, 0.0), gpu, precision))
+    # the scores run as fused (flash) attention: its backward kernel executes 2.5 x the
+    # forward's FLOPs (it recomputes Q K^T), the LLM model's count, not the op's 2 x
+    a_fwd, a_bwd = flash_attention_times(rows * (op.fwd_flops - proj) / mp, gpu, precision)
+    return fwd + a_fwd, bwd + a_bwd
 
 
 def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dtype_bytes: int,

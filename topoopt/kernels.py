@@ -64,8 +64,15 @@ from typing import Mapping
 from topoopt.cluster import GpuSpec
 
 __all__ = ["KernelProfile", "KERNEL_PROFILES", "kernel_profile", "gemm_efficiency",
-           "gemm_time", "wave_efficiency", "attention_time", "dense_layer_time", "memory_time",
-           "STREAM_FRACTION"]
+           "gemm_time", "wave_efficiency", "attention_time", "flash_attention_times",
+           "dense_layer_time", "memory_time", "STREAM_FRACTION", "FLASH_BWD_OVER_FWD"]
+
+#: FLOPs of FlashAttention's backward kernel over its forward's: ``dV``, ``dP``,
+#: ``dQ``, ``dK`` and the recomputed ``Q K^T``, five matmuls to the forward's two. It is
+#: the count FlashAttention's published fwd+bwd TFLOP/s use (``flops(..., mode)`` in
+#: Dao-AILab/flash-attention ``benchmarks/benchmark_flash_attention.py``: ``bwd`` 2.5 x,
+#: ``fwd_bwd`` 3.5 x the forward), so the kernel is timed on those FLOPs at that rate.
+FLASH_BWD_OVER_FWD = 2.5
 
 #: Fraction of the HBM datasheet bandwidth that element-wise kernels (norms, activations,
 #: dropout, residual adds, softmax) stream at: NVIDIA's STREAM-like bandwidth tests reach
@@ -242,6 +249,15 @@ def attention_time(flops: float, gpu: GpuSpec, precision: str, kernels: int = 1)
             * _sustained(prof, precision))
     peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
     return kernels * prof.launch + flops / (peak * frac)
+
+
+def flash_attention_times(flops: float, gpu: GpuSpec, precision: str) -> tuple[float, float]:
+    """Forward and backward seconds of fused (flash) attention whose forward kernel
+    executes ``flops``: the backward kernel executes :data:`FLASH_BWD_OVER_FWD` times
+    as many (it recomputes ``Q K^T``), both at :func:`attention_time`'s rate. The one
+    attention timing of the LLM model and the DLRM/BERT operator estimator."""
+    return (attention_time(flops, gpu, precision),
+            attention_time(FLASH_BWD_OVER_FWD * flops, gpu, precision))
 
 
 def memory_time(nbytes: float, gpu: GpuSpec, kernels: int = 1) -> float:

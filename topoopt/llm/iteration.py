@@ -37,7 +37,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from topoopt.cluster import Cluster, GpuSpec
-from topoopt.kernels import attention_time, dense_layer_time, kernel_profile, memory_time
+
+# FLASH_BWD_OVER_FWD is re-exported: one constant for the LLM model and the DLRM/BERT
+# estimator (topoopt.compute), both timing attention with flash_attention_times
+from topoopt.kernels import (
+    FLASH_BWD_OVER_FWD,
+    dense_layer_time,
+    flash_attention_times,
+    kernel_profile,
+    memory_time,
+)
 from topoopt.llm.memory import stage_params
 from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.llm.traffic import LLMTraffic
@@ -60,12 +69,6 @@ SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9.0, 11.0
 #: read ``dS`` (per GEMM: forward 2, backward 4 over its two kernels).
 BMM_SCORE_BYTES_FWD, BMM_SCORE_BYTES_BWD = 2.0, 4.0
 
-#: FLOPs of FlashAttention's backward kernel over its forward's: ``dV``, ``dP``,
-#: ``dQ``, ``dK`` and the recomputed ``Q K^T``, five matmuls to the forward's two. It is
-#: the count FlashAttention's published fwd+bwd TFLOP/s use (``flops(..., mode)`` in
-#: Dao-AILab/flash-attention ``benchmarks/benchmark_flash_attention.py``: ``bwd`` 2.5 x,
-#: ``fwd_bwd`` 3.5 x the forward), so the kernel is timed on those FLOPs at that rate.
-FLASH_BWD_OVER_FWD = 2.5
 
 #: Bytes per parameter of Adam's step on 16-bit weights with fp32 main weights, as
 #: Megatron-LM's mixed-precision optimizer runs it kernel by kernel
@@ -323,8 +326,7 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     if par.flash_attention:
         core = 2.0 * s * h * tokens / t    # causal: half of 4 s h per token
         # the backward kernel recomputes Q K^T: 5 matmuls, 2.5 x the forward's
-        a_fwd = attention_time(core, gpu, precision)
-        a_bwd = attention_time(FLASH_BWD_OVER_FWD * core, gpu, precision)
+        a_fwd, a_bwd = flash_attention_times(core, gpu, precision)
         ag_fwd = ag_bwd = 0.0
     else:
         d, scores = shape.head_dim, heads * s * s
