@@ -142,3 +142,21 @@ def test_sharding_never_adds_model_state():
             assert plain.activations == zero1.activations == fsdp.activations
             states.append(state[2])
         assert all(a >= b for a, b in zip(states, states[1:]))
+
+
+def test_replicated_kv_heads_keep_their_whole_weights():
+    """With 2 KV heads on tp = 8 each GPU keeps one KV head's K and V weights whole:
+    per layer Q 4096 / 8 + O 4096 / 8 + MLP 3 x 64 x 176 / 8 + norms 128 / 8 + K, V
+    2 x 64 x 8 = 512 + 512 + 4224 + 16 + 1024 = 6288 parameters, not 44,160 / 8 = 5520;
+    at tp = 2 the KV heads split and nothing is replicated."""
+    from topoopt.llm import stage_params
+    from topoopt.llm.memory import replicated_kv_params
+
+    assert replicated_kv_params(SMALL_LLAMA, 2) == 0
+    assert replicated_kv_params(SMALL_LLAMA, 8) == 1024 - 256
+    dense, _ = stage_params(SMALL_LLAMA, LLMParallel(8, 1, 1))
+    edges = SMALL_LLAMA.embedding_params + SMALL_LLAMA.output_params
+    assert dense[0] == pytest.approx(4 * 6288 + edges / 8)
+    # the tensor group holds the model plus (8 / 2 - 1) extra copies of K and V
+    assert 8 * dense[0] == pytest.approx(SMALL_LLAMA.params + 4 * 2048 * 3)
+    assert replicated_kv_params(transformer_shape(build_model("llama3-405b")), 8) == 0

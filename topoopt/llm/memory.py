@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.workloads.gpt import TransformerShape
 
-__all__ = ["HBM_USABLE", "MemoryBreakdown", "stage_params", "memory_per_gpu",
+__all__ = ["HBM_USABLE", "MemoryBreakdown", "stage_params", "replicated_kv_params",
+           "memory_per_gpu",
            "activation_bytes_per_token", "has_dropout", "in_flight"]
 
 #: Fraction of HBM a training process can fill: the rest is the CUDA context, NCCL
@@ -78,7 +79,8 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
     Dense parameters are split ``tp`` ways; routed experts ``tp x ep`` ways. The
     input embedding sits on the first stage, the final norm and output projection on
     the last (a tied output projection is a copy of the embedding there when ``pp >
-    1``, as in Megatron-LM).
+    1``, as in Megatron-LM). With fewer KV heads than ``tp`` each GPU holds the K and V
+    weights of a whole KV head (:func:`replicated_kv_params`), as it computes them.
     """
     layers = stage_layers(shape.layers, par.pp, par.virtual, par.edge_layers)
     dense, expert = [], []
@@ -97,9 +99,35 @@ def stage_params(shape: TransformerShape, par: LLMParallel) -> tuple[list[float]
             d += shape.output_params
             if shape.tied_embeddings and par.pp > 1:
                 d += shape.vocab * shape.hidden
-        dense.append(d / par.tp)
+        dense.append(d / par.tp + n * replicated_kv_params(shape, par.tp))
         expert.append(e / (par.tp * par.ep))
     return dense, expert
+
+
+def replicated_kv_params(shape: TransformerShape, tp: int) -> float:
+    """Parameters of one layer's K and V projections a GPU holds beyond ``1 / tp`` of
+    them: 0 unless ``tp`` exceeds the KV heads, when the ``tp / kv_heads`` GPUs of a KV
+    head each keep all of its weights (``2 (h + bias) kv_dim / kv_heads`` per GPU, not
+    ``/ tp``), as each computes all of its K and V (:func:`activation_bytes_per_token`,
+    the QKV GEMM of ``topoopt.llm.iteration.layer_times``). Latent (MLA) attention has
+    no KV heads to replicate: 0.
+
+    Examples
+    --------
+    Llama 3 8B (8 KV heads of 128) at ``tp = 16``: each GPU keeps a whole KV head, 2 x
+    4096 x 128 weights, of which ``1 / 16`` of the layer's K and V would be half.
+
+    >>> from topoopt.workloads import build_model
+    >>> from topoopt.workloads.gpt import transformer_shape
+    >>> s = transformer_shape(build_model("llama3-8b"))
+    >>> replicated_kv_params(s, 16), replicated_kv_params(s, 8)
+    (524288.0, 0.0)
+    """
+    if shape.mla or tp <= shape.kv_heads:
+        return 0.0
+    bias = 1 if (shape.bias or shape.qkv_bias) else 0
+    per_layer = 2.0 * (shape.hidden + bias) * shape.kv_dim
+    return per_layer / shape.kv_heads - per_layer / tp
 
 
 def has_dropout(shape: TransformerShape) -> bool:
