@@ -95,10 +95,26 @@ def test_llama3_405b_first_stage_by_hand():
     mem = memory_per_gpu(llama, par, 2048, 2, 80e9, grad_bytes=4)
     assert mem.stage == 1
     assert mem.activations == pytest.approx(8 * 15 * 8192 * 65024)
-    # bf16 weights whole; fp32 gradients, main weights and Adam's moments sharded
-    # over dp = 64 (FSDP, Llama 3 §3.3.2): 2 + (4 + 12) / 64 bytes per parameter
+    # bf16 weights whole; fp32 main weights and Adam's moments sharded over dp = 64
+    # (FSDP, Llama 3 §3.3.2); the fp32 gradients accumulated whole over the 32
+    # micro-batches (§3.3.4) until the one reduce-scatter: 2 + 4 + 12 / 64 bytes
     model_state = mem.weights + mem.gradients + mem.optimizer
-    assert model_state == pytest.approx(mem.params * (2 + 16 / 64))
+    assert model_state == pytest.approx(mem.params * (2 + 4 + 12 / 64))
+
+
+def test_gradients_accumulate_whole_and_shard_once_reduced():
+    """FSDP's sharded gradients (``shard_grads``) divide the fp32 buffer by dp only
+    without accumulation (m = 1); over m > 1 micro-batches it is the stage's whole
+    buffer, as without sharding; the optimizer states stay sharded either way."""
+    shape = dataclasses.replace(SMALL_LLAMA, layers=8)
+    for m, divided in ((1, True), (2, False), (8, False)):
+        fsdp, plain = (memory_per_gpu(shape, LLMParallel(1, 2, 4, micro_batches=m, zero1=True,
+                                                         shard_grads=g), 8 * 4, 2, 80e9,
+                                      grad_bytes=4) for g in (True, False))
+        assert plain.gradients == 4 * plain.params
+        assert fsdp.gradients == pytest.approx(4 * fsdp.params / 4 if divided else
+                                               plain.gradients)
+        assert fsdp.optimizer == plain.optimizer == pytest.approx(12 * plain.params / 4)
 
 
 def test_flexible_rounds_match_megatron_when_p_divides_m():

@@ -224,7 +224,19 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
         ``2 + 2 + 12``) or 4 (fp32 gradients, Megatron's default with bf16: ``2 + 4 +
         12``); given as 2, Megatron's fp16 copy of fp32 main gradients is added to the
         optimizer (``2 + 2 + 16``). With ``zero1`` the optimizer bytes are divided over the
-        ``dp x cp`` ranks; ``shard_grads`` divides the gradient buffer too.
+        ``dp x cp`` ranks; ``shard_grads`` divides the gradient buffer too, but only
+        without gradient accumulation (``m = 1``): over ``m > 1`` micro-batches the
+        gradients accumulate whole and are reduce-scattered once, after the last
+        micro-batch's backward (the one reduction per iteration the time model
+        charges), so the stage's whole buffer is held through the iteration. That is
+        how PyTorch pipelining drives FSDP (``torch/distributed/pipelining/stage.py``,
+        ``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)`` until the
+        last backward), accumulating in fp32 when the reduction is fp32 (pytorch/pytorch
+        PR #125191, "for microbatching use cases (e.g. PP)"), and Llama 3's §3.3.4: "FP32
+        gradient accumulation during backward computation over multiple micro-batches"
+        and an FP32 reduce-scatter. Reduce-scattering every micro-batch instead (FSDP
+        without ``no_sync``) would keep only the shard but send ``m`` times the bytes;
+        it is not modelled.
 
     Returns
     -------
@@ -260,7 +272,8 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
         params = dense[s] + expert[s]
         sharded = dense[s] / dp + expert[s] / edp
         opt = opt_per_param * (sharded if par.zero1 else params)
-        grads = grad * (sharded if par.shard_grads else params)
+        # accumulated whole over m > 1 micro-batches, sharded once reduced
+        grads = grad * (sharded if par.shard_grads and par.micro_batches == 1 else params)
         act = layers[s] * in_flight(par, s) * mb_tokens * act_token
         if s == par.pp - 1:   # fp32 logits of one micro-batch for the loss
             act += mb_tokens * shape.vocab * 4.0 / par.tp

@@ -89,7 +89,9 @@ class LLMParallel:
         ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-...``).
     shard_grads : bool
         Gradients sharded over the data-parallel group too (ZeRO-2 / FSDP, as Llama 3
-        trained), not only the optimizer states (``zero1``).
+        trained), not only the optimizer states (``zero1``): once reduced. Accumulated
+        over ``m > 1`` micro-batches they are whole until the reduction after the last
+        one (:func:`topoopt.llm.memory.memory_per_gpu`).
     """
 
     tp: int
