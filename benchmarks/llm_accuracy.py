@@ -136,6 +136,33 @@ def rows():
     return out
 
 
+#: Which activations a Llama 3 layout keeps, for :func:`llama_memory`: Korthikanti's
+#: count as Megatron-core with Transformer Engine keeps them by default (the table's
+#: rows); the activation's output recomputed (xformers' fused SwiGLU, Megatron-core's
+#: ``moe_act``); and the norms' outputs too (``--recompute-modules layernorm``).
+ACTIVATION_COUNTS = (("Megatron default", False, False), ("+ rc-act", False, True),
+                     ("+ rc-norms rc-act", True, True))
+
+
+def llama_memory() -> None:
+    """The Llama 3 rows' fullest GPU at v = 1, 2, 4, 8 under each activation count
+    (Llama 3 publishes neither v nor which activations it keeps), with the MFU ratio."""
+    print("Llama 3 memory, fullest GPU in GB (* fits the usable 77.0 of H100's 85.5), "
+          "MFU ratio after '/':")
+    print(f"  {'run':<32} {'v':>2}  " + "  ".join(f"{n:>20}" for n, _, _ in ACTIVATION_COUNTS))
+    for label, params, shape, par, gpu, nic, batch, overlap, published, metric in rows():
+        if metric != "mfu":
+            continue
+        for v in (1, 2, 4, 8):
+            cells = []
+            for _, norms, act in ACTIVATION_COUNTS:
+                p = replace(par, virtual=v, recompute_norms=norms, recompute_act=act)
+                it, mem = estimate(shape, p, gpu, nic, batch, overlap)
+                cells.append(f"{mem.total / 1e9:>12.1f}{'*' if mem.fits else ' '} / "
+                             f"{it.mfu / published:.2f}")
+            print(f"  {label:<32} {v:>2}  " + "  ".join(f"{c:>20}" for c in cells))
+
+
 def main() -> int:
     print(f"{'run':<30} {'layout':<44} {'published':>9} {'estimate':>9} {'ratio':>6} "
           f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits")
@@ -169,6 +196,7 @@ def main() -> int:
             causal_ratios[i] = causal / published
             print(f"  {label:<30} {causal:.1%} against {published:.0%}: "
                   f"{causal / published:.2f}")
+    llama_memory()
     for name, rs in (("full attention count", ratios), ("causal count", causal_ratios)):
         lr = np.log(rs)
         corr = float(np.corrcoef(np.log(sizes), lr)[0, 1])

@@ -176,3 +176,36 @@ def test_replicated_kv_heads_keep_their_whole_weights():
     # the tensor group holds the model plus (8 / 2 - 1) extra copies of K and V
     assert 8 * dense[0] == pytest.approx(SMALL_LLAMA.params + 4 * 2048 * 3)
     assert replicated_kv_params(transformer_shape(build_model("llama3-405b")), 8) == 0
+
+
+def test_output_discarding_recomputation_by_hand():
+    """Recomputing the norms drops their outputs, the QKV and MLP inputs (2 x 2h);
+    recomputing the activation drops its output, the second GEMM's input (2 f), gated
+    or not: h 64, f 176 (Llama) and 256 (GPT), t = 1 and 4."""
+    for shape, f in ((SMALL_LLAMA, 176), (SMALL_GPT, 256)):
+        for t in (1, 4):
+            base = activation_bytes_per_token(shape, "none", True, t)
+            norms = activation_bytes_per_token(shape, "none", True, t, recompute_norms=True)
+            act = activation_bytes_per_token(shape, "none", True, t, recompute_act=True)
+            both = activation_bytes_per_token(shape, "none", True, t, True, True)
+            assert base - norms == 4 * 64 / t and base - act == 2 * f / t
+            assert both == base - 4 * 64 / t - 2 * f / t
+            # full recomputation keeps only the layer input either way
+            assert activation_bytes_per_token(shape, "full", True, t, True, True) == 128 / t
+    assert activation_bytes_per_token(SMALL_LLAMA, "none", True, 1, True, True) == 1280
+
+
+def test_output_discarding_recomputation_trades_memory_for_time():
+    """Each switch never adds memory and never takes time off the iteration."""
+    from topoopt.llm import layer_times
+
+    llama = transformer_shape(build_model("llama3-8b"))
+    gpu = GPUS["H100"]
+    base = LLMParallel(4, 2, 1, micro_batches=8)
+    for rn, ra in ((True, False), (False, True), (True, True)):
+        par = dataclasses.replace(base, recompute_norms=rn, recompute_act=ra)
+        assert (memory_per_gpu(llama, par, 8, 2, 80e9).activations
+                < memory_per_gpu(llama, base, 8, 2, 80e9).activations)
+        fast, slow = (layer_times(llama, p, gpu, "bf16", 8192) for p in (base, par))
+        assert slow.total > fast.total and slow.recompute > 0 == fast.recompute
+        assert (slow.forward, slow.backward) == (fast.forward, fast.backward)

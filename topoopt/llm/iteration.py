@@ -299,7 +299,9 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     back to ``[s, b, h]``, ``4 h`` bytes per token). Norms, activations, dropout and residual adds
     stream ``22 h`` bytes per token forward (two norms ``8 h``, two bias-dropout-adds
     ``14 h``) plus the activation (``4 f`` GELU, ``6 f`` SwiGLU), ``1 / tp`` of each
-    under sequence parallelism; backward twice that.
+    under sequence parallelism; backward twice that. Output-discarding recomputation
+    (``par.recompute_norms``, ``par.recompute_act``) streams the norms (``8 h``) or
+    the activation once more, in the backward.
     """
     h, t, s = shape.hidden, par.tp, shape.seq
     b = tokens / s
@@ -345,6 +347,11 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     fwd, bwd = g_fwd + a_fwd + e_fwd, g_bwd + a_bwd + 2 * e_fwd
     rec = {"none": 0.0, "full": fwd,
            "selective": 0.0 if par.flash_attention else a_fwd}[par.recompute]
+    if par.recompute != "full":   # output-discarding recomputation: norms, activation
+        again = (8.0 * h if par.recompute_norms else 0.0) + (
+            (6.0 if shape.gated else 4.0) * act_width if par.recompute_act else 0.0)
+        rec += memory_time(tokens * again / t, gpu, 2 * par.recompute_norms
+                           + par.recompute_act)
     gemm = g_fwd + g_bwd + ag_fwd + ag_bwd + (g_fwd + ag_fwd if par.recompute == "full" else 0.0)
     attention = a_fwd + a_bwd + (a_fwd if par.recompute != "none" else 0.0)
     return LayerTimes(fwd, bwd, rec, gemm, attention)

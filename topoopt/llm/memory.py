@@ -139,7 +139,9 @@ def has_dropout(shape: TransformerShape) -> bool:
 
 
 def activation_bytes_per_token(shape: TransformerShape, recompute: str,
-                               flash_attention: bool = True, tp: int = 1) -> float:
+                               flash_attention: bool = True, tp: int = 1,
+                               recompute_norms: bool = False,
+                               recompute_act: bool = False) -> float:
     """Bytes of 16-bit activations one layer keeps per token for its backward, on one
     GPU of a ``tp``-way tensor- and sequence-parallel group (Korthikanti et al. §4.1,
     §4.2.2 and Table 2, term by term: every term ``/ tp``).
@@ -156,7 +158,11 @@ def activation_bytes_per_token(shape: TransformerShape, recompute: str,
     attention keeps no scores: the ``5 a s`` term goes. With fewer KV heads than
     ``tp`` each GPU keeps a whole KV head (they are replicated, not split): K and V
     are ``kv_dim / min(tp, kv_heads)`` wide per GPU. Full recomputation keeps the
-    layer input, ``2 h / tp`` (sequence parallel).
+    layer input, ``2 h / tp`` (sequence parallel). Output-discarding recomputation
+    (Megatron-core's ``--recompute-modules``; :class:`LLMParallel`): of the norms
+    (``recompute_norms``) drops their outputs, the QKV and MLP inputs, ``4 h / tp``;
+    of the activation (``recompute_act``) drops its output, the second GEMM's input,
+    ``2 f / tp``.
 
     Examples
     --------
@@ -176,8 +182,14 @@ def activation_bytes_per_token(shape: TransformerShape, recompute: str,
              + shape.shared_experts * shape.ffn) if shape.moe else shape.ffn
     masks = 2.0 * h if has_dropout(shape) else 0.0
     kv = 4.0 * shape.kv_dim / min(tp, shape.kv_heads)   # K and V of the local KV heads
+    # QKV input, Q, the projection's input; two norm inputs; the MLP input; the MLP
+    # activation's input (gate and up, or the GELU input) and output
     per = (6.0 * h + 4.0 * h + 2.0 * h + (6.0 if shape.gated else 4.0) * width
            + masks) / tp + kv
+    if recompute_norms:   # the norms' outputs: the QKV input and the MLP input
+        per -= 4.0 * h / tp
+    if recompute_act:     # the activation's output, the second GEMM's input
+        per -= 2.0 * width / tp
     if recompute == "none" and not flash_attention:
         per += 5.0 * shape.heads * shape.seq / tp
     return per
@@ -266,7 +278,8 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     # each GPU holds 1/cp of a micro-batch's tokens (context parallelism)
     mb_tokens = global_batch // par.dp // par.micro_batches * shape.seq / par.cp
     act_token = (activation_bytes_per_token(shape, par.recompute, par.flash_attention,
-                                            par.tp) * dtype_bytes / 2)
+                                            par.tp, par.recompute_norms, par.recompute_act)
+                 * dtype_bytes / 2)
     stages = []
     for s in range(par.pp):
         params = dense[s] + expert[s]

@@ -92,6 +92,18 @@ class LLMParallel:
         trained), not only the optimizer states (``zero1``): once reduced. Accumulated
         over ``m > 1`` micro-batches they are whole until the reduction after the last
         one (:func:`topoopt.llm.memory.memory_per_gpu`).
+    recompute_norms : bool
+        The two norms' outputs (the QKV and first MLP GEMMs' inputs) are not kept but
+        recomputed in the backward from the norm inputs that are: Megatron-core's
+        output-discarding ``--recompute-modules layernorm`` ("recompute the
+        input_layernorm and pre_mlp_layernorm").
+    recompute_act : bool
+        The MLP activation's output (the second GEMM's input) is not kept but
+        recomputed in the backward from the first GEMM's output: Megatron-core's
+        output-discarding ``--recompute-modules moe_act`` for experts; for a dense
+        SwiGLU, xformers' fused ``SwiGLU`` (``xformers/ops/swiglu_op.py``,
+        ``_SwiGLUFusedFunc``: it saves the input, gate and up, and ``silu_bw_fused``
+        rebuilds their product in the backward).
     """
 
     tp: int
@@ -107,6 +119,8 @@ class LLMParallel:
     cp: int = 1
     edge_layers: int = 0
     shard_grads: bool = False
+    recompute_norms: bool = False
+    recompute_act: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "cp"):
@@ -136,6 +150,8 @@ class LLMParallel:
         """``tp8 pp8 dp16 ep1 m96`` and the switches that are on."""
         extra = [x for x, on in ((f"cp{self.cp}", self.cp > 1), ("zero1", self.zero1),
                                  ("shard-grads", self.shard_grads),
+                                 ("rc-norms", self.recompute_norms),
+                                 ("rc-act", self.recompute_act),
                                  (f"edge-{self.edge_layers}", self.edge_layers > 0),
                                  (f"recompute={self.recompute}",
                                                           self.recompute != "none"),
@@ -145,13 +161,15 @@ class LLMParallel:
                          f"m{self.micro_batches}", *extra])
 
     def to_dict(self) -> dict:
-        """The fields, for :class:`LLMParallel` ``(**d)``; ``cp``, ``edge_layers`` and
-        ``shard_grads`` only when set (documents written before them stay the same)."""
+        """The fields, for :class:`LLMParallel` ``(**d)``; ``cp``, ``edge_layers``,
+        ``shard_grads`` and the two recompute switches only when set (documents written
+        before them stay the same)."""
         d = dict(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
                  micro_batches=self.micro_batches, zero1=self.zero1,
                  recompute=self.recompute, order=self.order, virtual=self.virtual,
                  flash_attention=self.flash_attention)
-        for key, default in (("cp", 1), ("edge_layers", 0), ("shard_grads", False)):
+        for key, default in (("cp", 1), ("edge_layers", 0), ("shard_grads", False),
+                             ("recompute_norms", False), ("recompute_act", False)):
             if getattr(self, key) != default:
                 d[key] = getattr(self, key)
         return d
