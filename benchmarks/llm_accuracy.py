@@ -19,7 +19,8 @@ Grattafiori et al., arXiv 2407.21783, Table 4 and §3.3.2 (Llama 3 405B on H100,
 400 Gb/s per server, 16M tokens per batch, BF16 MFU: 8,192 GPUs tp 8 pp 16 dp 64 at
 8,192 tokens, 43 %; 16,384 GPUs dp 128, 41 %; 16,384 GPUs tp 8 cp 16 pp 16 dp 8 at
 131,072 tokens, 38 %; interleaved, v not given: v = 4 assumed; one layer fewer on the
-first and last stage; FSDP shards the optimizer states and the fp32 gradients, §3.3.4;
+first and last stage; FSDP shards the optimizer states, and the fp32 gradients
+accumulate whole over the micro-batches until one reduce-scatter, §3.3.4;
 context parallelism all-gathers K and V, its latency exposed, §3.3.2).
 
 FLOP conventions, per source (:data:`FLOP_CONVENTION`): Narayanan et al. count
