@@ -116,7 +116,7 @@ def rows():
         params, heads, hidden, layers, tp, pp, gpus, batch, tflops = row
         dp = gpus // tp // pp
         par = LLMParallel(tp, pp, dp, micro_batches=batch // dp // mbs, recompute="full",
-                          flash_attention=False,
+                          attention="unfused",
                           virtual=layers // pp // per_chunk if per_chunk else 1)
         overlap = replace(SC21, dp_grad_reduce=ddp == "torch")
         out.append((f"SC'21 {params}B", params, gpt_sc21(heads, hidden, layers), par,
@@ -124,7 +124,7 @@ def rows():
     gpt3 = transformer_shape(build_model("gpt3-175b"))
     out.append(("GPT-3 175B (README)", 175.0, gpt3,
                  LLMParallel(8, 16, 8, micro_batches=192, recompute="full",
-                             flash_attention=False), "A100", 200e9, 1536, SC21, 138, "tflops"))
+                             attention="unfused"), "A100", 200e9, 1536, SC21, 138, "tflops"))
     llama = transformer_shape(build_model("llama3-405b"))
     for gpus, cp, dp, seq, mfu in ((8192, 1, 64, 8192, 0.43), (16384, 1, 128, 8192, 0.41),
                                    (16384, 16, 8, 131072, 0.38)):

@@ -92,7 +92,7 @@ def bench_config(path: Path, top: int) -> None:
 def calibration() -> None:
     print("\n== calibration on an Ideal Switch (kernel model: topoopt.kernels)")
     runs = [("Megatron-LM GPT-3 175B, 1024 A100 (HFU)", "gpt3-175b", 128, "A100", 200e9,
-             LLMParallel(8, 8, 16, micro_batches=96, recompute="full", flash_attention=False),
+             LLMParallel(8, 8, 16, micro_batches=96, recompute="full", attention="unfused"),
              1536, 0.44, "hfu"),
             ("Llama 3 405B, 8192 H100, v=4 assumed (MFU)", "llama3-405b", 1024, "H100", 400e9,
              LLMParallel(8, 16, 64, micro_batches=32, virtual=4, zero1=True), 2048, 0.43, "mfu")]

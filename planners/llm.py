@@ -158,7 +158,7 @@ def _fits(shape, par, batch, dtype, memory) -> list[tuple[LLMParallel, MemoryBre
     reduce-scatter and all-gather ZeRO-1 can also be the faster one."""
     out = []
     for zero1 in ((False, True) if par.dp > 1 else (False,)):
-        z = LLMParallel(**{**par.to_dict(), "zero1": zero1})
+        z = replace(par, zero1=zero1)
         mem = memory_per_gpu(shape, z, batch, dtype, memory)
         if mem.fits:
             out.append((z, mem))
@@ -214,7 +214,8 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
     """
     batch = job.global_batch(cluster)
     fixed = check_fixed(fixed)
-    space = [p for p in enumerate_parallel(shape, cluster, batch)
+    # the job's attention kernel (``[job] attention``) is what every layout runs
+    space = [replace(p, attention=job.attention) for p in enumerate_parallel(shape, cluster, batch)
              if all(getattr(p, k) == v for k, v in fixed.items())]
     if not space:
         raise ConfigError("plan.parallel", fixed,
@@ -224,7 +225,7 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
     for par in space:
         found = _fits(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
         if not found:
-            z = LLMParallel(**{**par.to_dict(), "zero1": par.dp > 1})
+            z = replace(par, zero1=par.dp > 1)
             mem = memory_per_gpu(shape, z, batch, job.dtype_bytes, cluster.gpu.memory)
             if least is None or mem.total < least[1].total:
                 least = (z, mem)

@@ -234,7 +234,8 @@ def _add_tasks(graph: RefGraph, model: Model, cluster: Cluster, job: Job
     for g, (members, cfg) in enumerate(segs):
         f = b = u = 0.0
         for v in members:
-            tf, tb = op_time(ops[v], cfg, cluster, job.precision, job.dtype_bytes, batch)
+            tf, tb = op_time(ops[v], cfg, cluster, job.precision, job.dtype_bytes, batch,
+                             job.attention)
             f += tf
             b += tb
             u += update_seconds(ops[v], cfg, cluster, job)

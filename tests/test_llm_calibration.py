@@ -48,7 +48,7 @@ def _run(model, servers, gpu, nic, par, batch, fits=True, overlap=Overlap()):
 def test_megatron_gpt3_175b_within_15_percent():
     it = _run("gpt3-175b", 128, "A100", 200e9,
               LLMParallel(8, 8, 16, micro_batches=96, recompute="full",
-                          flash_attention=False), 1536, overlap=SC21)
+                          attention="unfused"), 1536, overlap=SC21)
     assert abs(it.hfu / 0.44 - 1) < 0.15
     # 138 TFLOP/s per GPU
     assert abs(it.hfu * 312e12 / 138e12 - 1) < 0.15

@@ -49,7 +49,7 @@ def test_cp_1_is_the_layout_without_cp():
     assert par == same and "cp" not in par.to_dict()   # plan documents stay as they were
     it, t = _iteration(GPT3, par, 32)
     assert it.cp == 0 and "cp" not in it.parts() and "cp" not in t.network_bytes()
-    assert LLMParallel(**LLMParallel(8, 4, 2, cp=2).to_dict()).cp == 2
+    assert LLMParallel.from_dict(LLMParallel(8, 4, 2, cp=2).to_dict()).cp == 2
 
 
 def test_cp_groups_follow_megatrons_rank_order():

@@ -68,7 +68,7 @@ def test_recomputation_adds_a_forward_and_selective_only_unfused_attention():
     assert base.recompute == 0 and full.recompute == pytest.approx(base.forward)
     flash = LLMParallel(8, 1, 1, recompute="selective")
     assert layer_times(SHAPE, flash, GPUS["A100"], "bf16", tokens).recompute == 0
-    unfused = LLMParallel(8, 1, 1, recompute="selective", flash_attention=False)
+    unfused = LLMParallel(8, 1, 1, recompute="selective", attention="unfused")
     sel = layer_times(SHAPE, unfused, GPUS["A100"], "bf16", tokens)
     assert 0 < sel.recompute < sel.forward
 

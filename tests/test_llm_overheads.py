@@ -66,7 +66,7 @@ def test_optimizer_step_is_memory_bound_over_the_local_shard():
 
 
 def test_unfused_attention_gemms_never_beat_their_memory_roofline():
-    par = LLMParallel(8, 1, 1, micro_batches=1, flash_attention=False)
+    par = LLMParallel(8, 1, 1, micro_batches=1, attention="unfused")
     tokens = 2048 * 4
     lt = layer_times(GPT3, par, A100, "fp16", tokens)
     s, d = GPT3.seq, GPT3.head_dim

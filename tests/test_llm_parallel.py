@@ -132,7 +132,7 @@ def test_memory_megatron_gpt3_and_what_each_switch_saves():
     assert full.fits and full.activations < m.activations
     assert m.activations > logits
     unfused = memory_per_gpu(s, LLMParallel(8, 8, 16, micro_batches=96,
-                                            flash_attention=False), 1536, 2, 80e9)
+                                            attention="unfused"), 1536, 2, 80e9)
     assert unfused.activations == pytest.approx(
         m.activations * (34 + 5 * 96 * 2048 / 12288) / 34, rel=1e-6)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -56,7 +57,7 @@ def test_degree_choice_matches_brute_force_on_the_ideal_switch_fabric():
         best = None
         for par in enumerate_parallel(shape, SMALL, batch):
             for zero1 in (False, True):
-                p = LLMParallel(**{**par.to_dict(), "zero1": zero1})
+                p = replace(par, zero1=zero1)
                 if not memory_per_gpu(shape, p, batch, 2, SMALL.gpu.memory).fits:
                     continue
                 t = llm_traffic(shape, p, 4, 4, batch, 2)

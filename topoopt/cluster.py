@@ -11,7 +11,7 @@ from topoopt._require import require_choice, require_fraction, require_int, requ
 from topoopt.errors import ConfigError
 from topoopt.units import format_bandwidth, format_time
 
-__all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "Cluster", "Job", "LIMITS"]
+__all__ = ["GpuSpec", "GPUS", "PRECISION_BYTES", "ATTENTION", "Cluster", "Job", "LIMITS"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType({
 #: take the 16-bit peak).
 PRECISION_BYTES: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2,
                                                        "fp8": 2})
+
+#: Attention kernels a job can name (``[job] attention``): ``auto``, the newest fused
+#: kernel published for the GPU (:func:`topoopt.kernels.attention_kernel`: FlashAttention-3
+#: on H100, FlashAttention-2 on A100); ``flash2``, ``flash3`` (each timed at its own
+#: published rate on that GPU, :attr:`topoopt.kernels.KernelProfile.attention_peak_fraction`);
+#: ``unfused``, Megatron-LM SC'21's batched GEMMs and softmax, which keep the scores.
+ATTENTION = ("auto", "flash2", "flash3", "unfused")
 
 
 #: Bounds of every cluster and job field (docs/limits.md gives each one's source): the
@@ -162,6 +169,10 @@ class Job:
     precision : str
         ``"fp32"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (FP8 GEMMs with bf16 tensors,
         on a GPU with FP8 tensor cores: H100).
+    attention : str
+        The attention kernel the run uses, one of :data:`ATTENTION` (default ``auto``:
+        the newest published for the GPU). A property of the run, not of the GPU:
+        published runs used the kernel public when they ran (docs/llm-model.md).
     size : Mapping
         Overrides of the model's size parameters.
     operators : tuple
@@ -179,6 +190,7 @@ class Job:
     size: Mapping[str, object] = field(default_factory=dict)
     operators: tuple = ()
     global_batch_size: int = 0
+    attention: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", FrozenDict(self.size))
@@ -192,6 +204,7 @@ class Job:
         if self.batch_per_gpu:
             _within("job.batch_per_gpu", self.batch_per_gpu)
         require_choice("job.precision", self.precision, tuple(PRECISION_BYTES))
+        require_choice("job.attention", self.attention, ATTENTION)
 
     @property
     def dtype_bytes(self) -> int:

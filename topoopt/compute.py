@@ -2,8 +2,8 @@
 
 Dense and attention operators are timed kernel by kernel (:mod:`topoopt.kernels`: a
 GEMM's efficiency grows with its shape after the strategy's splits, each kernel pays a
-fixed launch cost, attention scores run at FlashAttention's published efficiency); the
-other compute-bound kinds (convolutions, norms, element-wise) take one launch plus
+fixed launch cost, attention scores run at the published efficiency of the fused kernel
+the job names, ``job.attention``); the other compute-bound kinds (convolutions, norms, element-wise) take one launch plus
 ``FLOPs / (peak x compute_efficiency)``; embeddings are memory bound.
 """
 
@@ -44,9 +44,12 @@ def gemm_shape(op: Operator) -> tuple[float, float, float] | None:
 
 
 def _gemm_op_time(op: Operator, rows: float, mp: int, cluster: Cluster,
-                  precision: str) -> tuple[float, float] | None:
+                  precision: str, attention: str) -> tuple[float, float] | None:
     """Per GPU forward/backward of a dense or attention op on ``rows`` samples, its
-    output columns (dense) or heads (attention) split ``mp`` ways."""
+    output columns (dense) or heads (attention) split ``mp`` ways; an attention op's
+    scores run as the fused kernel ``attention`` names, or, ``unfused``, at the rate of
+    the other compute-bound kinds (one launch plus ``FLOPs / (peak x
+    compute_efficiency)``: the op's counts give no head shape to time its GEMMs by)."""
     gpu = cluster.gpu
     if op.kind == "dense":
         shape = gemm_shape(op)
@@ -62,14 +65,19 @@ def _gemm_op_time(op: Operator, rows: float, mp: int, cluster: Cluster,
     seq = op.out_elems / hidden
     proj = min(op.fwd_flops, 2.0 * op.params * seq)
     fwd, bwd = dense_layer_time(rows * seq, hidden, 4.0 * hidden / mp, gpu, precision)
+    scores = rows * (op.fwd_flops - proj) / mp
+    if attention == "unfused":
+        rate = cluster.peak_flops(precision) / cluster.gpus_per_server * cluster.compute_efficiency
+        a = kernel_profile(gpu).launch + scores / rate if scores > 0 else 0.0
+        return fwd + a, bwd + 2.0 * a
     # the scores run as fused (flash) attention: its backward kernel executes 2.5 x the
     # forward's FLOPs (it recomputes Q K^T), the LLM model's count, not the op's 2 x
-    a_fwd, a_bwd = flash_attention_times(rows * (op.fwd_flops - proj) / mp, gpu, precision)
+    a_fwd, a_bwd = flash_attention_times(scores, gpu, precision, attention)
     return fwd + a_fwd, bwd + a_bwd
 
 
 def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dtype_bytes: int,
-            global_batch: int) -> tuple[float, float]:
+            global_batch: int, attention: str = "auto") -> tuple[float, float]:
     """Forward and backward seconds of ``op`` on each of ``config``'s servers.
 
     Dense and attention kinds: each GPU of a server runs ``1 / gpus_per_server`` of the
@@ -79,7 +87,8 @@ def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dt
     compute_efficiency)``; embeddings are memory bound and take a launch plus ``bytes
     moved / (HBM bandwidth x memory_efficiency)`` (docs/reference-data.md: no public
     per-lookup efficiency, so this is an assumption). A server's GPUs are pooled: the
-    op's share is spread over all ``gpus_per_server``.
+    op's share is spread over all ``gpus_per_server``. ``attention`` is the job's
+    attention kernel (``job.attention``, :func:`topoopt.kernels.attention_kernel`).
 
     Returns
     -------
@@ -98,7 +107,8 @@ def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dt
         rate = cluster.gpu.hbm_bandwidth / 8 * cluster.gpus_per_server * cluster.memory_efficiency
         t = launch + op.mem_elems * dtype_bytes * samples / config.mp / rate
         return t, t  # gather forward, sparse scatter-add backward
-    kernel = _gemm_op_time(op, samples / cluster.gpus_per_server, config.mp, cluster, precision)
+    kernel = _gemm_op_time(op, samples / cluster.gpus_per_server, config.mp, cluster, precision,
+                           attention)
     if kernel is not None:
         return kernel
     rate = cluster.peak_flops(precision) * cluster.compute_efficiency
@@ -110,7 +120,8 @@ def op_time(op: Operator, config: OpConfig, cluster: Cluster, precision: str, dt
 def compute_times(model: Model, strategy: Strategy, cluster: Cluster, job: Job) -> np.ndarray:
     """Array of shape ``(operators, 2)``: forward/backward seconds per server of each op."""
     batch = job.global_batch(cluster)
-    return np.array([op_time(op, cfg, cluster, job.precision, job.dtype_bytes, batch)
+    return np.array([op_time(op, cfg, cluster, job.precision, job.dtype_bytes, batch,
+                             job.attention)
                      for op, cfg in zip(model.operators, strategy.configs)])
 
 

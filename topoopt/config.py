@@ -35,7 +35,7 @@ from topoopt._require import (
 )
 from topoopt.cluster import GPUS, Cluster, Job
 from topoopt.errors import ConfigError
-from topoopt.kernels import kernel_profile
+from topoopt.kernels import attention_kernel, kernel_profile
 from topoopt.model import Model
 from topoopt.units import parse_bandwidth, parse_time
 from topoopt.workloads import model_defaults, model_of
@@ -48,7 +48,8 @@ __all__ = ["Config", "PlanSettings", "load_config", "parse_config", "read_toml",
 
 CLUSTER_KEYS = ("servers", "nics", "link_bandwidth", "link_latency", "gpus_per_server", "gpu",
                 "intra_server_bandwidth", "compute_efficiency", "memory_efficiency")
-JOB_KEYS = ("model", "batch_per_gpu", "precision", "size", "operators", "global_batch")
+JOB_KEYS = ("model", "batch_per_gpu", "precision", "size", "operators", "global_batch",
+            "attention")
 #: Top-level tables; a config can carry all of them (``cost`` and ``react`` are
 #: validated by the stage that reads them: the cost model, REACT).
 SECTIONS = ("cluster", "job", "plan", "cost", "react")
@@ -268,20 +269,22 @@ def _job(table: dict) -> Job:
         raise ConfigError("job.operators", "...", "operators are only for model = 'custom'")
     job = Job(model=model, batch_per_gpu=table.get("batch_per_gpu", 0),
               precision=table.get("precision", "fp32"), size=size, operators=tuple(operators),
-              global_batch_size=table.get("global_batch", 0))
+              global_batch_size=table.get("global_batch", 0),
+              attention=table.get("attention", "auto"))
     _require_work(model_of(job))  # validates the model name, size overrides, operators
     return job
 
 
 def _with_batch_per_gpu(job: Job, cluster: Cluster) -> Job:
     """Check the job against the cluster (``global_batch`` against ``batch_per_gpu``,
-    FP8 against the GPU) and, for a data-parallel model given only ``global_batch``,
-    derive the whole samples per GPU it needs."""
+    FP8 and the attention kernel against the GPU) and, for a data-parallel model given
+    only ``global_batch``, derive the whole samples per GPU it needs."""
     job.global_batch(cluster)   # the pair must agree
     if job.precision == "fp8" and "fp8" not in kernel_profile(cluster.gpu).gemm_peak_fraction:
         raise ConfigError("job.precision", job.precision,
                           f"{cluster.gpu.name} has no FP8 tensor cores: use bf16, or "
                           f"gpu = \"H100\"")
+    attention_kernel(cluster.gpu, job.attention)
     if job.batch_per_gpu or is_transformer(model_of(job)):
         return job
     gpus = cluster.servers * cluster.gpus_per_server

@@ -24,7 +24,9 @@ count fixed) on TopoOpt's published per-operator DLRM measurements
 (``benchmarks/data/topoopt_dlrm_measure_32768_128.json``; docs/kernels.md gives the
 fit, its residuals and the held-out batch sizes); the 16-bit ``e_max`` of each GPU comes
 from published large-GEMM throughput (references), at the clock the GPU sustains at
-its power limit. Attention is FlashAttention's published fraction of peak. NCCL's share
+its power limit. Fused attention is the published fraction of peak of the kernel the
+run names (:func:`attention_kernel`: FlashAttention-2 or -3; a property of the run, not
+only of the GPU). NCCL's share
 of NVLink is here too: the collectives are kernels of the same GPU.
 
 References
@@ -33,9 +35,13 @@ References
    quantization), docs.nvidia.com/deeplearning/performance.
 .. [2] hipersys-team/TopoOpt, simulation/scripts/fig12_13_14_15/
    dlrm_128_128table_batchsweep/measure_32768_128.json (Apache-2.0).
-.. [3] T. Dao, "FlashAttention-2", arXiv 2307.08691, Fig. 5-7: fwd+bwd 175-200 TFLOP/s on
-   A100 (56-64 % of 312); J. Shah et al., "FlashAttention-3", arXiv 2407.08608: 1.5-2x
-   that on H100 (about 45 % of 989 for fwd+bwd in bf16).
+.. [3] T. Dao, "FlashAttention-2", arXiv 2307.08691 (July 2023), §4.1: fwd+bwd with the
+   causal mask at head dimension 128 and 16k tokens, 189 TFLOP/s on A100 SXM4 80GB (Fig. 4d)
+   and 328 on H100 SXM5 (Fig. 7d; the figures are ``assets/flash2_a100_fwd_bwd_benchmark.png``
+   and ``assets/flash2_h100_fwd_bwd_benchmark.png`` in Dao-AILab/flash-attention).
+   J. Shah et al., "FlashAttention-3", arXiv 2407.08608 (July 11, 2024; Hopper only), §4.1
+   at head dimension 128 and 16k tokens on H100 SXM5: forward with the causal mask 616
+   TFLOP/s (Fig. 5d), backward 561 (Fig. 6, published without the mask only).
 .. [4] NVIDIA, "New cuBLAS 12.0 Features and Matrix Multiplication Performance on NVIDIA
    Hopper GPUs" (2023): large bf16 GEMMs at about 70 % of H100 SXM's peak; A100 at
    about 80 % of its 312 TFLOP/s.
@@ -61,9 +67,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from topoopt.cluster import GpuSpec
+from topoopt.cluster import ATTENTION, GpuSpec
+from topoopt.errors import ConfigError
 
-__all__ = ["KernelProfile", "KERNEL_PROFILES", "kernel_profile", "gemm_efficiency",
+__all__ = ["KernelProfile", "KERNEL_PROFILES", "kernel_profile", "attention_kernel",
+           "gemm_efficiency",
            "gemm_time", "wave_efficiency", "attention_time", "flash_attention_times",
            "dense_layer_time", "memory_time", "STREAM_FRACTION", "FLASH_BWD_OVER_FWD"]
 
@@ -93,7 +101,11 @@ class KernelProfile:
         ``e_max`` per precision (``fp32`` means TF32 tensor cores, ``bf16``/``fp16``,
         ``fp8``): a large GEMM's fraction of the datasheet peak.
     attention_peak_fraction : Mapping[str, float]
-        Fused (flash) attention's forward+backward fraction of the 16-bit peak.
+        Per fused attention kernel published for this GPU (``flash2``, ``flash3``; oldest
+        first, the last is the default), its forward+backward fraction of the 16-bit peak
+        on the FLOPs the kernel executes (FlashAttention's own count, ``flops()`` of its
+        ``benchmarks/benchmark_flash_attention.py``). A kernel missing here was not
+        published for the GPU (FlashAttention-3 is Hopper-only).
     sustained_clock : float
         Clock the GPU holds at its power limit through a training run, over the clock
         of the datasheet peak: scales the 16-bit (and FP8) tensor-core fractions, which
@@ -122,6 +134,13 @@ class KernelProfile:
     launch: float = 11.8e-6
 
 
+def _fwd_bwd(fwd: float, bwd: float) -> float:
+    """FlashAttention's fwd+bwd rate from its forward and backward rates: the backward
+    kernel executes :data:`FLASH_BWD_OVER_FWD` times the forward's FLOPs, the pair 3.5 x
+    (the count of its ``fwd_bwd`` benchmark)."""
+    return (1.0 + FLASH_BWD_OVER_FWD) / (1.0 / fwd + FLASH_BWD_OVER_FWD / bwd)
+
+
 #: Fitted on TopoOpt's DLRM measurements (A100, TF32: e_max 0.466, k_half 59, launch
 #: 11.8 us, T = 128 and 108 SMs fixed; docs/kernels.md); 16-bit and attention fractions
 #: from the references.
@@ -130,15 +149,19 @@ _A100_TF32 = 0.466
 #: per GPU of the Top500's H100 Rpeaks over the 66.9 TFLOP/s FP64 peak at 1980 MHz [7]
 #: (1628-1746 MHz; the A100's 1305 MHz is found the same way).
 _H100_SUSTAINED_MHZ = 57.0 / 66.9 * 1980.0
+#: Fused attention, fwd+bwd at head dimension 128 and 16k tokens, causal where published
+#: [3], over the datasheet 16-bit peak (312 and 989.4 TFLOP/s).
+_A100_ATTENTION = MappingProxyType({"flash2": 189.0 / 312.0})
+_H100_ATTENTION = MappingProxyType({"flash2": 328.0 / 989.4,
+                                    "flash3": _fwd_bwd(616.0, 561.0) / 989.4})
 KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
     "A100": KernelProfile(108, MappingProxyType({"fp32": _A100_TF32, "fp16": 0.80,
                                                  "bf16": 0.80}),
-                          MappingProxyType({"fp16": 0.60, "bf16": 0.60, "fp32": 0.60}),
+                          _A100_ATTENTION,
                           sustained_clock=1305.0 / 1410.0, collective_fraction=200.0 / 300.0),
     "H100": KernelProfile(132, MappingProxyType({"fp32": _A100_TF32 * 0.70 / 0.80,
                                                  "fp16": 0.70, "bf16": 0.70, "fp8": 0.55}),
-                          MappingProxyType({"fp16": 0.45, "bf16": 0.45, "fp32": 0.45,
-                                            "fp8": 0.45}),
+                          _H100_ATTENTION,
                           sustained_clock=_H100_SUSTAINED_MHZ / 1830.0,
                           collective_fraction=370.0 / 450.0),
 })
@@ -147,6 +170,39 @@ KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
 def kernel_profile(gpu: GpuSpec) -> KernelProfile:
     """The profile of ``gpu`` (by name; an unknown GPU gets A100's shape factors)."""
     return KERNEL_PROFILES.get(gpu.name, KERNEL_PROFILES["A100"])
+
+
+def attention_kernel(gpu: GpuSpec, name: str = "auto") -> str:
+    """The attention kernel a run naming ``name`` uses on ``gpu``: the validation of
+    ``job.attention`` against the GPU, in one place.
+
+    Parameters
+    ----------
+    gpu : GpuSpec
+    name : str
+        One of :data:`topoopt.cluster.ATTENTION`.
+
+    Returns
+    -------
+    str
+        ``name``, or for ``auto`` the newest fused kernel published for ``gpu`` (the
+        last of its :attr:`KernelProfile.attention_peak_fraction`).
+
+    Raises
+    ------
+    ConfigError
+        ``job.attention``: an unknown kernel, or one with no published rate on ``gpu``.
+    """
+    if name not in ATTENTION:
+        raise ConfigError("job.attention", name, f"use one of {', '.join(ATTENTION)}")
+    fused = kernel_profile(gpu).attention_peak_fraction
+    if name == "auto":
+        return list(fused)[-1]
+    if name != "unfused" and name not in fused:
+        raise ConfigError("job.attention", name,
+                          f"has no published rate on {gpu.name} (FlashAttention-3 runs on "
+                          f"Hopper only): use one of auto, {', '.join(fused)}, unfused")
+    return name
 
 
 def _sustained(prof: KernelProfile, precision: str) -> float:
@@ -237,27 +293,40 @@ def dense_layer_time(tokens: float, d_in: float, d_out: float, gpu: GpuSpec,
     return fwd, bwd
 
 
-def attention_time(flops: float, gpu: GpuSpec, precision: str, kernels: int = 1) -> float:
+def attention_time(flops: float, gpu: GpuSpec, precision: str, kernels: int = 1,
+                   kernel: str = "auto") -> float:
     """Seconds of fused attention kernels executing ``flops`` (the FLOPs the kernel
-    actually runs: half of the full ``Q K^T`` and ``P V`` with a causal mask), at
-    FlashAttention's published fraction of the 16-bit peak (FP8 runs attention in
-    bf16), plus ``kernels`` launches."""
+    actually runs: half of the full ``Q K^T`` and ``P V`` with a causal mask), at the
+    published fraction of the 16-bit peak of ``kernel`` (:func:`attention_kernel`; FP8
+    runs attention in bf16), plus ``kernels`` launches.
+
+    Raises
+    ------
+    ConfigError
+        ``job.attention``: ``kernel`` unknown, not published for ``gpu``, or
+        ``unfused`` (timed as GEMMs by its caller, not here).
+    """
+    name = attention_kernel(gpu, kernel)
+    if name == "unfused":
+        raise ConfigError("job.attention", name, "is not a fused kernel: time its GEMMs "
+                                                 "and softmax (topoopt.llm.layer_times)")
     if flops <= 0:
         return 0.0
     prof = kernel_profile(gpu)
-    frac = (prof.attention_peak_fraction.get(precision, prof.attention_peak_fraction["bf16"])
-            * _sustained(prof, precision))
+    frac = prof.attention_peak_fraction[name] * _sustained(prof, precision)
     peak = gpu.tf32_flops if precision == "fp32" else gpu.fp16_flops
     return kernels * prof.launch + flops / (peak * frac)
 
 
-def flash_attention_times(flops: float, gpu: GpuSpec, precision: str) -> tuple[float, float]:
+def flash_attention_times(flops: float, gpu: GpuSpec, precision: str,
+                          kernel: str = "auto") -> tuple[float, float]:
     """Forward and backward seconds of fused (flash) attention whose forward kernel
     executes ``flops``: the backward kernel executes :data:`FLASH_BWD_OVER_FWD` times
-    as many (it recomputes ``Q K^T``), both at :func:`attention_time`'s rate. The one
-    attention timing of the LLM model and the DLRM/BERT operator estimator."""
-    return (attention_time(flops, gpu, precision),
-            attention_time(FLASH_BWD_OVER_FWD * flops, gpu, precision))
+    as many (it recomputes ``Q K^T``), both at :func:`attention_time`'s rate for
+    ``kernel``. The one attention timing of the LLM model and the DLRM/BERT operator
+    estimator."""
+    return (attention_time(flops, gpu, precision, kernel=kernel),
+            attention_time(FLASH_BWD_OVER_FWD * flops, gpu, precision, kernel=kernel))
 
 
 def memory_time(nbytes: float, gpu: GpuSpec, kernels: int = 1) -> float:

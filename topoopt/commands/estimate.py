@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import click
 
@@ -10,6 +11,7 @@ from topoopt._io import atomic_write_text
 from topoopt.commands._common import output_file, print_table, read_config
 from topoopt.errors import ConfigError
 from topoopt.fabrics.catalog import build_fabric
+from topoopt.kernels import attention_kernel
 from topoopt.llm import LLMParallel, check_parallel, megatron_flops_per_token, memory_per_gpu
 from topoopt.planners.llm import time_on_fabric
 from topoopt.units import format_time
@@ -52,7 +54,7 @@ def parse_layout(text: str) -> dict:
     return out
 
 
-def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
+def _parallel(layout: dict, shape, cluster, batch: int, attention: str) -> LLMParallel:
     dp, mbs, v, pp = layout["dp"], layout["mbs"], layout["v"], layout["pp"]
     if batch % (dp * mbs):
         raise ConfigError("--parallel mbs", mbs, f"dp x mbs = {dp * mbs} must divide the "
@@ -63,7 +65,7 @@ def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
     try:
         par = LLMParallel(layout["tp"], pp, dp, layout["ep"], batch // (dp * mbs),
                           bool(layout["zero1"]), layout["recompute"], virtual=v,
-                          cp=layout["cp"])
+                          cp=layout["cp"], attention=attention)
         check_parallel(par, shape, cluster, batch)
     except ConfigError as exc:   # name the degree as the user wrote it
         key = _DEGREE.get(exc.field)
@@ -85,9 +87,13 @@ def _parallel(layout: dict, shape, cluster, batch: int) -> LLMParallel:
                    "sequence; the GPUs are tp x cp x pp x dp).")
 @click.option("--fabric", type=click.Choice(STATIC_FABRICS), default="ideal",
               help="Network to time it on (default: the Ideal Switch, in closed form).")
+@click.option("--attention", default=None,
+              help="The attention kernel: auto (the newest published for the GPU: flash3 on "
+                   "H100, flash2 on A100), flash2, flash3 or unfused (default: the config's "
+                   "[job] attention, else auto).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write every number below to this JSON file.")
-def estimate(config, layout, fabric, json_out) -> None:
+def estimate(config, layout, fabric, attention, json_out) -> None:
     """Time one iteration of CONFIG's LLM or MoE job under a given layout: iteration
     time, model TFLOP/s per GPU (6N + attention per token) and as Megatron-LM counts
     them (recomputation included), MFU, memory per GPU by term, and the time by part
@@ -100,8 +106,11 @@ def estimate(config, layout, fabric, json_out) -> None:
         raise ConfigError("job.model", cfg.job.model, "estimate times LLM and MoE layouts: "
                                                       "use a gpt or moe model")
     shape, cluster, job = transformer_shape(model), cfg.cluster, cfg.job
+    if attention is not None:
+        job = replace(job, attention=attention)   # validated by Job, as [job] attention
+        attention_kernel(cluster.gpu, job.attention)
     batch = job.global_batch(cluster)
-    par = _parallel(parse_layout(layout), shape, cluster, batch)
+    par = _parallel(parse_layout(layout), shape, cluster, batch, job.attention)
     net = None if fabric == "ideal" else build_fabric(fabric, cluster)
     it, _, _ = time_on_fabric(shape, par, cluster, job, net)
     mem = memory_per_gpu(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
@@ -111,11 +120,13 @@ def estimate(config, layout, fabric, json_out) -> None:
     terms = {"weights": mem.weights, "gradients": mem.gradients, "optimizer": mem.optimizer,
              "activations": mem.activations}
     doc = {"config": config, "fabric": fabric, "parallel": par.to_dict(),
+           "attention": attention_kernel(cluster.gpu, par.attention),
            "iteration_s": it.total, "model_tflops_per_gpu": model_tf,
            "megatron_tflops_per_gpu": mega_tf, "mfu": it.mfu, "hfu": it.hfu,
            "memory_bytes": {**terms, "total": mem.total, "capacity": mem.capacity,
                             "stage": mem.stage}, "fits": mem.fits, "parts_s": it.parts()}
-    click.echo(f"{job.model} on {gpus} {cluster.gpu.name}, {par.label()}, {fabric}")
+    click.echo(f"{job.model} on {gpus} {cluster.gpu.name}, {par.label()}, {fabric}, "
+               f"attention {attention_kernel(cluster.gpu, par.attention)}")
     click.echo(f"iteration {format_time(it.total)}; {model_tf:.1f} model TFLOP/s per GPU, "
                f"{mega_tf:.1f} as Megatron counts (recompute={par.recompute}); MFU "
                f"{it.mfu:.1%}")

@@ -119,6 +119,8 @@ def import_model(source: str, output: str, operators: bool, samples: int | None,
         model, job = config.model, config.job
         head = _cluster_toml(doc["cluster"])
         job_keys = f"batch_per_gpu = {job.batch_per_gpu}\nprecision = {_value(job.precision)}\n"
+        if job.attention != "auto":
+            job_keys += f"attention = {_value(job.attention)}\n"
         label = f"{job.model} ({source})"
     elif source.startswith("chakra:"):
         if samples is None:

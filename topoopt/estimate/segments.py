@@ -91,7 +91,7 @@ class EstimateCache:
             op = model.operators[i]
             hit = self.times[key] = _OpCost(
                 op_time(op, cfg, cluster, job.precision, job.dtype_bytes,
-                        job.global_batch(cluster)),
+                        job.global_batch(cluster), job.attention),
                 update_time(op, cfg, cluster, job))
         return hit
 

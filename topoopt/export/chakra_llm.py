@@ -55,7 +55,7 @@ def llm_chakra_traces(doc: dict) -> ChakraTraces:
     """
     cluster, job = cluster_job_of(doc)
     shape = transformer_shape(model_of(job))
-    par = LLMParallel(**doc["llm"]["parallel"])
+    par = LLMParallel.from_dict(doc["llm"]["parallel"])
     t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server,
                     job.global_batch(cluster), job.dtype_bytes)
     n = cluster.servers

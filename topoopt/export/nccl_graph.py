@@ -82,7 +82,7 @@ def _communicators(doc: dict) -> list[tuple[str, list[list[int]], dict[int, list
     if "llm" not in doc:
         return [(f"g{k}", [list(r) for r in orders], {s: list(range(gps)) for s in members})
                 for k, (members, orders) in enumerate(rings.items()) if len(members) > 1]
-    table = communicator_table(LLMParallel(**doc["llm"]["parallel"]), rings, cluster)
+    table = communicator_table(LLMParallel.from_dict(doc["llm"]["parallel"]), rings, cluster)
     order = table["launch_order"]
     out = []
     for kind in ("dp", "edp"):

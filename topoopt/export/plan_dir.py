@@ -267,7 +267,7 @@ def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
     if not llm and any(is_communicator_file(f) for f in files):
         raise PlanCheckError("plan.json files lists communicator files, which only an LLM "
                              "plan writes")
-    par = LLMParallel(**doc["llm"]["parallel"]) if llm else None
+    par = LLMParallel.from_dict(doc["llm"]["parallel"]) if llm else None
     if exports:
         rendered = render_exports(topo, rings, cluster)
         want = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}

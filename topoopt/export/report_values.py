@@ -117,7 +117,7 @@ class PlanValues:
         PP/EP bytes (:func:`topoopt.llm.finder_traffic`)."""
         cluster, job, model = self._setting
         return finder_traffic(llm_traffic(
-            transformer_shape(model), LLMParallel(**self.doc["llm"]["parallel"]),
+            transformer_shape(model), LLMParallel.from_dict(self.doc["llm"]["parallel"]),
             cluster.servers, cluster.gpus_per_server, job.global_batch(cluster),
             job.dtype_bytes))
 

@@ -4,8 +4,9 @@ The 1F1B schedule (Narayanan et al. SC'21 §2.2.1, Fig. 4) runs ``m`` micro-batc
 through ``p`` stages; a stage's time per micro-batch ``t_mb`` is its forward, backward
 and recomputed forward, each layer timed kernel by kernel on one GPU's share
 (:mod:`topoopt.kernels`: every GEMM with the shape the tensor split gives it, attention
-at FlashAttention's efficiency or, unfused, as batched GEMMs and a softmax that streams
-the scores, the element-wise kernels at HBM speed), plus the communication on its
+at the published efficiency of the fused kernel the run names, ``par.attention``, or,
+unfused, as batched GEMMs and a softmax that streams the scores, the element-wise
+kernels at HBM speed), plus the communication on its
 critical path that is not overlapped: the TP collectives (NVLink), the activations
 sent to the next stage and their gradients received back (PP), and the MoE all-to-alls
 (EP). The iteration then takes
@@ -292,7 +293,8 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     router, its ``experts / ep`` local experts on ``ep x tokens x top_k x capacity /
     experts`` tokens each, and its shared experts. Causal attention executes half of
     the ``4 s h`` per token forward, 2.5 x that backward (flash, which recomputes
-    ``Q K^T``: :data:`FLASH_BWD_OVER_FWD`) or all of it as batched ``s x s`` GEMMs whose
+    ``Q K^T``: :data:`FLASH_BWD_OVER_FWD`; at the rate of ``par.attention``'s kernel on
+    ``gpu``) or all of it as batched ``s x s`` GEMMs whose
     scores the softmax streams (unfused; each of those GEMMs takes at least the time
     its ``s x s`` operand takes through HBM, :data:`BMM_SCORE_BYTES_FWD`, as a roofline
     bounds a GEMM whose ``k`` or ``n`` is the head dimension, and the context is copied
@@ -328,7 +330,7 @@ def layer_times(shape: TransformerShape, par: LLMParallel, gpu: GpuSpec, precisi
     if par.flash_attention:
         core = 2.0 * s * h * tokens / t    # causal: half of 4 s h per token
         # the backward kernel recomputes Q K^T: 5 matmuls, 2.5 x the forward's
-        a_fwd, a_bwd = flash_attention_times(core, gpu, precision)
+        a_fwd, a_bwd = flash_attention_times(core, gpu, precision, par.attention)
         ag_fwd = ag_bwd = 0.0
     else:
         d, scores = shape.head_dim, heads * s * s

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from topoopt._require import require_choice, require_int
-from topoopt.cluster import Cluster
+from topoopt.cluster import ATTENTION, Cluster
 from topoopt.errors import ConfigError
+from topoopt.kernels import attention_kernel
 from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["RECOMPUTE", "ORDERS", "LLMParallel", "check_parallel", "communicator_groups",
@@ -74,10 +75,14 @@ class LLMParallel:
         One of :data:`ORDERS`.
     virtual : int
         v, model chunks per stage of the interleaved 1F1B schedule (1: plain 1F1B).
-    flash_attention : bool
-        Fused attention that keeps no ``s x s`` scores for the backward (FlashAttention,
-        Dao et al. 2022; what current Megatron-LM and Llama 3 train with); False: the
-        unfused kernels of Megatron-LM SC'21, whose scores and softmax are activations.
+    attention : str
+        The attention kernel, one of :data:`topoopt.cluster.ATTENTION` (a config's
+        ``[job] attention``): ``auto`` (default), the newest fused kernel published for
+        the GPU; ``flash2`` or ``flash3``, FlashAttention-2 or -3 at its own published
+        rate (:func:`topoopt.kernels.attention_kernel`), fused kernels that keep no
+        ``s x s`` scores for the backward; ``unfused``, the kernels of Megatron-LM
+        SC'21, whose scores and softmax are activations. Checked against the GPU by
+        :func:`check_parallel`.
     cp : int
         Context-parallel degree: each sequence is split over ``cp`` GPUs (consecutive
         ranks after the tensor rank, Megatron's order), which exchange K and V around
@@ -115,7 +120,7 @@ class LLMParallel:
     recompute: str = "none"
     order: str = "tp-dp-pp"
     virtual: int = 1
-    flash_attention: bool = True
+    attention: str = "auto"
     cp: int = 1
     edge_layers: int = 0
     shard_grads: bool = False
@@ -128,8 +133,14 @@ class LLMParallel:
         require_int("parallel.edge_layers", self.edge_layers, minimum=0)
         require_choice("parallel.recompute", self.recompute, RECOMPUTE)
         require_choice("parallel.order", self.order, ORDERS)
+        require_choice("job.attention", self.attention, ATTENTION)
         if self.dp % self.ep:
             raise ConfigError("parallel.ep", self.ep, f"must divide dp = {self.dp}")
+
+    @property
+    def flash_attention(self) -> bool:
+        """Whether attention is fused (keeps no ``s x s`` scores): not ``unfused``."""
+        return self.attention != "unfused"
 
     @property
     def gpus(self) -> int:
@@ -156,23 +167,39 @@ class LLMParallel:
                                  (f"recompute={self.recompute}",
                                                           self.recompute != "none"),
                                  (f"v{self.virtual}", self.virtual > 1),
+                                 (self.attention, self.attention != "auto"),
                                  (self.order, self.order != ORDERS[0])) if on]
         return " ".join([f"tp{self.tp} pp{self.pp} dp{self.dp} ep{self.ep} "
                          f"m{self.micro_batches}", *extra])
 
     def to_dict(self) -> dict:
         """The fields, for :class:`LLMParallel` ``(**d)``; ``cp``, ``edge_layers``,
-        ``shard_grads`` and the two recompute switches only when set (documents written
-        before them stay the same)."""
+        ``shard_grads``, the two recompute switches and ``attention`` only when set
+        (documents written before them stay the same). ``flash_attention`` is written
+        as before, derived from ``attention``, and read back by :func:`from_dict`."""
         d = dict(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
                  micro_batches=self.micro_batches, zero1=self.zero1,
                  recompute=self.recompute, order=self.order, virtual=self.virtual,
                  flash_attention=self.flash_attention)
         for key, default in (("cp", 1), ("edge_layers", 0), ("shard_grads", False),
+                             ("attention", "auto"),
                              ("recompute_norms", False), ("recompute_act", False)):
             if getattr(self, key) != default:
                 d[key] = getattr(self, key)
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "LLMParallel":
+        """The inverse of :meth:`to_dict` (a document written before ``attention``
+        says ``flash_attention = false`` for the unfused kernels)."""
+        d = dict(d)
+        flash = d.pop("flash_attention", True)
+        if not flash and d.get("attention", "unfused") != "unfused":
+            raise ConfigError("parallel.flash_attention", flash,
+                              f"contradicts attention = {d['attention']}")
+        if not flash:
+            d["attention"] = "unfused"
+        return cls(**d)
 
 
 def stage_layers(layers: int, pp: int, virtual: int = 1, edge: int = 0) -> tuple[int, ...]:
@@ -199,7 +226,8 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
 
     The GPUs must all be used (``tp cp pp dp = servers x gpus_per_server``), ``tp``
     divides a server's GPUs and the heads (and KV heads), every stage gets a layer,
-    ``ep`` divides the experts, and ``m`` divides a replica's sequences.
+    ``ep`` divides the experts, ``m`` divides a replica's sequences, and the attention
+    kernel has a published rate on the GPU (``job.attention``).
     """
     g = cluster.gpus_per_server
     total = cluster.servers * g
@@ -235,6 +263,7 @@ def check_parallel(par: LLMParallel, shape: TransformerShape, cluster: Cluster,
         raise ConfigError("parallel.cp", par.cp,
                           f"2 x cp must divide the sequence of {shape.seq} tokens (the "
                           f"load-balanced causal split)")
+    attention_kernel(cluster.gpu, par.attention)   # one published for this GPU
     if (shape.experts or 1) % par.ep:
         raise ConfigError("parallel.ep", par.ep,
                           f"must divide the {shape.experts or 1} experts")

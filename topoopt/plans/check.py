@@ -105,7 +105,7 @@ def check_plan_document(doc: dict) -> None:
     as_str(doc["config"], "config")
     as_table(doc["cluster"], "cluster", CLUSTER_KEYS)
     as_table(doc["job"], "job", ("model", "batch_per_gpu", "precision", "size", "global_batch"),
-             ("operators",))
+             ("operators", "attention"))
     as_table(doc["job"]["size"], "job.size")
     cluster, job = cluster_job_of(doc)
     model = model_of(job)

@@ -54,11 +54,14 @@ def cluster_json(c: Cluster) -> dict:
 
 
 def job_json(job: Job, cluster: Cluster) -> dict:
-    """The job as in ``plan.json``, with its global batch on ``cluster``."""
+    """The job as in ``plan.json``, with its global batch on ``cluster`` (and its
+    attention kernel when it names one)."""
     out = {"model": job.model, "batch_per_gpu": job.batch_per_gpu, "precision": job.precision,
            "size": dict(job.size), "global_batch": job.global_batch(cluster)}
     if job.operators:
         out["operators"] = [dict(o) for o in job.operators]
+    if job.attention != "auto":   # documents of jobs that name no kernel stay the same
+        out["attention"] = job.attention
     return out
 
 

@@ -307,15 +307,17 @@ def is_llm_document(doc: object) -> bool:
 
 def _parallel_of(value: Any, where: str) -> LLMParallel:
     t = as_table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
-                                "order", "virtual", "flash_attention"))
+                                "order", "virtual", "flash_attention"), ("attention",))
     kwargs: dict[str, Any] = {k: as_int(t[k], f"{where}.{k}", 1)
                               for k in ("tp", "pp", "dp", "ep", "micro_batches", "virtual")}
     kwargs.update(zero1=as_bool(t["zero1"], f"{where}.zero1"),
                   flash_attention=as_bool(t["flash_attention"], f"{where}.flash_attention"),
                   recompute=as_str(t["recompute"], f"{where}.recompute"),
                   order=as_str(t["order"], f"{where}.order"))
+    if "attention" in t:
+        kwargs["attention"] = as_str(t["attention"], f"{where}.attention")
     try:
-        return LLMParallel(**kwargs)
+        return LLMParallel.from_dict(kwargs)
     except ConfigError as exc:
         raise PlanCheckError(f"plan.json {where}: {exc}") from None
 
@@ -326,6 +328,9 @@ def _check_parallel(value, where, shape, cluster, job) -> LLMParallel:
         check_parallel(par, shape, cluster, job.global_batch(cluster))
     except ConfigError as exc:
         raise PlanCheckError(f"plan.json {where}: {exc}") from None
+    if par.attention != job.attention:   # the planner runs every layout with the job's
+        raise bad_field(f"{where}.attention", par.attention,
+                        f"but job.attention is {job.attention}")
     mem = memory_per_gpu(shape, par, job.global_batch(cluster), job.dtype_bytes,
                          cluster.gpu.memory)
     if not mem.fits:
