@@ -21,7 +21,8 @@ Grattafiori et al., arXiv 2407.21783, Table 4 and §3.3.2 (Llama 3 405B on H100,
 131,072 tokens, 38 %; interleaved, v not given: v = 4 assumed; one layer fewer on the
 first and last stage; FSDP shards the optimizer states, and the fp32 gradients
 accumulate whole over the micro-batches until one reduce-scatter, §3.3.4;
-context parallelism all-gathers K and V, its latency exposed, §3.3.2).
+context parallelism all-gathers K and V, its latency exposed, §3.3.2; attention with
+FlashAttention-2, the fused kernel public while it trained: :data:`LLAMA3_ATTENTION`).
 
 FLOP conventions, per source (:data:`FLOP_CONVENTION`): Narayanan et al. count
 ``96 B s l h^2 (1 + s / 6h + V / 16 l h)`` per iteration, the recomputed forward
@@ -72,6 +73,14 @@ SC21_TABLE1 = (
     (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
     (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
 )
+
+#: The attention kernel of the Llama 3 rows: the one public when they ran (module notes).
+#: FlashAttention-3 appeared on July 11, 2024 (arXiv 2407.08608; its code, FP16 only, the
+#: same day, BF16 on July 14); Meta's April 18, 2024 Llama 3 post says the 400B+ models
+#: were "still training", and PyTorch's ``scaled_dot_product_attention`` had run
+#: FlashAttention-2 since PyTorch 2.2 (January 2024). The SC'21 and GPT-3 rows ran
+#: Megatron-LM's unfused attention (``attention="unfused"``).
+LLAMA3_ATTENTION = "flash2"
 
 #: How each source counts the FLOPs its throughput is quoted in (see the module notes).
 FLOP_CONVENTION = {
@@ -132,7 +141,8 @@ def rows():
         out.append((f"Llama 3 405B, {gpus} H100" + (f", {seq // 1024}k" if cp > 1 else ""),
                     405.0, replace(llama, seq=seq),
                     LLMParallel(8, 16, dp, micro_batches=batch // dp, virtual=4, zero1=True,
-                                cp=cp, edge_layers=1, shard_grads=True), "H100", 400e9,
+                                cp=cp, edge_layers=1, shard_grads=True,
+                                attention=LLAMA3_ATTENTION), "H100", 400e9,
                     batch, Overlap(), mfu, "mfu"))
     return out
 
@@ -165,7 +175,7 @@ def llama_memory() -> None:
 
 
 def main() -> int:
-    print(f"{'run':<30} {'layout':<44} {'published':>9} {'estimate':>9} {'ratio':>6} "
+    print(f"{'run':<30} {'layout':<58} {'published':>9} {'estimate':>9} {'ratio':>6} "
           f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits")
     for metric, convention in FLOP_CONVENTION.items():
         print(f"  {metric}: {convention}")
@@ -182,7 +192,7 @@ def main() -> int:
         r = got / published
         ratios.append(r)
         sizes.append(params)
-        print(f"{label:<30} {par.label():<44} {show} {r:>6.2f} "
+        print(f"{label:<30} {par.label():<58} {show} {r:>6.2f} "
               f"{it.bubble / it.total:>6.1%} {it.dp / it.total:>5.1%} "
               f"{it.optimizer / it.total:>5.1%} {mem.total / 1e9:>7.1f} "
               f"{'yes' if mem.fits else 'no'}")
