@@ -1,10 +1,11 @@
 """``chakra/et.<rank>.et``: a plan's iteration as MLCommons Chakra execution traces.
 
 One trace per server rank (ASTRA-sim reads ``<prefix>.<rank>.et``, astra-sim
-``astra-sim/workload/Workload.cc`` line 29), written through the ``mlc-chakra``
-package's protobuf classes (``chakra.schema.protobuf.et_def_pb2``) in its
-length-delimited framing (``chakra.src.third_party.utils.protolib.encodeMessage``):
-a ``GlobalMetadata`` then the nodes. The source is the task graph the estimator runs
+``astra-sim/workload/Workload.cc`` line 29): the bytes the ``mlc-chakra`` package's
+protobuf classes (``chakra.schema.protobuf.et_def_pb2``) give in its length-delimited
+framing (``chakra.src.third_party.utils.protolib.encodeMessage``), a
+``GlobalMetadata`` then the nodes, written by columns of nodes rather than a message
+per node (:mod:`topoopt.export.chakra_wire`). The source is the task graph the estimator runs
 for the TopoOpt shard (:func:`topoopt.estimate.build_iteration`, one MP flow per
 server pair):
 

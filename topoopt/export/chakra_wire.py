@@ -311,8 +311,13 @@ def _varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = v.astype(np.uint64) if v.dtype.kind in "ub" else v.astype(np.int64).view(np.uint64)
     n = np.ones(v.size, np.int64)
     for k in range(1, 10):
-        n += v >= np.uint64(1 << (7 * k))
+        more = v >= np.uint64(1 << (7 * k))
+        if not more.any():
+            break
+        n += more
     w = int(n.max()) if v.size else 1
+    if w == 1:
+        return v.astype(np.uint8), n
     groups = ((v[:, None] >> (np.arange(w, dtype=np.uint64) * np.uint64(7)))
               & np.uint64(0x7F)).astype(np.uint8)
     groups[np.arange(w) < (n - 1)[:, None]] |= 0x80
@@ -361,9 +366,16 @@ def _join(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nd
     out = np.empty(int(lens.sum()), np.uint8)
     off = np.cumsum(lens) - lens
     for flat, size in parts:
-        if flat.size:
-            out[_ranges(off, size)] = flat
-        off = off + size
+        if not flat.size:
+            continue
+        has = size > 0
+        at, width = off[has], size[has]
+        if width.min() == width.max():          # one width: no ragged index to build
+            w = int(width[0])
+            out[at if w == 1 else (at[:, None] + np.arange(w)).ravel()] = flat
+        else:
+            out[_ranges(at, width)] = flat
+        off += size
     return out, lens
 
 
