@@ -44,7 +44,7 @@ import numpy as np
 
 from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.estimate import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, build_iteration
-from topoopt.export.chakra_wire import ChakraTraces, TraceBuilder, encode_ranks
+from topoopt.export.chakra_wire import ChakraTraces, TraceBuilder, encode_ranks, sorted_unique
 from topoopt.fabrics import direct_connect
 from topoopt.model import Model
 from topoopt.plans.check import strategy_of
@@ -150,10 +150,10 @@ def _route_ends(fabric: Any, graph: IterationGraph, flows: np.ndarray
     j = np.repeat(ptr[cls] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
     s, d = np.asarray(fabric.src)[link[j]], np.asarray(fabric.dst)[link[j]]
     width = int(max(s.max(initial=0), d.max(initial=0))) + 1
-    ks, kd = np.unique(row * width + s), np.unique(row * width + d)
+    ks, kd = sorted_unique(row * width + s), sorted_unique(row * width + d)
     ends = []
-    for only in (np.setdiff1d(ks, kd, assume_unique=True),
-                 np.setdiff1d(kd, ks, assume_unique=True)):
+    for only in (ks[~np.isin(ks, kd, assume_unique=True)],
+                 kd[~np.isin(kd, ks, assume_unique=True)]):
         if (np.bincount(only // width, minlength=cls.size) != 1).any():
             raise TopoOptError("a flow route does not lead from one server to another")
         ends.append((only % width)[inv.ravel()])

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChakraAttr", "ChakraTraces", "TraceBuilder", "attr_field", "encode_ranks"]
+__all__ = ["ChakraAttr", "ChakraTraces", "TraceBuilder", "attr_field", "encode_ranks",
+           "sorted_unique"]
 
 _TAG = {"double_val": b"\x19", "int64_val": b"\x48", "uint64_val": b"\x68",
         "bool_val": b"\xd8\x01", "string_val": b"\xea\x01"}
@@ -283,14 +284,20 @@ def _dependencies(node, rank, local, R: int, before, after) -> tuple[np.ndarray,
     ok = (keys[at] == want) if found else np.zeros(want.size, bool)
     target, dep = pos[j[ok]], local[pos[at[ok]]]
     width = int(local.max()) + 1 if n else 1
-    pairs = np.sort(target * width + dep)     # sorted, then unique (np.unique hashes: slower)
-    first = np.ones(pairs.size, bool)
-    first[1:] = pairs[1:] != pairs[:-1]
-    pairs = pairs[first]
+    pairs = sorted_unique(target * width + dep)
     target, dep = pairs // width, pairs % width
     dep_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(target, minlength=n), out=dep_ptr[1:])
     return dep_ptr, dep.astype(np.int64)
+
+
+def sorted_unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of ``x``, ascending (``np.unique`` by a sort: its hashing
+    is slower on millions of integers)."""
+    x = np.sort(x)
+    first = np.ones(x.size, bool)
+    first[1:] = x[1:] != x[:-1]
+    return x[first]
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
