@@ -226,7 +226,7 @@ def test_an_llm_trace_imports_as_its_data_parallel_workload(folders):
 
 
 def _trace(tmp_path, nodes):
-    files = encode_chakra_traces(ChakraTraces(1, (tuple(nodes),), {"1": [0]}))
+    files = encode_chakra_traces(ChakraTraces.from_records(1, (tuple(nodes),), {"1": [0]}))
     (tmp_path / "chakra").mkdir(exist_ok=True)
     (tmp_path / "chakra/et.0.et").write_bytes(files["chakra/et.0.et"])
     return tmp_path / "chakra/et.0.et"

@@ -1,10 +1,11 @@
 """``chakra/et.<rank>.et``: a plan's iteration as MLCommons Chakra execution traces.
 
 One trace per server rank (ASTRA-sim reads ``<prefix>.<rank>.et``, astra-sim
-``astra-sim/workload/Workload.cc`` line 29), written through the ``mlc-chakra``
-package's protobuf classes (``chakra.schema.protobuf.et_def_pb2``) in its
-length-delimited framing (``chakra.src.third_party.utils.protolib.encodeMessage``):
-a ``GlobalMetadata`` then the nodes. The source is the task graph the estimator runs
+``astra-sim/workload/Workload.cc`` line 29): the bytes the ``mlc-chakra`` package's
+protobuf classes (``chakra.schema.protobuf.et_def_pb2``) give in its length-delimited
+framing (``chakra.src.third_party.utils.protolib.encodeMessage``), a
+``GlobalMetadata`` then the nodes, written by columns of nodes rather than a message
+per node (:mod:`topoopt.export.chakra_wire`). The source is the task graph the estimator runs
 for the TopoOpt shard (:func:`topoopt.estimate.build_iteration`, one MP flow per
 server pair):
 
@@ -36,19 +37,19 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from topoopt.errors import PlanCheckError
+from topoopt.errors import PlanCheckError, TopoOptError
 from topoopt.estimate import FLOW_ALLREDUCE, FLOW_MP, IterationGraph, build_iteration
+from topoopt.export.chakra_wire import ChakraTraces, TraceBuilder, encode_ranks, sorted_unique
 from topoopt.fabrics import direct_connect
 from topoopt.model import Model
 from topoopt.plans.check import strategy_of
 from topoopt.plans.common import cluster_job_of, read_plan, rings_of, routes_of, topology_of
-from topoopt.plans.replay import flow_endpoints, plan_inputs
+from topoopt.plans.replay import plan_inputs
 from topoopt.workloads import model_of
 
 __all__ = ["CHAKRA_DIR", "COMM_GROUPS", "ChakraTraces", "task_flops", "chakra_traces",
@@ -59,17 +60,6 @@ __all__ = ["CHAKRA_DIR", "COMM_GROUPS", "ChakraTraces", "task_flops", "chakra_tr
 CHAKRA_DIR = "chakra"
 COMM_GROUPS = "chakra/comm_groups.json"
 _VERSION = "0.0.4"  # the GlobalMetadata version ASTRA-sim's feeder accepts
-
-
-@dataclass(frozen=True)
-class ChakraTraces:
-    """Per rank, the node records ``(name, type, attrs, deps, duration_us)``, and the
-    communicator groups (id -> ranks). A compute node's FLOPs are its ``num_ops``
-    attribute."""
-
-    ranks: int
-    nodes: tuple[tuple[tuple[str, str, dict, tuple[int, ...], int], ...], ...]
-    groups: dict[str, list[int]]
 
 
 def _pb() -> Any:
@@ -120,89 +110,93 @@ def chakra_traces(graph: IterationGraph, fabric: Any, servers: int,
     ChakraTraces
     """
     t, nf = graph.tasks, graph.flow_kind.size
-    count = graph.counts()
-    routes = graph.flow_routes()
-    recs: list[list[list]] = [[] for _ in range(servers)]
-    where: dict[int, dict[int, int]] = {}  # graph node -> rank -> local id
+    nbytes = graph.flow_bytes.astype(float) * graph.counts()
+    b = TraceBuilder(servers)
+    attrs: dict[str, Any] = {"is_cpu_op": False}
+    if flops is not None:
+        attrs["num_ops"] = np.round(np.asarray(flops, float)[:t]).astype(np.int64)
+    b.add(np.arange(t), graph.task_server, "COMP_NODE", "task", np.arange(t), attrs,
+          np.round(graph.task_duration * 1e6).astype(np.int64))
+    mp = np.flatnonzero(graph.flow_kind == FLOW_MP)
+    src, dst = _route_ends(fabric, graph, mp)
+    size = np.round(nbytes[mp]).astype(np.int64)
+    for kind, name, rank, wire in (("COMM_SEND_NODE", "send", src, nbytes[mp]),
+                                   ("COMM_RECV_NODE", "recv", dst, 0.0)):
+        b.add(t + mp, rank, kind, name, mp,
+              {"comm_src": src, "comm_dst": dst, "comm_tag": mp, "comm_size": size,
+               "topoopt_wire_bytes": wire})
+    groups = _add_rings(b, graph, nbytes)
+    bar = np.arange(graph.barriers)
+    b.add(np.repeat(t + nf + bar, servers), np.tile(np.arange(servers), bar.size),
+          "COMP_NODE", "barrier", np.repeat(bar, servers), {"is_cpu_op": False})
+    return b.build(graph.dep_before, graph.dep_after, groups)
 
-    def add(node: int, rank: int, name: str, kind: str, attrs: dict, dur: int = 0) -> None:
-        where.setdefault(node, {})[rank] = len(recs[rank])
-        recs[rank].append([name, kind, attrs, [], dur])
 
-    for i in range(t):
-        attrs: dict[str, Any] = {"is_cpu_op": False}
-        if flops is not None:
-            attrs["num_ops"] = int(round(flops[i]))
-        add(i, int(graph.task_server[i]), f"task{i}", "COMP_NODE", attrs,
-            int(round(graph.task_duration[i] * 1e6)))
+def _route_ends(fabric: Any, graph: IterationGraph, flows: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination server of each of ``flows`` (as
+    :func:`~topoopt.plans.replay.flow_endpoints` reads them from its route's links),
+    found once per route class: flows of one class share their ends.
+
+    Raises
+    ------
+    TopoOptError
+        A route does not lead from one server to another.
+    """
+    cls, inv = np.unique(graph.flow_class[flows], return_inverse=True)
+    ptr, link = graph.routes.ptr, graph.routes.link
+    cnt = ptr[cls + 1] - ptr[cls]
+    row = np.repeat(np.arange(cls.size), cnt)
+    j = np.repeat(ptr[cls] - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    s, d = np.asarray(fabric.src)[link[j]], np.asarray(fabric.dst)[link[j]]
+    width = int(max(s.max(initial=0), d.max(initial=0))) + 1
+    ks, kd = sorted_unique(row * width + s), sorted_unique(row * width + d)
+    ends = []
+    for only in (ks[~np.isin(ks, kd, assume_unique=True)],
+                 kd[~np.isin(kd, ks, assume_unique=True)]):
+        if (np.bincount(only // width, minlength=cls.size) != 1).any():
+            raise TopoOptError("a flow route does not lead from one server to another")
+        ends.append((only % width)[inv.ravel()])
+    return ends[0], ends[1]
+
+
+def _add_rings(b: TraceBuilder, graph: IterationGraph, nbytes: np.ndarray
+               ) -> dict[str, list[int]]:
+    """Add a ``COMM_COLL_NODE`` per AllReduce ring flow and member; return the groups."""
+    ar = np.flatnonzero(graph.flow_kind == FLOW_ALLREDUCE)
     groups: dict[str, list[int]] = {}
-    ring_of = iter(graph.ring_orders)
-    for f in range(nf):
-        node, nbytes = t + f, float(graph.flow_bytes[f]) * int(count[f])
-        if graph.flow_kind[f] == FLOW_MP:
-            s, d = flow_endpoints(fabric, routes.link[routes.ptr[f]:routes.ptr[f + 1]])
-            attrs = {"comm_src": s, "comm_dst": d, "comm_tag": f,
-                     "comm_size": int(round(nbytes)), "topoopt_wire_bytes": nbytes}
-            add(node, s, f"send{f}", "COMM_SEND_NODE", dict(attrs))
-            add(node, d, f"recv{f}", "COMM_RECV_NODE", {**attrs, "topoopt_wire_bytes": 0.0})
-        elif graph.flow_kind[f] == FLOW_ALLREDUCE:
-            ring = tuple(int(r) for r in next(ring_of))
-            members = sorted(ring)
-            pg = next((k for k, v in groups.items() if v == members), str(len(groups) + 1))
-            groups[pg] = members
-            k, hops = len(ring), int(graph.hop_count[f])
-            size = nbytes * k / (2 * (k - 1)) if k > 1 else 0.0
-            for r in ring:
-                add(node, r, f"allreduce{f}", "COMM_COLL_NODE",
-                    {"comm_type": "ALL_REDUCE", "pg_name": pg, "comm_size": int(round(size)),
-                     "topoopt_wire_bytes": nbytes * hops / k})
-    for b in range(graph.barriers):
-        for r in range(servers):
-            add(t + nf + b, r, f"barrier{b}", "COMP_NODE", {"is_cpu_op": False})
-    for before, after in zip(graph.dep_before.tolist(), graph.dep_after.tolist()):
-        for rank, local in where.get(after, {}).items():
-            dep = where.get(before, {}).get(rank)
-            if dep is not None:
-                recs[rank][local][3].append(dep)
-    nodes = tuple(tuple((n, k, a, tuple(sorted(set(d))), u) for n, k, a, d, u in rank)
-                  for rank in recs)
-    return ChakraTraces(servers, nodes, groups)
-
-
-def _attr_field(name: str, value: Any) -> str:
-    """The ``AttributeProto`` field that carries ``name``'s ``value``."""
-    if isinstance(value, bool):
-        return "bool_val"
-    if name == "num_ops":  # ASTRA-sim reads it as uint64 (Workload.cc line 253)
-        return "uint64_val"
-    if isinstance(value, str) and name != "comm_type":
-        return "string_val"
-    if isinstance(value, float):
-        return "double_val"
-    return "int64_val"
+    pg_of: dict[tuple[int, ...], str] = {}
+    rings, pgs = [], []
+    for ring in graph.ring_orders[:ar.size]:
+        members = tuple(sorted(int(r) for r in ring))
+        pg = pg_of.setdefault(members, str(len(pg_of) + 1))
+        groups[pg] = list(members)
+        rings.append(np.asarray(ring, np.int64))
+        pgs.append(pg)
+    k = np.array([r.size for r in rings], np.int64)
+    hops = graph.hop_count[ar].astype(np.int64)
+    nb = nbytes[ar]
+    size = np.where(k > 1, nb * k / (2 * np.maximum(k - 1, 1)), 0.0)
+    b.add(np.repeat(graph.tasks + ar, k), np.concatenate(rings + [np.zeros(0, np.int64)]),
+          "COMM_COLL_NODE", "allreduce", np.repeat(ar, k),
+          {"comm_type": "ALL_REDUCE", "pg_name": np.repeat(np.array(pgs, object), k),
+           "comm_size": np.repeat(np.round(size).astype(np.int64), k),
+           "topoopt_wire_bytes": np.repeat(nb * hops / k, k)})
+    return groups
 
 
 def encode_chakra_traces(traces: ChakraTraces) -> dict[str, bytes]:
-    """``chakra/et.<rank>.et`` bytes per rank, and ``chakra/comm_groups.json``."""
+    """``chakra/et.<rank>.et`` bytes per rank, and ``chakra/comm_groups.json``: the bytes
+    mlc-chakra's protobuf classes and ``encodeMessage`` give
+    (:func:`~topoopt.export.chakra_wire.encode_ranks`)."""
     from chakra.src.third_party.utils.protolib import encodeMessage  # type: ignore[import-untyped]
     pb = _pb()
+    head = io.BytesIO()
+    encodeMessage(head, pb.GlobalMetadata(version=_VERSION))
     node_type = {k: pb.NodeType.Value(k) for k in pb.NodeType.keys()}
     comm_type = {k: pb.CollectiveCommType.Value(k) for k in pb.CollectiveCommType.keys()}
-    out: dict[str, bytes] = {}
-    for rank, nodes in enumerate(traces.nodes):
-        buf = io.BytesIO()
-        encodeMessage(buf, pb.GlobalMetadata(version=_VERSION))
-        for nid, (name, kind, attrs, deps, dur) in enumerate(nodes):
-            node = pb.Node(id=nid, name=name, type=node_type[kind], duration_micros=dur,
-                           data_deps=deps)
-            add = node.attr.add
-            for k, v in attrs.items():   # fields filled in place: no message copied
-                field = _attr_field(k, v)
-                value = (comm_type[v] if k == "comm_type" else
-                         v if field in ("bool_val", "string_val", "double_val") else int(v))
-                add(name=k, **{field: value})
-            encodeMessage(buf, node)
-        out[f"{CHAKRA_DIR}/et.{rank}.et"] = buf.getvalue()
+    files = encode_ranks(traces, head.getvalue(), node_type, comm_type)
+    out = {f"{CHAKRA_DIR}/et.{rank}.et": data for rank, data in enumerate(files)}
     out[COMM_GROUPS] = (json.dumps(traces.groups, indent=1, sort_keys=True) + "\n").encode()
     return out
 

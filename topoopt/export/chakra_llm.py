@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topoopt.export.chakra import ChakraTraces
+from topoopt.export.chakra_wire import ChakraTraces, TraceBuilder
 from topoopt.llm import LLMParallel, llm_traffic
 from topoopt.plans.common import cluster_job_of
 from topoopt.workloads import model_of
@@ -61,25 +61,25 @@ def llm_chakra_traces(doc: dict) -> ChakraTraces:
     n = cluster.servers
     compute = float(doc["llm"]["fabrics"]["topoopt"]["iteration"]["compute"])
     flops = llm_plan_flops(doc) / n
-    recs: list[list] = [[("compute", "COMP_NODE", {"is_cpu_op": False,
-                                                   "num_ops": int(round(flops))}, (0,)[:0],
-                          int(round(compute * 1e6)))] for _ in range(n)]
+    b = TraceBuilder(n)
+    b.add(np.zeros(n, np.int64), np.arange(n), "COMP_NODE", "compute",
+          attrs={"is_cpu_op": False, "num_ops": int(round(flops))},
+          duration=int(round(compute * 1e6)))
     pp = t.pp_steps * (t.pp_step + t.pp_step.T)
     ep = t.micro_batches * t.ep_steps_per_micro_batch * t.ep_step
     tag = 0
     for kind, matrix in (("pp", pp), ("ep", ep)):
         m = np.array(matrix, dtype=float)
         np.fill_diagonal(m, 0.0)
-        for s, d in zip(*np.nonzero(m)):
-            s, d = int(s), int(d)
-            nbytes = float(m[s, d])
-            attrs = {"comm_src": s, "comm_dst": d, "comm_tag": tag,
-                     "comm_size": int(round(nbytes))}
-            recs[s].append((f"{kind}_send{tag}", "COMM_SEND_NODE",
-                            {**attrs, "topoopt_wire_bytes": nbytes}, (0,), 0))
-            recs[d].append((f"{kind}_recv{tag}", "COMM_RECV_NODE",
-                            {**attrs, "topoopt_wire_bytes": 0.0}, (0,), 0))
-            tag += 1
+        src, dst = np.nonzero(m)
+        nbytes = m[src, dst]
+        tags = tag + np.arange(src.size)
+        for end, rank, wire in (("send", src, nbytes), ("recv", dst, 0.0)):
+            b.add(1 + tags, rank, f"COMM_{end.upper()}_NODE", f"{kind}_{end}", tags,
+                  {"comm_src": src, "comm_dst": dst, "comm_tag": tags,
+                   "comm_size": np.round(nbytes).astype(np.int64),
+                   "topoopt_wire_bytes": wire})
+        tag += src.size
     groups: dict[str, list[int]] = {}
     for g in t.dp_groups:
         members = sorted(int(x) for x in g.members)
@@ -88,10 +88,10 @@ def llm_chakra_traces(doc: dict) -> ChakraTraces:
             continue
         pg = str(len(groups) + 1)
         groups[pg] = members
-        size = g.network_bytes / (2 * (k - 1))
-        for r in members:
-            recs[r].append((f"dp_allreduce{pg}", "COMM_COLL_NODE",
-                            {"comm_type": "ALL_REDUCE", "pg_name": pg,
-                             "comm_size": int(round(size)),
-                             "topoopt_wire_bytes": g.network_bytes / k}, (0,), 0))
-    return ChakraTraces(n, tuple(tuple(r) for r in recs), groups)
+        b.add(np.full(k, 1 + tag + len(groups)), members, "COMM_COLL_NODE", "dp_allreduce",
+              np.full(k, int(pg)),
+              {"comm_type": "ALL_REDUCE", "pg_name": pg,
+               "comm_size": int(round(g.network_bytes / (2 * (k - 1)))),
+               "topoopt_wire_bytes": float(g.network_bytes / k)})
+    comm = 1 + np.arange(tag + len(groups) + 1)
+    return b.build(np.zeros(comm.size, np.int64), comm, groups)

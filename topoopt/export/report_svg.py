@@ -147,8 +147,8 @@ def topology_section(p: Page, doc: Mapping) -> str:
                                      " of the pair's bytes"], ids=True)
             routes.append(f'<polyline class="route" points="{pts}">{title}</polyline>')
     else:  # thousands: one outline of them all (a title each would be megabytes)
-        d = "".join("M" + "L".join(f"{xy[s][0]:.0f} {xy[s][1]:.0f}" for s in path)
-                    for _, _, path in forwarded)
+        at = [f"{x:.0f} {y:.0f}" for x, y in xy]     # each server's point, formatted once
+        d = "".join("M" + "L".join([at[s] for s in path]) for _, _, path in forwarded)
         title = p.text("title", [("forwarded:paths", "int"), " forwarded paths of ",
                                  ("#routes", "int"), " routed pairs"])
         routes.append(f'<path class="route" d="{d}">{title}</path>')

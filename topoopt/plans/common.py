@@ -10,6 +10,7 @@ MSCCL) and the runtime (``react simulate --fabric plan:DIR``) read either kind a
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -173,10 +174,38 @@ def cluster_job_of(doc: dict) -> tuple[Cluster, Job]:
     return cfg.cluster, cfg.job
 
 
+_ROUTE_KEYS, _PATH_KEYS = {"src", "dst", "paths"}, {"path", "fraction"}
+
+
+def _plain_route(r: Any) -> tuple[tuple[int, int], tuple] | None:
+    """``(pair, options)`` of a well-formed route entry, checked without naming fields;
+    ``None`` for anything else (:func:`routes_of` then checks it field by field)."""
+    if type(r) is not dict or r.keys() != _ROUTE_KEYS:
+        return None
+    s, d, paths = r["src"], r["dst"], r["paths"]
+    if type(s) is not int or type(d) is not int or s < 0 or d < 0 or type(paths) is not list:
+        return None
+    options = []
+    for q in paths:
+        if type(q) is not dict or q.keys() != _PATH_KEYS:
+            return None
+        path, frac = q["path"], q["fraction"]
+        if (type(path) is not list or not all(type(x) is int for x in path)
+                or (path and min(path) < 0) or type(frac) not in (int, float)
+                or not math.isfinite(frac) or frac <= 0):
+            return None
+        options.append((tuple(path), float(frac)))
+    return (s, d), tuple(options)
+
+
 def routes_of(doc: dict) -> Routes:
     """The ``routes`` of a plan document (each ``src -> dst`` pair at most once)."""
     out: dict[tuple[int, int], tuple] = {}
     for i, r in enumerate(as_list(required(doc, "routes", "routes"), "routes")):
+        plain = _plain_route(r)
+        if plain is not None and plain[0] not in out:
+            out[plain[0]] = plain[1]
+            continue
         where = f"routes[{i}]"
         r = as_table(r, where, ("src", "dst", "paths"))
         pair = (as_int(r["src"], f"{where}.src", 0), as_int(r["dst"], f"{where}.dst", 0))
