@@ -135,7 +135,7 @@ def reference_operator_records(doc: dict):
 def reference_llm_records(doc: dict):
     """A record per node of an LLM plan, server pair by server pair."""
     cluster, job = cluster_job_of(doc)
-    t = llm_traffic(transformer_shape(model_of(job)), LLMParallel(**doc["llm"]["parallel"]),
+    t = llm_traffic(transformer_shape(model_of(job)), LLMParallel.from_dict(doc["llm"]["parallel"]),
                     cluster.servers, cluster.gpus_per_server, job.global_batch(cluster),
                     job.dtype_bytes)
     n = cluster.servers
