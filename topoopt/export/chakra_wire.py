@@ -369,7 +369,7 @@ def _digits(number: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _join(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Each node's parts, joined in order, node after node."""
-    lens = sum(p[1] for p in parts)
+    lens = np.asarray(sum(p[1] for p in parts))
     out = np.empty(int(lens.sum()), np.uint8)
     off = np.cumsum(lens) - lens
     for flat, size in parts:
@@ -441,9 +441,9 @@ def _encode_rows(tr: ChakraTraces, a: int, b: int, local: np.ndarray, node_type:
         value = _value_parts(attr, rows, p, comm_type)
         key = attr.name.encode()
         head = b"\x0a" + bytes(_varint(np.array([len(key)]))[0]) + key
-        size = sum(v[1] for v in value) + len(head) * p
+        size = np.asarray(sum(v[1] for v in value)) + len(head) * p
         parts += [_const(b"\x52", p), _at(_varint(size[p]), p), _const(head, p), *value]
-    return _join([_varint(sum(q[1] for q in parts)), *parts])
+    return _join([_varint(np.asarray(sum(q[1] for q in parts))), *parts])
 
 
 def encode_ranks(tr: ChakraTraces, header: bytes, node_type: dict[str, int],
