@@ -64,13 +64,14 @@ class IterationCost:
         """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
         return not self.reference
 
-    def lower_bound(self, strategy: Strategy) -> float:
+    def lower_bound(self, strategy: Strategy, links: bool = False) -> float:
         """A lower bound of ``strategy``'s time, without building or simulating its graph.
 
-        The largest of the analytical bounds the fast path checks before a simulation:
-        the busiest server's; on a static fabric also the busiest link's and the
-        critical path's (:mod:`topoopt.estimate.bounds`). The time itself where it is
-        already known; 0.0 on the reference path.
+        The largest of the analytical bounds the fast path checks before a simulation
+        (:mod:`topoopt.estimate.bounds`): the busiest server's and, on a static fabric,
+        the critical path's; with ``links`` also the busiest link's (whose first call
+        per transfer pattern costs more). The time itself where it is already known;
+        0.0 on the reference path.
         """
         key = strategy.configs
         hit = self.memo.get(key)
@@ -81,8 +82,9 @@ class IterationCost:
         builder = self.fast.builder
         low = builder.lower_bound(strategy)
         if isinstance(self.fast, FastEstimator):
-            low = max(low, builder.link_bound(strategy),
-                      builder.critical_path_bound(strategy))
+            low = max(low, builder.critical_path_bound(strategy))
+            if links:
+                low = max(low, builder.link_bound(strategy))
         low = max(low, self.lower.get(key, 0.0))
         if len(self.memo) + len(self.lower) <= 20_000:
             self.lower[key] = low       # a later cost(strategy, bound) may stop here

@@ -29,6 +29,7 @@ The measurements behind the constants are in ``docs/tuning.md`` (## Search).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -247,28 +248,46 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
         times[j] = cost(slots[j][1])
         exact[slots[j][2]] = min(exact.get(slots[j][2], math.inf), times[j])
     interrupted = extras > 0 and stop()
-    rest = range(extras, len(slots))
     if getattr(cost, "supports_bound", False) and hasattr(cost, "lower_bound"):
-        low = {j: cost.lower_bound(slots[j][1]) for j in rest}
-        rest = sorted(rest, key=lambda j: (low[j], j))
+        _screen_layouts(slots, times, exact, cost, range(extras, len(slots)), stop,
+                        interrupted, chains, screened)
     else:
-        low = {}
-    for j in rest:
-        if interrupted:
-            break
-        fam = slots[j][2]
-        limit = _relevance(exact, fam, chains, screened) if low else math.inf
-        t = low.get(j, 0.0)
-        if t <= limit:
-            t = cost(slots[j][1], limit) if math.isfinite(limit) else cost(slots[j][1])
-        times[j] = t
-        if t <= limit:                      # a time above the limit is a lower bound
-            exact[fam] = min(exact.get(fam, math.inf), t)
-        interrupted = stop()
+        for j in range(extras, len(slots)):
+            if interrupted:
+                break
+            times[j] = cost(slots[j][1])
+            interrupted = stop()
     starts = [(n, s, t) for (n, s, _), t in zip(slots, times) if t is not None]
     if not starts:
         raise ValueError("no valid start strategy")
     return starts, family_of
+
+
+def _screen_layouts(slots: list[tuple[str, Strategy, str]], times: list[float | None],
+                    exact: dict[str, float], cost: Callable, rest: Sequence[int],
+                    stop: Callable[[], bool], interrupted: bool, chains: int,
+                    screened: int) -> None:
+    """Time the layouts ``rest`` of ``slots`` (name, strategy, family) into ``times``,
+    lowest analytical bound first (a heap: the cheap bounds of all, the busiest link's
+    only for one that comes to the front below its limit), skipping -- its bound as
+    its time -- or stopping the simulation of each once it passes :func:`_relevance`;
+    ``exact`` (family -> best exact time) is kept up to date."""
+    heap = [(cost.lower_bound(slots[j][1]), j, False) for j in rest]
+    heapq.heapify(heap)
+    while heap and not interrupted:
+        low, j, tight = heapq.heappop(heap)
+        strategy, fam = slots[j][1], slots[j][2]
+        limit = _relevance(exact, fam, chains, screened)
+        if low <= limit and not tight:
+            heapq.heappush(heap, (cost.lower_bound(strategy, links=True), j, True))
+            continue
+        t = low
+        if low <= limit:
+            t = cost(strategy, limit) if math.isfinite(limit) else cost(strategy)
+        times[j] = t
+        if t <= limit:                      # a time above the limit is a lower bound
+            exact[fam] = min(exact.get(fam, math.inf), t)
+        interrupted = stop()
 
 
 def _relevance(exact: dict[str, float], family: str, chains: int, screened: int) -> float:
