@@ -668,3 +668,16 @@ def test_the_stop_rule_needs_two_families_agreement_and_no_recent_descent():
     assert not _converged([1.0], [1.0], ["a"], 0.01)                     # one chain
     assert not _converged([1.0, 1.05], [1.0, 1.02], ["a", "b"], 0.01)    # apart
     assert not _converged([1.0, 1.10], [1.0, 1.005], ["a", "b"], 0.01)   # still descending
+
+
+@pytest.mark.parametrize("fabric", ["ideal", "fattree", "expander"])
+def test_the_costs_lower_bound_is_below_every_layouts_simulated_time(fabric):
+    # the screening rests on it: with or without the busiest link's bound, never above
+    # the simulated time; the time itself once it is known
+    model, space, cost, layouts = dlrm16(fabric)
+    for lay in layouts[::4]:
+        s = space.canonical_strategy(lay.strategy)
+        cheap, tight = cost.lower_bound(s), cost.lower_bound(s, links=True)
+        t = cost(s)
+        assert 0 < cheap <= tight <= t * (1 + 1e-12)
+        assert cost.lower_bound(s) == t
