@@ -65,6 +65,13 @@ class Run:
     skipped: list[str] = field(default_factory=list)
 
 
+def _differ(current: dict[str, float], baseline: dict[str, float]) -> str:
+    """``True``, or the fabrics whose times differ (current against baseline)."""
+    diff = [f"{f} {current.get(f, math.nan):.6g} vs {baseline.get(f, math.nan):.6g}"
+            for f in sorted(set(current) | set(baseline)) if current.get(f) != baseline.get(f)]
+    return "True" if not diff else "False (" + ", ".join(diff) + ")"
+
+
 def _tree_rss(root: int) -> float:
     """Bytes resident in ``root`` and every descendant (from /proc)."""
     children: dict[int, list[int]] = {}
@@ -258,7 +265,7 @@ def main() -> int:
                     print(f"  {n} servers: current {cur.wall:.1f} s ({cur.cpu:.1f} CPU s), "
                           f"baseline {r.wall:.1f} s ({r.cpu:.1f} CPU s), ratio "
                           f"{cur.wall / r.wall:.2f} wall, {cur.cpu / r.cpu:.2f} CPU; "
-                          f"same times: {cur.times == r.times}", flush=True)
+                          f"same times: {_differ(cur.times, r.times)}", flush=True)
         _print_runs(current)
         if args.quality:
             _quality(args, template, work, effort)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from topoopt.cluster import Cluster, Job
-from topoopt.estimate import EstimateCache, estimate_iteration
+from topoopt.estimate import EstimateCache, FastEstimator, estimate_iteration
 from topoopt.fabrics.fabric import Fabric
 from topoopt.fabrics.reconfigurable import reconfiguration_of
 from topoopt.model import Model
@@ -63,6 +63,32 @@ class IterationCost:
     def supports_bound(self) -> bool:
         """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
         return not self.reference
+
+    def lower_bound(self, strategy: Strategy, links: bool = False) -> float:
+        """A lower bound of ``strategy``'s time, without building or simulating its graph.
+
+        The largest of the analytical bounds the fast path checks before a simulation
+        (:mod:`topoopt.estimate.bounds`): the busiest server's and, on a static fabric,
+        the critical path's; with ``links`` also the busiest link's (whose first call
+        per transfer pattern costs more). The time itself where it is already known;
+        0.0 on the reference path.
+        """
+        key = strategy.configs
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        if self.reference:
+            return 0.0
+        builder = self.fast.builder
+        low = builder.lower_bound(strategy)
+        if isinstance(self.fast, FastEstimator):
+            low = max(low, builder.critical_path_bound(strategy))
+            if links:
+                low = max(low, builder.link_bound(strategy))
+        low = max(low, self.lower.get(key, 0.0))
+        if len(self.memo) + len(self.lower) <= 20_000:
+            self.lower[key] = low       # a later cost(strategy, bound) may stop here
+        return low
 
     def estimate(self, strategy: Strategy):
         """The full :class:`~topoopt.estimate.IterationEstimate` of ``strategy``."""

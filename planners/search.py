@@ -2,15 +2,17 @@
 the chains agree.
 
 1. Every structured strategy (:func:`~topoopt.planners.structure.structured_strategies`)
-   and the given extra starts are timed; they do not depend on the seed.
+   and the given extra starts are timed; they do not depend on the seed. A layout whose
+   analytical lower bound already shows it cannot start a chain is not simulated.
 2. The starts are grouped in families (one body layout, whatever its table layout or
    stage cut): basins differ between families far more than within one. The best start
    of each of the best families descends to the bottom of its basin, and ``chains``
    MCMC chains (:class:`~topoopt.planners.mcmc.Chain`) go on from the best distinct
    bottoms -- a family's start says little about its bottom.
-3. The chains run in blocks of ``block`` moves. Once every chain's best is within
-   ``tolerance`` of the best of all (after at least half the budget) the search has
-   converged; else it stops after ``budget`` moves per chain.
+3. The chains run in blocks of ``block`` moves. Once chains from at least two families
+   agree -- every chain's best within ``tolerance`` of the best of all, none of them
+   lower by more than ``tolerance`` than a block before -- (after at least half the
+   budget) the search has converged; else it stops after ``budget`` moves per chain.
 4. Each chain's best descends to the bottom of its basin
    (:func:`~topoopt.planners.mcmc.descend`), is polished
    (:meth:`~topoopt.planners.mcmc.Chain.polish`), and each chain descends again from its
@@ -27,6 +29,7 @@ The measurements behind the constants are in ``docs/tuning.md`` (## Search).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -75,9 +78,9 @@ class FabricSearch:
     best_time : float
         Seconds per iteration of ``best``.
     starts : tuple of (str, float)
-        Every start's name and time, in the order they were tried (for a structured
-        layout whose simulation stopped once it was sure to be no family's best within
-        2x of the best start, a lower bound of its time).
+        Every start's name and time, the extra starts first, then the layouts in their
+        given order (for a layout shown unable to start a chain, by its analytical bound
+        or a simulation stopped there, a lower bound of its time).
     chains : tuple of SearchResult
         One per chain (``trace``: its best-so-far curve, one point per block of
         ``trace_every`` moves).
@@ -174,25 +177,24 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     if chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
     moveset = MoveSet(space, tuple(layouts))
-    starts, family_of = _timed_starts(space, cost, layouts, extra, moveset, stop)
-    picked, families_found = _families_first(starts, family_of)
     # the descents try up to two (into the start's basin) and four (the last, which
     # finishes the plan) times as many candidates as the chain makes moves: most are
     # cut short by the bound
     first = min(start_descent, 2 * budget)
     descent = min(descent, 4 * budget)
     best_descent = max(descent, min(best_descent, 16 * budget)) if descent > 0 else 0
-    candidates = picked[:chains]
-    if first > 0:
-        candidates += _screened(starts, picked[chains:min(families_found,
-                                                          chains + screened_families)],
-                                starts[picked[0]][2])
+    screened = screened_families if first > 0 else 0
+    starts, family_of = _timed_starts(space, cost, layouts, extra, moveset, stop, chains,
+                                      screened)
+    candidates = _candidates(starts, family_of, chains, screened)
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
             for c, i in enumerate(candidates)]     # cost(): exact, cut short or not
+    family = {id(ch): family_of[starts[i][1].configs] for ch, i in zip(runs, candidates)}
     if first > 0:                     # each chain explores from the bottom of its start's basin
         runs = _best_bottoms(runs, chains, first, stop)
-    stop_reason = _run_blocks(runs, budget, block, tolerance, progress, stop)
+    stop_reason = _run_blocks(runs, budget, block, tolerance, progress, stop,
+                              [family[id(ch)] for ch in runs])
     if descent > 0 and stop_reason != "interrupted":
         _final_descents(runs, descent, best_descent, stop)
     results = tuple(ch.result() for ch in runs)
@@ -206,44 +208,114 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
 
 def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout],
                   extra: Sequence[tuple[str, Strategy]], moveset: MoveSet,
-                  stop: Callable[[], bool]) -> tuple[list[_Start], dict[tuple, str]]:
+                  stop: Callable[[], bool], chains: int = 1, screened: int = 0
+                  ) -> tuple[list[_Start], dict[tuple, str]]:
     """Every distinct valid start, the extra ones first, timed; and each start's family
     (by its configs).
 
     An extra start whose body is a layout's (the current strategy of a round, another
     fabric's best) belongs to that layout's family: two chains from one basin agree
-    without proving anything. A layout can only matter as its family's best, and only
-    if that is within 2x of the best start, so a cost that supports a bound may stop
-    simulating it past that (its time is then a lower bound)."""
+    without proving anything. The extra starts are simulated in full. A layout only
+    matters as a chain's start: its family's best, and that family among the first
+    ``chains`` or (within :data:`SCREEN_RATIO` of the best start) the first
+    ``chains + screened`` families (:func:`_candidates`). Under a cost that supports a
+    bound, the layouts go in the order of their analytical lower bounds
+    (``cost.lower_bound``, no simulation), and one whose bound already passes
+    :func:`_relevance` -- what the exact times found so far prove it cannot be -- is
+    not simulated, nor is a simulation carried past it: its time is then a lower bound
+    above it, and the chains start where they would with every time exact."""
     def body_of(s: Strategy) -> tuple[OpConfig, ...]:
         return tuple(s.configs[i] for i in moveset.body)
 
-    bounded = bool(getattr(cost, "supports_bound", False))
     families: dict[tuple[OpConfig, ...], str] = {}
     for lay in layouts:
         families.setdefault(body_of(lay.strategy), _family(lay.name))
-    starts: list[_Start] = []
+    slots: list[tuple[str, Strategy, str]] = []
     seen: set = set()
     family_of: dict[tuple, str] = {}
-    family_best: dict[str, float] = {}
+    extras = 0
     for k, (name, s) in enumerate([*extra, *((lay.name, lay.strategy) for lay in layouts)]):
         if s.configs in seen or not space.contains(s):
             continue
         s = space.canonical_strategy(s)
         seen.add(s.configs)
         fam = family_of[s.configs] = families.get(body_of(s), _family(name))
-        if k < len(extra) or not bounded or not starts:
-            t = cost(s)
-        else:
-            best = min(t for _, _, t in starts)
-            t = cost(s, min(family_best.get(fam, math.inf), 2.0 * best))
-        starts.append((name, s, t))
-        family_best[fam] = min(family_best.get(fam, math.inf), t)
-        if stop() and k + 1 >= len(extra):  # Ctrl-C: the caller's starts are still timed
-            break
+        slots.append((name, s, fam))
+        extras += k < len(extra)
+    times: list[float | None] = [None] * len(slots)
+    exact: dict[str, float] = {}            # family -> its best exact time so far
+    for j in range(extras):
+        times[j] = cost(slots[j][1])
+        exact[slots[j][2]] = min(exact.get(slots[j][2], math.inf), times[j])
+    interrupted = extras > 0 and stop()
+    if getattr(cost, "supports_bound", False) and hasattr(cost, "lower_bound"):
+        _screen_layouts(slots, times, exact, cost, range(extras, len(slots)), stop,
+                        interrupted, chains, screened)
+    else:
+        for j in range(extras, len(slots)):
+            if interrupted:
+                break
+            times[j] = cost(slots[j][1])
+            interrupted = stop()
+    starts = [(n, s, t) for (n, s, _), t in zip(slots, times) if t is not None]
     if not starts:
         raise ValueError("no valid start strategy")
     return starts, family_of
+
+
+def _screen_layouts(slots: list[tuple[str, Strategy, str]], times: list[float | None],
+                    exact: dict[str, float], cost: Callable, rest: Sequence[int],
+                    stop: Callable[[], bool], interrupted: bool, chains: int,
+                    screened: int) -> None:
+    """Time the layouts ``rest`` of ``slots`` (name, strategy, family) into ``times``,
+    lowest analytical bound first (a heap: the cheap bounds of all, the busiest link's
+    only for one that comes to the front below its limit), skipping -- its bound as
+    its time -- or stopping the simulation of each once it passes :func:`_relevance`;
+    ``exact`` (family -> best exact time) is kept up to date."""
+    heap = [(cost.lower_bound(slots[j][1]), j, False) for j in rest]
+    heapq.heapify(heap)
+    while heap and not interrupted:
+        low, j, tight = heapq.heappop(heap)
+        strategy, fam = slots[j][1], slots[j][2]
+        limit = _relevance(exact, fam, chains, screened)
+        if low <= limit and not tight:
+            heapq.heappush(heap, (cost.lower_bound(strategy, links=True), j, True))
+            continue
+        t = low
+        if low <= limit:
+            t = cost(strategy, limit) if math.isfinite(limit) else cost(strategy)
+        times[j] = t
+        if t <= limit:                      # a time above the limit is a lower bound
+            exact[fam] = min(exact.get(fam, math.inf), t)
+        interrupted = stop()
+
+
+def _relevance(exact: dict[str, float], family: str, chains: int, screened: int) -> float:
+    """The time above which a start of ``family`` cannot start a chain, given the exact
+    family bests found so far (``exact``; every later time only lowers them): above
+    its own family's best it is not that family's best; above the ``chains +
+    screened``-th best of the other families its family ranks past every chain's and
+    screened family's start; above the ``chains``-th and :data:`SCREEN_RATIO` times
+    the best start, past every chain's and is not screened."""
+    others = sorted(t for f, t in exact.items() if f != family)
+
+    def nth(k: int) -> float:
+        return others[k - 1] if 0 < k <= len(others) else math.inf
+
+    best = min(exact.values(), default=math.inf)
+    return min(exact.get(family, math.inf), nth(chains + screened),
+               max(nth(chains), SCREEN_RATIO * best))
+
+
+def _candidates(starts: list[_Start], family_of: dict[tuple, str], chains: int,
+                screened: int) -> list[int]:
+    """The starts the chains go from, by index: the best start of each of the first
+    ``chains`` families (fastest first), then of the next ``screened`` families those
+    within :data:`SCREEN_RATIO` of the best start (they descend too before the chains
+    pick theirs)."""
+    picked, families_found = _families_first(starts, family_of)
+    more = picked[chains:min(families_found, chains + screened)]
+    return picked[:chains] + _screened(starts, more, starts[picked[0]][2])
 
 
 def _families_first(starts: list[_Start], family_of: dict[tuple, str]) -> tuple[list[int], int]:
@@ -288,13 +360,16 @@ def _best_bottoms(runs: list[Chain], chains: int, first: int,
 
 def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
                 progress: Callable[[int, float], None] | None,
-                stop: Callable[[], bool]) -> str:
-    """Advance the chains ``block`` moves at a time until they agree within
-    ``tolerance`` (after at least half the budget and two blocks), a stop, or
-    ``budget`` moves each; the stop reason."""
+                stop: Callable[[], bool], families: Sequence[str] | None = None) -> str:
+    """Advance the chains ``block`` moves at a time until they have converged
+    (:func:`_converged`, after at least half the budget and two blocks), a stop, or
+    ``budget`` moves each; the stop reason. ``families``: each chain's start's family
+    (default: all different)."""
+    families = list(range(len(runs))) if families is None else list(families)
     done = 0
     while done < budget:
         k = min(block, budget - done)
+        before = [ch.best_t for ch in runs]
         for ch in runs:
             ch.run(k, stop)
         done += k
@@ -303,9 +378,25 @@ def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
             progress(done * len(runs), min(bests))
         if any(ch.interrupted for ch in runs):
             return "interrupted"
-        if done >= max(2 * block, budget // 2) and max(bests) <= min(bests) * (1.0 + tolerance):
+        if done >= max(2 * block, budget // 2) and _converged(before, bests, families,
+                                                              tolerance):
             return "converged"
     return "budget"
+
+
+def _converged(before: Sequence[float], bests: Sequence[float], families: Sequence,
+               tolerance: float) -> bool:
+    """Whether chains whose bests went from ``before`` to ``bests`` in the last block
+    have converged: chains from at least two families (two chains from one family's
+    basin agree without proving anything, and one chain proves nothing), every best
+    within ``tolerance`` of the best of all, and none of them lower by more than
+    ``tolerance`` than a block before (chains that agree while still descending
+    have only met on their way down)."""
+    if len(set(families)) < 2:
+        return False
+    if max(bests) > min(bests) * (1.0 + tolerance):
+        return False
+    return all(b > 0 and a <= b * (1.0 + tolerance) for a, b in zip(before, bests))
 
 
 def _final_descents(runs: list[Chain], descent: int, best_descent: int,

@@ -600,3 +600,84 @@ def test_the_space_shares_equal_configs_and_canonicalizes_starts():
     assert canon.configs == fresh.configs and canon.name == "h"
     assert all(c is by_value[c] for c in canon.configs)
     assert space.canonical_strategy(canon) is canon
+
+
+@pytest.mark.parametrize("fabric", ["ideal", "expander"])
+@pytest.mark.parametrize("chains, screened", [(1, 0), (2, 0), (2, 3)])
+def test_screened_starts_are_never_ones_exact_times_would_start_a_chain(fabric, chains,
+                                                                        screened):
+    # configs/dlrm-16.toml: the starts timed with their analytical bounds first, and
+    # a layout skipped (or its simulation stopped) once the exact times found so far
+    # show it cannot start a chain. Against every start simulated in full: the chains
+    # start from the same starts in the same order, every other time is a lower bound
+    # of the exact one, and fewer simulations ran than there are starts
+    from topoopt.planners.search import _candidates, _timed_starts
+    model, space, cost, layouts = dlrm16(fabric)
+    moves = MoveSet(space, layouts)
+    full = IterationCost(cost.model, cost.cluster, cost.job, cost.fabric)
+    exact, exact_family = _timed_starts(space, lambda s, bound=np.inf: full(s), layouts,
+                                        [], moves, lambda: False, chains, screened)
+    starts, family_of = _timed_starts(space, cost, layouts, [], moves, lambda: False,
+                                      chains, screened)
+    assert [(n, s.configs) for n, s, _ in starts] == [(n, s.configs) for n, s, _ in exact]
+    assert family_of == exact_family
+    picked = _candidates(starts, family_of, chains, screened)
+    assert picked == _candidates(exact, exact_family, chains, screened)
+    for i, ((_, _, t), (_, _, t_exact)) in enumerate(zip(starts, exact)):
+        if i in picked:
+            assert t == t_exact
+        else:
+            assert t <= t_exact * (1 + 1e-12)
+    assert cost.evaluations < len(starts)
+
+
+def test_a_skipped_layout_is_a_lower_bound_above_the_relevance_limit():
+    # the limit: a family's own best; the chains-th other family's best, or SCREEN_RATIO
+    # x the best start if that is larger; the (chains + screened)-th other family's
+    from topoopt.planners.search import SCREEN_RATIO, _relevance
+    exact = {"a": 1.0, "b": 1.1, "c": 2.0, "d": 3.0}
+    assert _relevance(exact, "b", 2, 0) == 1.1               # its own best
+    assert _relevance(exact, "e", 2, 0) == 1.1               # past two others
+    assert _relevance(exact, "e", 2, 3) == max(1.1, SCREEN_RATIO)
+    assert _relevance(exact, "e", 1, 2) == min(2.0, max(1.0, SCREEN_RATIO))
+    assert _relevance({}, "a", 2, 3) == np.inf
+    assert _relevance({"a": 1.0}, "b", 2, 3) == np.inf       # fewer families than chains
+
+
+def test_chains_from_one_family_never_converge():
+    # two chains whose starts are of one family (here: two extra starts of one name, no
+    # layouts) run to their budget even when they agree; a single chain proves nothing
+    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    layouts = structured_strategies(model, space)
+    one, two = (lay.strategy for lay in layouts[:2])
+    found = search_space(space, cost, [], extra=[("x", one), ("x", two)], chains=2,
+                         budget=200, seed=0, block=20)
+    assert found.stop == "budget" and found.moves == 2 * 200
+    alone = search_space(space, cost, layouts, chains=1, budget=200, seed=0, block=20)
+    assert alone.stop == "budget"
+
+
+def test_the_stop_rule_needs_two_families_agreement_and_no_recent_descent():
+    from topoopt.planners.search import _converged
+    assert _converged([1.0, 1.005], [1.0, 1.005], ["a", "b"], 0.01)
+    assert not _converged([1.0, 1.005], [1.0, 1.005], ["a", "a"], 0.01)   # one family
+    assert not _converged([1.0], [1.0], ["a"], 0.01)                     # one chain
+    assert not _converged([1.0, 1.05], [1.0, 1.02], ["a", "b"], 0.01)    # apart
+    assert not _converged([1.0, 1.10], [1.0, 1.005], ["a", "b"], 0.01)   # still descending
+
+
+@pytest.mark.parametrize("fabric", ["ideal", "fattree", "expander"])
+def test_the_costs_lower_bound_is_below_every_layouts_simulated_time(fabric):
+    # the screening rests on it: with or without the busiest link's bound, never above
+    # the simulated time; the time itself once it is known
+    model, space, cost, layouts = dlrm16(fabric)
+    for lay in layouts[::4]:
+        s = space.canonical_strategy(lay.strategy)
+        cheap, tight = cost.lower_bound(s), cost.lower_bound(s, links=True)
+        t = cost(s)
+        assert 0 < cheap <= tight <= t * (1 + 1e-12)
+        assert cost.lower_bound(s) == t
