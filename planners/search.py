@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from topoopt.interrupt import stop_requested
 from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
@@ -245,8 +245,9 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
     times: list[float | None] = [None] * len(slots)
     exact: dict[str, float] = {}            # family -> its best exact time so far
     for j in range(extras):
-        times[j] = cost(slots[j][1])
-        exact[slots[j][2]] = min(exact.get(slots[j][2], math.inf), times[j])
+        t = cost(slots[j][1])
+        times[j] = t
+        exact[slots[j][2]] = min(exact.get(slots[j][2], math.inf), t)
     interrupted = extras > 0 and stop()
     if getattr(cost, "supports_bound", False) and hasattr(cost, "lower_bound"):
         _screen_layouts(slots, times, exact, cost, range(extras, len(slots)), stop,
@@ -264,7 +265,7 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
 
 
 def _screen_layouts(slots: list[tuple[str, Strategy, str]], times: list[float | None],
-                    exact: dict[str, float], cost: Callable, rest: Sequence[int],
+                    exact: dict[str, float], cost: Any, rest: Sequence[int],
                     stop: Callable[[], bool], interrupted: bool, chains: int,
                     screened: int) -> None:
     """Time the layouts ``rest`` of ``slots`` (name, strategy, family) into ``times``,
@@ -360,7 +361,8 @@ def _best_bottoms(runs: list[Chain], chains: int, first: int,
 
 def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
                 progress: Callable[[int, float], None] | None,
-                stop: Callable[[], bool], families: Sequence[str] | None = None) -> str:
+                stop: Callable[[], bool], families: Sequence[Hashable] | None = None
+                ) -> str:
     """Advance the chains ``block`` moves at a time until they have converged
     (:func:`_converged`, after at least half the budget and two blocks), a stop, or
     ``budget`` moves each; the stop reason. ``families``: each chain's start's family
