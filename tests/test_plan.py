@@ -37,6 +37,17 @@ def tiny_job():
     return Job("custom", batch_per_gpu=32, operators=tuple(ops))
 
 
+def tiny_search():
+    """The tiny job on 4 servers under an Ideal Switch: cluster, job, model, strategy
+    space and iteration cost (the set-up of the search tests)."""
+    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
+    job = tiny_job()
+    model = model_of(job)
+    space = StrategySpace.build(model, cluster, job)
+    return cluster, job, model, space, IterationCost(model, cluster, job,
+                                                     ideal_switch(4, cluster.server_bandwidth))
+
+
 @pytest.mark.parametrize("servers", [4, 8])
 def test_mcmc_finds_the_brute_force_optimum(servers):
     cluster = Cluster(servers=servers, nics=2, link_bandwidth=25e9)
@@ -241,11 +252,7 @@ def test_ray_executor_gives_the_same_plan(planned, monkeypatch):
 
 
 def test_stop_keeps_the_best_so_far():
-    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
-    job = tiny_job()
-    model = model_of(job)
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    cluster, job, model, space, cost = tiny_search()
     start = start_strategy(model, cluster, job, space)
     calls = iter(range(10_000))
     found = mcmc_search(space, cost, start, budget=1000, seed=0,

@@ -5,7 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
-from test_plan import tiny_job  # the two-operator job of the MCMC tests
+from test_plan import tiny_job, tiny_search  # the two-operator job of the MCMC tests
 
 from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
@@ -376,11 +376,7 @@ def test_the_search_finds_the_brute_force_optimum(servers):
 
 
 def test_chains_that_agree_stop_early_and_say_so():
-    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
-    job = tiny_job()
-    model = model_of(job)
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    cluster, job, model, space, cost = tiny_search()
     found = search_space(space, cost, structured_strategies(model, space), chains=2,
                          budget=2000, seed=0, block=20)
     assert found.stop == "converged" and found.spread <= 1.01 and found.stop_spread <= 1.01
@@ -647,11 +643,7 @@ def test_a_skipped_layout_is_a_lower_bound_above_the_relevance_limit():
 def test_chains_from_one_family_never_converge():
     # two chains whose starts are of one family (here: two extra starts of one name, no
     # layouts) run to their budget even when they agree; a single chain proves nothing
-    cluster = Cluster(servers=4, nics=2, link_bandwidth=25e9)
-    job = tiny_job()
-    model = model_of(job)
-    space = StrategySpace.build(model, cluster, job)
-    cost = IterationCost(model, cluster, job, ideal_switch(4, cluster.server_bandwidth))
+    cluster, job, model, space, cost = tiny_search()
     layouts = structured_strategies(model, space)
     one, two = (lay.strategy for lay in layouts[:2])
     found = search_space(space, cost, [], extra=[("x", one), ("x", two)], chains=2,
