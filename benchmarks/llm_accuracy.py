@@ -147,6 +147,27 @@ def rows():
     return out
 
 
+def estimate_command(row) -> tuple[str, list[str]]:
+    """A Llama 3 row as ``topoopt estimate`` runs it: the config's text and the
+    arguments after the config's path (the same cluster, job, layout and gradient
+    bytes as :func:`estimate`; the SC'21 and GPT-3 rows run 2021 Megatron-LM's
+    overlaps, which ``estimate`` does not take)."""
+    label, params, shape, par, gpu, nic, batch, overlap, published, metric = row
+    if metric != "mfu":
+        raise ValueError(f"{label}: only the Llama 3 rows run with estimate's overlaps")
+    toml = (f'[cluster]\nservers = {par.gpus // 8}\nnics = 8\n'
+            f'link_bandwidth = "{nic / 1e9:.0f}Gbps"\ngpus_per_server = 8\ngpu = "{gpu}"\n\n'
+            f'[job]\nmodel = "llama3-405b"\nglobal_batch = {batch}\nprecision = "bf16"\n'
+            f'attention = "{par.attention}"\nsize = {{ seq = {shape.seq} }}\n')
+    mbs = batch // par.dp // par.micro_batches
+    layout = (f"tp={par.tp},cp={par.cp},pp={par.pp},dp={par.dp},mbs={mbs},v={par.virtual},"
+              f"recompute={par.recompute},zero1={int(par.zero1)},"
+              f"shard_grads={int(par.shard_grads)},edge={par.edge_layers},"
+              f"rc_norms={int(par.recompute_norms)},rc_act={int(par.recompute_act)},"
+              "grad_bytes=4")
+    return toml, ["--parallel", layout]
+
+
 #: Which activations a Llama 3 layout keeps, for :func:`llama_memory`: Korthikanti's
 #: count as Megatron-core with Transformer Engine keeps them by default (the table's
 #: rows); the activation's output recomputed (xformers' fused SwiGLU, Megatron-core's
@@ -196,6 +217,11 @@ def main() -> int:
               f"{it.bubble / it.total:>6.1%} {it.dp / it.total:>5.1%} "
               f"{it.optimizer / it.total:>5.1%} {mem.total / 1e9:>7.1f} "
               f"{'yes' if mem.fits else 'no'}")
+    print("The Llama 3 rows through `topoopt estimate CONFIG` (CONFIG: the cluster of "
+          "servers x 8 H100, [job] model llama3-405b, global_batch, bf16, attention, seq):")
+    for row in rows():
+        if row[-1] == "mfu":
+            print(f"  {row[0]:<30} " + " ".join(estimate_command(row)[1]))
     print("BF16 MFU if the source counts causal attention (6 L s h per token, not 12):")
     causal_ratios = list(ratios)
     for i, (label, params, shape, par, gpu, nic, batch, overlap, published,
