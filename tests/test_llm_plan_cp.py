@@ -1,8 +1,10 @@
-"""The LLM planner's search over context parallelism for long sequences."""
+"""The LLM planner's search over context parallelism for long sequences, and the check
+of a plan that uses it."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -10,8 +12,12 @@ from click.testing import CliRunner
 
 from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
-from topoopt.llm import check_parallel
-from topoopt.planners.llm import CP_MIN_SEQ, enumerate_parallel, rank_parallel
+from topoopt.errors import PlanCheckError
+from topoopt.export.bundle import ExportSkipped
+from topoopt.export.plan_dir import check_plan_dir, write_plan
+from topoopt.llm import LLMParallel, check_parallel, llm_traffic
+from topoopt.planners.llm import CP_MIN_SEQ, enumerate_parallel, plan_llm, rank_parallel
+from topoopt.plans.llm import check_llm_plan_document, launch_preserves_traffic, llm_plan_to_json
 from topoopt.workloads import build_model
 from topoopt.workloads.gpt import transformer_shape
 
@@ -54,3 +60,81 @@ def test_a_long_sequence_job_picks_cp_when_faster_and_estimate_agrees(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["parallel"]["cp"] == p.cp
     assert doc["iteration_s"] == pytest.approx(best.ideal.total, rel=1e-12)
+
+
+CROSS = Job("llama3-8b", 0, precision="bf16", global_batch_size=16,
+            size={"seq": 65536, "layers": 8})
+
+
+@pytest.fixture(scope="module")
+def cp_plan():
+    """tp 8 x cp 2 on two servers: each context-parallel ring crosses them."""
+    return plan_llm(CLUSTER, CROSS, fixed={"tp": 8, "cp": 2})
+
+
+def test_a_cp_plan_passes_its_check_and_states_its_cp_groups(cp_plan):
+    doc = llm_plan_to_json(cp_plan)
+    check_llm_plan_document(doc)
+    llm = doc["llm"]
+    assert llm["parallel"]["cp"] == 2 and llm["placement"]["cp_groups"] == [[0, 1]]
+    top = llm["fabrics"]["topoopt"]
+    assert top["network_bytes"]["cp"] > 0 and top["iteration"]["cp"] > 0
+
+
+@pytest.mark.parametrize("path,value,says", [
+    (("llm", "parallel", "cp"), 1, "tp x pp x dp = 8 x 1 x 1 = 8 must equal"),
+    (("llm", "parallel", "cp"), 4, "tp x cp x pp x dp = 8 x 4 x 1 x 1 = 32"),
+    (("llm", "fabrics", "ideal", "parallel", "cp"), 1, "llm.fabrics.ideal.parallel"),
+    (("llm", "fabrics", "ideal", "parallel", "cp"), 0, "llm.fabrics.ideal.parallel.cp"),
+    (("llm", "fabrics", "topoopt", "iteration", "cp"), 0.0,
+     "llm.fabrics.topoopt.iteration.cp"),
+    (("llm", "fabrics", "fattree", "network_bytes", "cp"), 1.0,
+     "llm.fabrics.fattree.network_bytes.cp"),
+    (("llm", "placement", "cp_groups"), [[0], [1]], "llm.placement.cp_groups"),
+])
+def test_a_tampered_cp_fails_the_check_in_one_line(cp_plan, path, value, says):
+    bad = llm_plan_to_json(cp_plan)
+    t = bad
+    for k in path[:-1]:
+        t = t[k]
+    t[path[-1]] = value
+    with pytest.raises(PlanCheckError) as err:
+        check_llm_plan_document(bad)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_plan_without_its_cp_groups_or_parts_fails_the_check(cp_plan):
+    for path in (("llm", "placement", "cp_groups"),
+                 ("llm", "fabrics", "ideal", "iteration", "cp"),
+                 ("llm", "fabrics", "ideal", "network_bytes", "cp")):
+        bad = llm_plan_to_json(cp_plan)
+        t = bad
+        for k in path[:-1]:
+            t = t[k]
+        del t[path[-1]]
+        with pytest.raises(PlanCheckError, match=path[-1] if path[-1] == "cp" else "cp_groups"):
+            check_llm_plan_document(bad)
+
+
+def test_the_plan_folder_lists_the_cp_communicators(cp_plan, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExportSkipped)
+        write_plan(cp_plan, tmp_path, plots=False)
+    check_plan_dir(tmp_path, simulate=False)
+    path = tmp_path / "communicators.json"
+    doc = json.loads(path.read_text())
+    assert [g["ranks"] for g in doc["groups"]["cp"]] == [[r, r + 8] for r in range(8)]
+    del doc["groups"]["cp"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PlanCheckError, match="groups must have tp, cp, pp"):
+        check_plan_dir(tmp_path, simulate=False)
+
+
+def test_a_launch_order_that_breaks_the_cp_rings_is_refused():
+    """cp 4 over four servers (one ring 0 -> 1 -> 2 -> 3 -> 0, dp 1): swapping two
+    servers keeps the one DP group but not the ring's steps."""
+    shape = replace(LLAMA8B, layers=4, seq=65536)
+    par = LLMParallel(8, 1, 1, cp=4)
+    t = llm_traffic(shape, par, 4, 8, 4, 2)
+    assert launch_preserves_traffic(t, (1, 2, 3, 0))    # the ring rotated
+    assert not launch_preserves_traffic(t, (1, 0, 2, 3))

@@ -7,16 +7,18 @@ network (servers, not GPUs):
 * one ``COMP_NODE`` per rank: the iteration's compute (``llm.fabrics.topoopt.iteration
   .compute`` seconds as ``duration_micros``) and its FLOPs (``num_ops``): the model's
   training FLOPs per token x tokens per iteration, split evenly over the servers;
-* per server pair and kind, the pipeline (``pp``) and expert all-to-all (``ep``)
-  bytes of the iteration as one ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` pair
-  (:meth:`topoopt.llm.LLMTraffic.mp_matrix` split by kind);
+* per server pair and kind, the pipeline (``pp``), expert all-to-all (``ep``) and
+  context-parallel K/V ring (``cp``) bytes of the iteration as one
+  ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` pair (:meth:`topoopt.llm.LLMTraffic.mp_matrix`
+  split by kind);
 * per DP group, one ``COMM_COLL_NODE`` ``ALL_REDUCE`` on every member, ``comm_size``
   the gradient bytes ``S`` (a ring puts ``2 (k - 1) S`` on the network over its ``k``
   members).
 
 Every communication node depends on its rank's compute node only (no order among
 them, so no send waits on another), and ``topoopt_wire_bytes`` sums, over the ranks,
-to ``llm.fabrics.topoopt.network_bytes`` (``pp + ep + dp``).
+to ``llm.fabrics.topoopt.network_bytes`` (``pp + ep + dp``, and ``cp`` with context
+parallelism).
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ def llm_chakra_traces(doc: dict) -> ChakraTraces:
           duration=int(round(compute * 1e6)))
     pp = t.pp_steps * (t.pp_step + t.pp_step.T)
     ep = t.micro_batches * t.ep_steps_per_micro_batch * t.ep_step
+    # context parallelism: every ring step of every micro-batch (``network_bytes["cp"]``)
+    cp = (t.micro_batches * t.cp_steps_per_micro_batch * t.cp_step if t.cp_step.size
+          else np.zeros((n, n)))
     tag = 0
-    for kind, matrix in (("pp", pp), ("ep", ep)):
+    for kind, matrix in (("pp", pp), ("ep", ep), ("cp", cp)):
         m = np.array(matrix, dtype=float)
         np.fill_diagonal(m, 0.0)
         src, dst = np.nonzero(m)

@@ -16,6 +16,8 @@ TopologyFinder planned for it on the shard.
      "groups": {"tp": [...], "pp": [...], "dp": [...], "ep": [...], "edp": [...]},
      "skipped": {file: reason}}
 
+(``"cp": [...]`` after ``"tp"`` when the plan has context parallelism, ``cp > 1``.)
+
 Each group is ``{"kind", "index", "ranks", "servers"}``: ``ranks`` the global GPU ranks
 (ascending; ``pp`` in stage order), ``servers`` the servers holding them (ascending).
 Each ``dp``/``edp`` group that crosses servers also has
@@ -81,7 +83,8 @@ from topoopt.export.msccl_runtime import (
 from topoopt.export.rank_order import node_ring, rank_order
 from topoopt.llm import LLMParallel, communicator_groups
 
-__all__ = ["COMMUNICATORS", "COMMUNICATORS_FORMAT", "KINDS", "EP_SKIPPED",
+__all__ = ["COMMUNICATORS", "COMMUNICATORS_FORMAT", "KINDS", "CP_KINDS", "kinds_of",
+           "EP_SKIPPED",
            "CommunicatorExports", "communicator_table", "group_msccl_rings",
            "communicator_exports", "render_communicators", "check_communicators",
            "is_communicator_file", "msccl_name"]
@@ -90,6 +93,15 @@ COMMUNICATORS = "communicators.json"
 COMMUNICATORS_FORMAT = "topoopt-communicators/1"
 #: Communicator kinds, in the order of :func:`~topoopt.llm.parallel.communicator_groups`.
 KINDS = ("tp", "pp", "dp", "ep", "edp")
+#: With context parallelism (``cp > 1``) the ``cp`` groups (K and V passed around a
+#: ring, :func:`~topoopt.llm.parallel.communicator_groups`) come after the tensor ones.
+CP_KINDS = ("tp", "cp", "pp", "dp", "ep", "edp")
+
+
+def kinds_of(par: LLMParallel) -> tuple[str, ...]:
+    """The communicator kinds of ``par``'s ``communicators.json``: :data:`KINDS`, and
+    ``cp`` too with context parallelism (a plan without it keeps its file)."""
+    return CP_KINDS if par.cp > 1 else KINDS
 _RINGED = ("dp", "edp")
 EP_SKIPPED = "msccl/ep*.xml"
 EP_REASON = ("no MSCCL all-to-all: NCCL's all-to-all already sends to every peer "
@@ -165,7 +177,7 @@ def communicator_table(par: LLMParallel, rings: Rings, cluster: Cluster,
     host = _host(order, g)
     groups = communicator_groups(par)
     out: dict[str, list] = {}
-    for kind in KINDS:
+    for kind in kinds_of(par):
         rows = []
         for index, ranks in enumerate(groups[kind]):
             servers = sorted({host(r) for r in ranks})
@@ -251,7 +263,7 @@ def _text(doc: dict) -> str:
     lines = ["{" + ",\n ".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
                                for k, v in sorted(head.items())) + ",", ' "groups": {']
     kinds = []
-    for kind in KINDS:
+    for kind in (k for k in CP_KINDS if k in doc["groups"]):
         rows = ",\n".join(f"   {json.dumps(row, sort_keys=True)}" for row in doc["groups"][kind])
         kinds.append(f'  "{kind}": [' + (f"\n{rows}\n  ]" if rows else "]"))
     return "\n".join(lines) + "\n" + ",\n".join(kinds) + "\n }\n}\n"
@@ -354,9 +366,10 @@ def check_communicators(directory: str | Path, files, par: LLMParallel, rings: R
             raise PlanCheckError(f"{COMMUNICATORS}: {key} is {got[key]!r}, the plan gives "
                                  f"{want[key]!r}")
     groups = got["groups"]
-    if not isinstance(groups, dict) or sorted(groups) != sorted(KINDS):
-        raise PlanCheckError(f"{COMMUNICATORS}: groups must have {', '.join(KINDS)}")
-    for kind in KINDS:
+    kinds = kinds_of(par)
+    if not isinstance(groups, dict) or sorted(groups) != sorted(kinds):
+        raise PlanCheckError(f"{COMMUNICATORS}: groups must have {', '.join(kinds)}")
+    for kind in kinds:
         mine, theirs = want["groups"][kind], groups[kind]
         if not isinstance(theirs, list) or len(theirs) != len(mine):
             raise PlanCheckError(f"{COMMUNICATORS}: {len(mine)} {kind} groups expected")

@@ -209,9 +209,9 @@ class LLMPlan:
 
 def placement(par: LLMParallel, gpus_per_server: int,
               order: tuple[int, ...] | None = None) -> dict[str, list[list[int]]]:
-    """Servers of each pipeline stage, DP group and expert group (sorted, distinct),
-    with GPU rank ``r`` on server ``order[r // gpus_per_server]`` (the launch order;
-    the identity by default)."""
+    """Servers of each pipeline stage, DP group and expert group, and with ``cp > 1``
+    of each context-parallel group (sorted, distinct), with GPU rank ``r`` on server
+    ``order[r // gpus_per_server]`` (the launch order; the identity by default)."""
     g = communicator_groups(par)
     host = (lambda r: order[r // gpus_per_server]) if order is not None else \
         (lambda r: r // gpus_per_server)
@@ -222,7 +222,10 @@ def placement(par: LLMParallel, gpus_per_server: int,
 
     stages = [sorted({host(r) for grp in g["dp"] for r in grp
                       if gpu_coordinates(par, grp[0])[1] == p}) for p in range(par.pp)]
-    return {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
+    out = {"stages": stages, "dp_groups": servers(g["dp"]), "ep_groups": servers(g["ep"])}
+    if par.cp > 1:   # only then, so that plans without cp keep their documents
+        out["cp_groups"] = servers(g["cp"])
+    return out
 
 
 
@@ -241,21 +244,27 @@ def launch_order(rings, servers: int) -> tuple[int, ...]:
 
 def launch_preserves_traffic(traffic: LLMTraffic, order: tuple[int, ...]) -> bool:
     """Whether launching logical server ``i`` on ``order[i]`` leaves the traffic as
-    planned: every pipeline step, all-to-all and DP group maps onto itself, so the shard
+    planned: every pipeline step, all-to-all, context-parallel ring step and DP group
+    maps onto itself, so the shard
     TopologyFinder built for the logical traffic serves the launched job."""
     o = np.asarray(order)
     if (o == np.arange(o.size)).all():
         return True
-    for m in (traffic.pp_step, traffic.ep_step):
-        if not np.array_equal(m[np.ix_(o, o)], m):
+    for m in (traffic.pp_step, traffic.ep_step, traffic.cp_step):
+        if m.size and not np.array_equal(m[np.ix_(o, o)], m):
             return False
     groups = {g.members: g.bytes for g in traffic.dp_groups}
     return groups == {tuple(sorted(int(o[x]) for x in g.members)): g.bytes
                       for g in traffic.dp_groups}
 
 
-def _iteration_json(it: LLMIteration) -> dict:
-    return {k: getattr(it, k) for k in _ITERATION}
+def _iteration_json(it: LLMIteration, par: LLMParallel) -> dict:
+    """The iteration's parts; ``cp`` (the exposed context-parallel ring per micro-batch)
+    only with ``cp > 1``, so that plans without cp keep their documents."""
+    out = {k: getattr(it, k) for k in _ITERATION}
+    if par.cp > 1:
+        out["cp"] = it.cp
+    return out
 
 
 def llm_plan_to_json(p: LLMPlan) -> dict:
@@ -287,7 +296,7 @@ def llm_plan_to_json(p: LLMPlan) -> dict:
                                "activations": mem.activations, "total": mem.total,
                                "capacity": mem.capacity},
             "fabrics": {f.name: {"title": f.title, "parallel": f.parallel.to_dict(),
-                                 "iteration": _iteration_json(f.iteration),
+                                 "iteration": _iteration_json(f.iteration, f.parallel),
                                  "network_bytes": f.traffic.network_bytes(),
                                  "nvlink_bytes": f.traffic.nvlink_bytes(),
                                  "allreduce_degree": f.allreduce_degree, "tried": f.tried}
@@ -305,17 +314,26 @@ def is_llm_document(doc: object) -> bool:
     return isinstance(doc, dict) and "llm" in doc and "strategy" not in doc
 
 
+#: Keys :meth:`LLMParallel.to_dict` writes only when set, read back by :func:`_parallel_of`
+#: with their kind (``cp``: a context-parallel plan; the others: a layout given by hand).
+_OPTIONAL_PARALLEL = {"attention": "str", "cp": "int", "edge_layers": "count",
+                      "shard_grads": "bool", "recompute_norms": "bool", "recompute_act": "bool"}
+
+
 def _parallel_of(value: Any, where: str) -> LLMParallel:
     t = as_table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
-                                "order", "virtual", "flash_attention"), ("attention",))
+                                "order", "virtual", "flash_attention"), tuple(_OPTIONAL_PARALLEL))
     kwargs: dict[str, Any] = {k: as_int(t[k], f"{where}.{k}", 1)
                               for k in ("tp", "pp", "dp", "ep", "micro_batches", "virtual")}
     kwargs.update(zero1=as_bool(t["zero1"], f"{where}.zero1"),
                   flash_attention=as_bool(t["flash_attention"], f"{where}.flash_attention"),
                   recompute=as_str(t["recompute"], f"{where}.recompute"),
                   order=as_str(t["order"], f"{where}.order"))
-    if "attention" in t:
-        kwargs["attention"] = as_str(t["attention"], f"{where}.attention")
+    for k, kind in _OPTIONAL_PARALLEL.items():
+        if k in t:
+            read = {"str": as_str, "bool": as_bool}.get(kind)
+            kwargs[k] = (read(t[k], f"{where}.{k}") if read else
+                         as_int(t[k], f"{where}.{k}", 1 if kind == "int" else 0))
     try:
         return LLMParallel.from_dict(kwargs)
     except ConfigError as exc:
@@ -356,13 +374,16 @@ def check_llm_plan_document(doc: dict) -> None:
 
     Checks: no unknown key; the cluster and job valid as a config's, the model a
     transformer, ``global_batch`` derived; every fabric's parallelism valid for the
-    cluster and job and within the GPUs' memory; the plan's parallelism the TopoOpt
-    shard's; its placement and memory derived again; the topology the cluster's, with
+    cluster and job and within the GPUs' memory (``tp x cp x pp x dp`` GPUs, the
+    activations of ``1 / cp`` of the tokens); the plan's parallelism the TopoOpt
+    shard's; its placement (with ``cp > 1`` the servers of each context-parallel group)
+    and memory derived again; the topology the cluster's, with
     rings exactly for its DP groups (each a Hamiltonian cycle, ``group_bytes`` derived)
     and routes that TopologyFinder's own check accepts for its traffic; per fabric the
     iteration's parts, MFU and bytes per kind derived again (the TopoOpt shard on the
     stored topology, rings and routes; the others built from the catalog with the plan's
-    fabric seed); ``iteration_time_s`` and ``gap_to_ideal`` derived, the Ideal Switch no
+    fabric seed; with ``cp > 1`` the exposed K/V ring and its bytes among them);
+    ``iteration_time_s`` and ``gap_to_ideal`` derived, the Ideal Switch no
     slower than any fabric; costs positive; the search record well formed.
     """
     if not isinstance(doc, dict):
@@ -498,7 +519,7 @@ def _check_llm_fabric(doc: dict, name: str, f: Any, par: LLMParallel, shard: _Sh
         fr = None
     it = llm_iteration(shape, fpar, cluster, s.batch, s.job.precision, ft,
                        fabric_comm_times(ft, fabric, fr))
-    check_same_table(f["iteration"], _iteration_json(it), f"{where}.iteration",
+    check_same_table(f["iteration"], _iteration_json(it, fpar), f"{where}.iteration",
                      "the parallelism on this fabric")
     check_same_table(f["network_bytes"], ft.network_bytes(), f"{where}.network_bytes",
                      "the parallelism's traffic")
