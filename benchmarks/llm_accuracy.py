@@ -24,6 +24,12 @@ accumulate whole over the micro-batches until one reduce-scatter, §3.3.4;
 context parallelism all-gathers K and V, its latency exposed, §3.3.2; attention with
 FlashAttention-2, the fused kernel public while it trained: :data:`LLAMA3_ATTENTION`).
 
+Memory where a source reports it: pytorch/torchtitan's
+``benchmarks/llama3_h100_202412_torchtitan.md`` (Llama 3.1 405B on 512 H100, Tables 5
+and 6, peak reserved GiB per GPU; :data:`TORCHTITAN_MEMORY`), compared term by term by
+:func:`torchtitan_memory`. The Llama 3 rows can be run by ``topoopt estimate`` as
+:func:`estimate_command` writes them (printed at the end of the table).
+
 FLOP conventions, per source (:data:`FLOP_CONVENTION`): Narayanan et al. count
 ``96 B s l h^2 (1 + s / 6h + V / 16 l h)`` per iteration, the recomputed forward
 included and attention unmasked (``12 L s h`` per token in the model FLOPs); Llama 3
@@ -62,6 +68,7 @@ from topoopt.llm import (  # noqa: E402
     megatron_flops_per_token,
     memory_per_gpu,
 )
+from topoopt.llm.memory import recompute_transient  # noqa: E402
 from topoopt.workloads import build_model  # noqa: E402
 from topoopt.workloads.gpt import TransformerShape, transformer_shape  # noqa: E402
 
@@ -195,6 +202,51 @@ def llama_memory() -> None:
             print(f"  {label:<32} {v:>2}  " + "  ".join(f"{c:>20}" for c in cells))
 
 
+#: Published per-GPU memory: pytorch/torchtitan ``benchmarks/llama3_h100_202412_torchtitan.md``
+#: (torchtitan 9dec370, December 2024; H100 with 96 GB HBM2e, "95 GiB"), Llama 3.1 405B
+#: on 512 GPUs, tp 8, pp 8, full activation checkpointing, torch.compile, Float8 linears
+#: with Float8 FSDP all-gathers (``train_configs/llama3_405b.toml``), async TP: (label,
+#: sequence, cp, dp, sequences per dp rank, v, reported GiB). Table 5: FSDP 8, local batch
+#: 32, 1F1B and interleaved 1F1B; Table 6: local batch 8, 1F1B, FSDP x CP = 8. Read from
+#: torchtitan at that commit: ``pipeline_parallel_microbatches`` defaults to pp (m = 8);
+#: ``generate_split_points`` gives the first and last stage one layer fewer (126 layers
+#: as 15, 16 x 6, 15; edge = 1), 2 stages per rank for interleaved schedules (v = 2);
+#: FSDP2 does not reshard after the forward with PP (``apply_fsdp``: the bf16 weights
+#: stay whole), keeps the fp32 master weights and Adam states sharded, reduces in fp32;
+#: the reported figure is ``max_reserved_gib``, the caching allocator's peak reserved
+#: memory (``train.py``'s log line, ``metrics.py``), the maximum over GPUs.
+TORCHTITAN_MEMORY = (
+    ("405B 1F1B (T5)", 8192, 1, 8, 32, 1, 82.5),
+    ("405B interleaved (T5)", 8192, 1, 8, 32, 2, 72.7),
+    ("405B 32k cp1 (T6)", 32768, 1, 8, 8, 1, 75.3),
+    ("405B 64k cp2 (T6)", 65536, 2, 4, 8, 1, 75.9),
+    ("405B 128k cp4 (T6)", 131072, 4, 2, 8, 1, 77.1),
+    ("405B 256k cp8 (T6)", 262144, 8, 1, 8, 1, 84.9),
+)
+
+
+def torchtitan_memory() -> None:
+    """Our memory per GPU of torchtitan's published runs, term by term, against the
+    peak reserved memory they report (an upper bound of what tensors allocate)."""
+    gib = 2.0 ** 30
+    llama = transformer_shape(build_model("llama3-405b"))
+    print("torchtitan's published memory (Llama 3.1 405B, 512 H100 96 GB, tp8 pp8, full "
+          "AC, bf16 counted; GiB; 'reserved': the allocator's peak, as reported):")
+    print(f"  {'run':<24} {'weights':>7} {'grads':>6} {'optim':>6} {'acts':>6} "
+          f"{'(rebuilt)':>9} {'total':>6} {'reserved':>8} {'ratio':>6} fits")
+    for label, seq, cp, dp, local, v, reported in TORCHTITAN_MEMORY:
+        shape = replace(llama, seq=seq)
+        par = LLMParallel(8, 8, dp, micro_batches=8, zero1=True, shard_grads=True,
+                          recompute="full", virtual=v, cp=cp, edge_layers=1)
+        batch = dp * local
+        mem = memory_per_gpu(shape, par, batch, 2, 95 * gib, grad_bytes=4)
+        rebuilt = recompute_transient(shape, par, local // 8 * seq / cp, 2)
+        print(f"  {label:<24} {mem.weights / gib:>7.1f} {mem.gradients / gib:>6.1f} "
+              f"{mem.optimizer / gib:>6.1f} {mem.activations / gib:>6.1f} "
+              f"{rebuilt / gib:>9.1f} {mem.total / gib:>6.1f} {reported:>8.1f} "
+              f"{mem.total / gib / reported:>6.2f} {'yes' if mem.fits else 'no'}")
+
+
 def main() -> int:
     print(f"{'run':<30} {'layout':<58} {'published':>9} {'estimate':>9} {'ratio':>6} "
           f"{'bubble':>6} {'dp':>5} {'opt':>5} {'mem GB':>7} fits")
@@ -234,6 +286,7 @@ def main() -> int:
             print(f"  {label:<30} {causal:.1%} against {published:.0%}: "
                   f"{causal / published:.2f}")
     llama_memory()
+    torchtitan_memory()
     for name, rs in (("full attention count", ratios), ("causal count", causal_ratios)):
         lr = np.log(rs)
         corr = float(np.corrcoef(np.log(sizes), lr)[0, 1])

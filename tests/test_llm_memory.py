@@ -209,3 +209,26 @@ def test_output_discarding_recomputation_trades_memory_for_time():
         fast, slow = (layer_times(llama, p, gpu, "bf16", 8192) for p in (base, par))
         assert slow.total > fast.total and slow.recompute > 0 == fast.recompute
         assert (slow.forward, slow.backward) == (fast.forward, fast.backward)
+
+
+@pytest.mark.parametrize("pp,m,v", [(1, 1, 1), (2, 4, 1), (4, 16, 2)])
+def test_full_recomputation_holds_one_rebuilt_layer_and_never_more_than_none(pp, m, v):
+    """Full recomputation keeps each layer's input and, during one layer's backward,
+    that layer's whole set again (one micro-batch): the stage's inputs plus the set
+    less its input, which is never more than keeping every set (one layer included)."""
+    shape = dataclasses.replace(SMALL_LLAMA, layers=8)
+    full = memory_per_gpu(shape, LLMParallel(2, pp, 1, micro_batches=m, virtual=v,
+                                             recompute="full"), 16, 2, 80e9)
+    none = memory_per_gpu(shape, LLMParallel(2, pp, 1, micro_batches=m, virtual=v), 16, 2,
+                          80e9)
+    tokens = 16 // m * shape.seq
+    kept, whole = (activation_bytes_per_token(shape, r, True, 2) for r in ("full", "none"))
+    par = LLMParallel(2, pp, 1, micro_batches=m, virtual=v)
+    layers = stage_layers(8, pp, v)[full.stage]
+    logits = tokens * shape.vocab * 4 / 2 if full.stage == pp - 1 else 0.0   # fp32, / tp
+    assert full.activations == pytest.approx(
+        layers * in_flight(par, full.stage) * tokens * kept + tokens * (whole - kept) + logits)
+    assert full.activations <= none.activations
+    one = dataclasses.replace(shape, layers=1)
+    assert (memory_per_gpu(one, LLMParallel(2, 1, 1, recompute="full"), 1, 2, 80e9).activations
+            <= memory_per_gpu(one, LLMParallel(2, 1, 1), 1, 2, 80e9).activations)

@@ -30,7 +30,7 @@ from topoopt.llm.parallel import LLMParallel, stage_layers
 from topoopt.workloads.gpt import TransformerShape
 
 __all__ = ["HBM_USABLE", "MemoryBreakdown", "stage_params", "replicated_kv_params",
-           "memory_per_gpu",
+           "memory_per_gpu", "recompute_transient",
            "activation_bytes_per_token", "has_dropout", "in_flight"]
 
 #: Fraction of HBM a training process can fill: the rest is the CUDA context, NCCL
@@ -215,6 +215,30 @@ def in_flight(par: LLMParallel, stage: int) -> float:
     return min(m * v, 2 * (p - stage - 1) + (v - 1) * per_round + 1) / v
 
 
+def recompute_transient(shape: TransformerShape, par: LLMParallel, mb_tokens: float,
+                        dtype_bytes: int) -> float:
+    """Bytes full recomputation rebuilds for one layer and one micro-batch of
+    ``mb_tokens`` tokens on one GPU, live during that layer's backward (0 unless
+    ``recompute = "full"``): the layer's activations without recomputation less its
+    input, which is kept anyway.
+
+    Korthikanti et al.'s count with full recomputation, ``2 s b h L / t``, keeps the
+    layer inputs only; the layer being recomputed holds its whole set again until its
+    backward is done. Checkpointing is per layer, so it is one layer's set at a time:
+    torchtitan wraps every ``TransformerBlock`` in ``checkpoint_wrapper``
+    (``torchtitan/parallelisms/parallelize_llama.py``, ``_apply_ac_to_transformer_block``),
+    Megatron-LM recomputes units of ``--recompute-num-layers`` layers, 1 by default
+    (``megatron/training/arguments.py``). Full recomputation so never keeps more than
+    none: ``L F full + (none - full) <= L F none`` for any ``L F >= 1`` layer-micro-batches.
+    """
+    if par.recompute != "full":
+        return 0.0
+    args = (par.flash_attention, par.tp, par.recompute_norms, par.recompute_act)
+    return (mb_tokens * dtype_bytes / 2
+            * (activation_bytes_per_token(shape, "none", *args)
+               - activation_bytes_per_token(shape, "full", *args)))
+
+
 def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
                    dtype_bytes: int, gpu_memory: float,
                    grad_bytes: float | None = None) -> MemoryBreakdown:
@@ -280,6 +304,7 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
     act_token = (activation_bytes_per_token(shape, par.recompute, par.flash_attention,
                                             par.tp, par.recompute_norms, par.recompute_act)
                  * dtype_bytes / 2)
+    recomputed = recompute_transient(shape, par, mb_tokens, dtype_bytes)
     stages = []
     for s in range(par.pp):
         params = dense[s] + expert[s]
@@ -288,6 +313,8 @@ def memory_per_gpu(shape: TransformerShape, par: LLMParallel, global_batch: int,
         # accumulated whole over m > 1 micro-batches, sharded once reduced
         grads = grad * (sharded if par.shard_grads and par.micro_batches == 1 else params)
         act = layers[s] * in_flight(par, s) * mb_tokens * act_token
+        if layers[s]:   # the one layer whose forward is run again, during its backward
+            act += recomputed
         if s == par.pp - 1:   # fp32 logits of one micro-batch for the loss
             act += mb_tokens * shape.vocab * 4.0 / par.tp
         stages.append(MemoryBreakdown(s, params, params * dtype_bytes, grads,
