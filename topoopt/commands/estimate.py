@@ -26,13 +26,14 @@ STATIC_FABRICS = ("ideal", "fattree", "oversub", "expander")
 #: ``--parallel`` keys: (the :class:`LLMParallel` field, the kind of value). Every key is
 #: validated here, in one place (:func:`parse_layout`); what depends on the model and the
 #: cluster by :func:`topoopt.llm.check_parallel`, its error renamed to the key.
-_SPEC = {"tp": ("tp", "int"), "pp": ("pp", "int"), "dp": ("dp", "int"),
-         "ep": ("ep", "int"), "cp": ("cp", "int"), "mbs": ("micro_batches", "int"),
-         "v": ("virtual", "int"), "recompute": ("recompute", RECOMPUTE),
-         "order": ("order", ORDERS), "zero1": ("zero1", "bool"),
-         "shard_grads": ("shard_grads", "bool"), "edge": ("edge_layers", "count"),
-         "rc_norms": ("recompute_norms", "bool"), "rc_act": ("recompute_act", "bool"),
-         "grad_bytes": ("grad_bytes", ("2", "4"))}
+_SPEC: dict[str, tuple[str, str | tuple[str, ...]]] = {
+    "tp": ("tp", "int"), "pp": ("pp", "int"), "dp": ("dp", "int"),
+    "ep": ("ep", "int"), "cp": ("cp", "int"), "mbs": ("micro_batches", "int"),
+    "v": ("virtual", "int"), "recompute": ("recompute", RECOMPUTE),
+    "order": ("order", ORDERS), "zero1": ("zero1", "bool"),
+    "shard_grads": ("shard_grads", "bool"), "edge": ("edge_layers", "count"),
+    "rc_norms": ("recompute_norms", "bool"), "rc_act": ("recompute_act", "bool"),
+    "grad_bytes": ("grad_bytes", ("2", "4"))}
 _KEYS = tuple(_SPEC)
 _DEFAULTS = {"ep": 1, "cp": 1, "mbs": 1, "v": 1, "recompute": "none", "order": ORDERS[0],
              "zero1": 0, "shard_grads": 0, "edge": 0, "rc_norms": 0, "rc_act": 0}
