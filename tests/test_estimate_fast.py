@@ -396,17 +396,17 @@ def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=No
     C, L = len(routes), cap.size
     if state is None:
         state = [np.zeros(C, np.int64), np.zeros(C, np.int64), np.empty(flow_class.size,
-                 np.int64), 0, np.zeros(C), np.zeros(L), np.zeros(L)]
+                 np.int64), 0, np.zeros(C), np.zeros(L), np.zeros(L), np.zeros(1, bool)]
     if count is None:
         count = np.ones(flow_class.size, np.int64)
-    mult, pmult, prev_cls, nprev, crate, aload, aweight = state
+    mult, pmult, prev_cls, nprev, crate, aload, aweight, astale = state
     rate = np.empty(act.size)
     lptr, lcls, _ = link_classes(flow_class, routes.ptr, routes.link, L)
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
     state[3] = _solve(act, act.size, flow_class, count, routes.ptr, routes.link, routes.weight, cap,
-                      warm, mult, pmult, prev_cls, nprev, crate, aload, aweight, lptr, lcls,
-                      np.zeros((4, L)), iscratch, np.zeros(C, bool), rate)
+                      warm, mult, pmult, prev_cls, nprev, crate, aload, aweight, astale, lptr,
+                      lcls, np.zeros((4, L)), iscratch, np.zeros(C, bool), rate)
     return rate, state
 
 

@@ -124,8 +124,8 @@ def _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, 
 
 @njit(cache=True)
 def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult,
-           prev_cls, nprev, crate, aload, aweight, lptr, lcls, scratch, iscratch, filling,
-           out_rate):
+           prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls, scratch, iscratch,
+           filling, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
     :func:`topoopt.netsim.max_min_rates` on the expanded flows).
@@ -139,10 +139,11 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
     unchanged, and the filling resumes from the last of those levels on what the
     classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
     ``crate`` keep the last solve, ``aload`` and ``aweight`` its load and weight per
-    link; the count of classes is returned.) ``lptr, lcls``: the classes of each link
-    (:func:`~topoopt.netsim._fill_kernel.link_classes`); ``scratch`` (4 x links floats,
-    row 3 zero) and ``iscratch`` (5 x links ints, row 3 all ``-1``) are
-    work space."""
+    link, summed when a solve fills or, if it did not (``astale[0]`` set), when the
+    next one needs them; the count of classes is returned.) ``lptr, lcls``: the
+    classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
+    ``scratch`` (4 x links floats, row 3 zero) and ``iscratch`` (5 x links ints, row 3
+    all ``-1``) are work space."""
     cls = np.empty(nact, np.int64)
     ncls = 0
     for i in range(nact):
@@ -158,9 +159,15 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             c = prev_cls[k]
             if mult[c] < pmult[c] and crate[c] < lam:
                 lam = crate[c]
-        lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, aload,
-                                    aweight, scratch[3], iscratch[4]))
-    _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight)
+        for k in range(ncls):
+            if mult[cls[k]] > pmult[cls[k]]:
+                if astale[0]:   # the last solve filled nothing: its load, summed now
+                    _kept_load(prev_cls, nprev, np.inf, pmult, pmult, crate, cptr, clink,
+                               cweight, aload, aweight)
+                    astale[0] = False
+                lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap,
+                                            aload, aweight, scratch[3], iscratch[4]))
+                break
     fixed_n = 0
     level0 = 0.0
     for k in range(ncls):
@@ -169,7 +176,9 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             fixed_n += 1
             if crate[c] > level0:
                 level0 = crate[c]
+    astale[0] = fixed_n == ncls
     if fixed_n < ncls:
+        _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight)
         frozen, rising, hkey = scratch[0], scratch[1], scratch[2]
         links, left, hid, seen, sat = (iscratch[0], iscratch[1], iscratch[2], iscratch[3],
                                        iscratch[4])
@@ -310,6 +319,7 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     lptr, lcls, _ = link_classes(flow_class, cptr, clink, L)
     aload = np.zeros(L)
     aweight = np.zeros(L)
+    astale = np.zeros(1, np.bool_)
     scratch = np.zeros((4, L))
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
@@ -392,8 +402,8 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             dirty = False
             t_ref = t
             nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                           pmult, prev_cls, nprev, crate, aload, aweight, lptr, lcls, scratch,
-                           iscratch, filling, arate)
+                           pmult, prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls,
+                           scratch, iscratch, filling, arate)
             flow_next = np.inf
             sent_next = np.inf
             for i in range(nact):
