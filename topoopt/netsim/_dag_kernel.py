@@ -71,14 +71,14 @@ def _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks, left, nent
 
 
 @njit(cache=True)
-def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate, lptr, lcls, lent,
-                 extra, touched):
+def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, aload, aweight, extra,
+                 touched):
     """A level below which no link saturates now that the classes ``cls[:ncls]`` carry
-    ``mult`` flows where the last solve had ``pmult`` (rates ``crate``): at level ``x``
-    the old classes take at most ``min(x W, U)`` of a link (``W`` their weight, ``U``
-    what they take at their rates), so with ``x D`` more (``D`` the weight added on
-    it) the link has room up to ``max(cap / (W + D), (cap - U) / D)``. ``extra`` and
-    ``touched`` are scratch of the links' size (``extra`` left zero)."""
+    ``mult`` flows where the last solve had ``pmult``: at level ``x`` the old classes
+    take at most ``min(x W, U)`` of a link (``W = aweight``: their weight on it, ``U =
+    aload``: what they take at their rates), so with ``x D`` more (``D`` the weight
+    added on it) the link has room up to ``max(cap / (W + D), (cap - U) / D)``.
+    ``extra`` and ``touched`` are scratch of the links' size (``extra`` left zero)."""
     n = 0
     for k in range(ncls):
         c = cls[k]
@@ -98,23 +98,34 @@ def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate, lptr,
         extra[lk] = 0.0
         if not d > 0.0:
             continue
-        weight = 0.0
-        taken = 0.0
-        for z in range(lptr[lk], lptr[lk + 1]):
-            m = pmult[lcls[z]]
-            if m > 0:
-                w = cweight[lent[z]] * m
-                weight += w
-                taken += crate[lcls[z]] * w
-        room = max(cap[lk] / (weight + d), (cap[lk] - taken) / d)
+        room = max(cap[lk] / (aweight[lk] + d), (cap[lk] - aload[lk]) / d)
         if room < bound:
             bound = room
     return bound
 
 
 @njit(cache=True)
-def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult, prev_cls,
-           nprev, crate, lptr, lcls, lent, scratch, iscratch, filling, out_rate):
+def _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight):
+    """Set ``aload`` and ``aweight`` (per link: bits/s and weight x count) to those of
+    the classes kept frozen (rate below ``lam``, count unchanged). Summed afresh, in
+    the order of ``cls``, on every link: no test of which links the filling crosses."""
+    aload[:] = 0.0
+    aweight[:] = 0.0
+    for k in range(ncls):
+        c = cls[k]
+        if crate[c] < lam and mult[c] == pmult[c]:
+            m = mult[c]
+            r = crate[c]
+            for e in range(cptr[c], cptr[c + 1]):
+                w = cweight[e] * m
+                aweight[clink[e]] += w
+                aload[clink[e]] += r * w
+
+
+@njit(cache=True)
+def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult,
+           prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls, scratch, iscratch,
+           filling, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
     :func:`topoopt.netsim.max_min_rates` on the expanded flows).
@@ -127,8 +138,10 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
     shares; no link that gained load saturates below it: every level below ``lam`` is
     unchanged, and the filling resumes from the last of those levels on what the
     classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
-    ``crate`` keep the last solve; the count of classes is returned.) ``lptr, lcls,
-    lent``: the classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
+    ``crate`` keep the last solve, ``aload`` and ``aweight`` its load and weight per
+    link, summed when a solve fills or, if it did not (``astale[0]`` set), when the
+    next one needs them; the count of classes is returned.) ``lptr, lcls``: the
+    classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
     ``scratch`` (4 x links floats, row 3 zero) and ``iscratch`` (5 x links ints, row 3
     all ``-1``) are work space."""
     cls = np.empty(nact, np.int64)
@@ -139,8 +152,6 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             cls[ncls] = c
             ncls += 1
         mult[c] += fcount[act[i]]
-    fixed_n = 0
-    level0 = 0.0
     lam = -np.inf           # a class is kept frozen iff its old rate is below lam
     if warm:
         lam = np.inf
@@ -148,18 +159,26 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             c = prev_cls[k]
             if mult[c] < pmult[c] and crate[c] < lam:
                 lam = crate[c]
-        lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, crate,
-                                    lptr, lcls, lent, scratch[3], iscratch[4]))
         for k in range(ncls):
-            if pmult[cls[k]] == 0:
-                crate[cls[k]] = np.inf   # no rate yet: filled
-        for k in range(ncls):
-            c = cls[k]
-            if crate[c] < lam:
-                fixed_n += 1
-                if crate[c] > level0:
-                    level0 = crate[c]
+            if mult[cls[k]] > pmult[cls[k]]:
+                if astale[0]:   # the last solve filled nothing: its load, summed now
+                    _kept_load(prev_cls, nprev, np.inf, pmult, pmult, crate, cptr, clink,
+                               cweight, aload, aweight)
+                    astale[0] = False
+                lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap,
+                                            aload, aweight, scratch[3], iscratch[4]))
+                break
+    fixed_n = 0
+    level0 = 0.0
+    for k in range(ncls):
+        c = cls[k]
+        if crate[c] < lam and mult[c] == pmult[c]:
+            fixed_n += 1
+            if crate[c] > level0:
+                level0 = crate[c]
+    astale[0] = fixed_n == ncls
     if fixed_n < ncls:
+        _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight)
         frozen, rising, hkey = scratch[0], scratch[1], scratch[2]
         links, left, hid, seen, sat = (iscratch[0], iscratch[1], iscratch[2], iscratch[3],
                                        iscratch[4])
@@ -167,7 +186,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
         nent = 0
         for k in range(ncls):
             c = cls[k]
-            if crate[c] < lam:
+            if crate[c] < lam and mult[c] == pmult[c]:
                 continue
             filling[c] = True
             crate[c] = np.inf
@@ -178,21 +197,15 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
                     seen[lk] = nlinks
                     links[nlinks] = lk
                     nlinks += 1
-                    frozen[lk] = 0.0
                     rising[lk] = 0.0
                     left[lk] = 0
                 rising[lk] += cweight[e] * m
                 left[lk] += 1
             nent += cptr[c + 1] - cptr[c]
-        if fixed_n > 0:
-            # what the classes kept frozen take of the links the others cross
-            for k in range(ncls):
-                c = cls[k]
-                if crate[c] < lam:
-                    for e in range(cptr[c], cptr[c + 1]):
-                        lk = clink[e]
-                        if seen[lk] >= 0:
-                            frozen[lk] += crate[c] * cweight[e] * mult[c]
+        for q in range(nlinks):
+            lk = links[q]
+            frozen[lk] = aload[lk]      # what the classes kept frozen take of it
+            aweight[lk] += rising[lk]
         if lptr[-1] > _SPARSE_LINKS * nent:
             # most classes on the links are idle (an all-to-all's thousands of pairs
             # per switch port): their own link -> class lists cost less to build than
@@ -202,7 +215,9 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
         fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
                     clink, cweight, crate, level0, hkey, hid, sat)
         for q in range(nlinks):
-            seen[links[q]] = -1
+            lk = links[q]
+            aload[lk] = frozen[lk]
+            seen[lk] = -1
         for k in range(ncls):
             filling[cls[k]] = False
     for i in range(nact):
@@ -301,7 +316,10 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     prev_cls = np.empty(nflows, np.int64)
     nprev = 0
     crate = np.zeros(max(nclass, 1))
-    lptr, lcls, lent = link_classes(flow_class, cptr, clink, L)
+    lptr, lcls, _ = link_classes(flow_class, cptr, clink, L)
+    aload = np.zeros(L)
+    aweight = np.zeros(L)
+    astale = np.zeros(1, np.bool_)
     scratch = np.zeros((4, L))
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
@@ -384,8 +402,8 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             dirty = False
             t_ref = t
             nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                           pmult, prev_cls, nprev, crate, lptr, lcls, lent, scratch, iscratch,
-                           filling, arate)
+                           pmult, prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls,
+                           scratch, iscratch, filling, arate)
             flow_next = np.inf
             sent_next = np.inf
             for i in range(nact):
