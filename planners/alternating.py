@@ -17,6 +17,7 @@ their own TopologyFinder topology, and after every round so do the chains' bests
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -46,7 +47,7 @@ from topoopt.traffic import derive_traffic
 
 __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
            "plan_topology", "topoopt_fabric", "best_topology", "split_topologies", "SCREEN",
-           "SPLIT_RATIO", "MAX_SEARCH_SERVERS"]
+           "SPLIT_RATIO", "MAX_SEARCH_SERVERS", "WARM_COSTS"]
 
 #: Largest shard the strategy search plans (docs/limits.md: LLM jobs, planned without
 #: it, go to cluster.servers' bound)
@@ -59,6 +60,10 @@ SCREEN = 4
 #: is at most this factor slower than its time on the round's choice: a strategy slower
 #: on another split may still descend further there (docs/tuning.md, "Planner").
 SPLIT_RATIO = 1.3
+#: Topologies whose costs keep their route caches (the most recently used): the
+#: alternation keeps a cost per topology it made, for its memo, but the caches of one
+#: grow as n^2 (routes of every server pair; docs/limits.md, "Memory").
+WARM_COSTS = 4
 
 
 def start_strategy(model: Model, cluster: Cluster, job: Job,
@@ -408,6 +413,9 @@ class _Shard:
     #: route caches (plan id -> (plan, cost); the plan held so the id stays its own)
     cache: EstimateCache | None = field(default=None, compare=False)
     costs: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the plans whose costs keep their route caches, least recently used first: a
+    #: cost pushed out drops them (:meth:`IterationCost.release`) and keeps its memo
+    warm: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
 
     def topology(self, strategy: Strategy) -> TopologyPlan:
         """TopologyFinder's topology for ``strategy``'s traffic (Step 1's split)."""
@@ -425,10 +433,15 @@ class _Shard:
         """Iteration time of a strategy on ``plan``'s shard (one cost per plan, kept)."""
         hit = self.costs.get(id(plan))
         if hit is not None and hit[0] is plan:
-            return hit[1]
-        cost = IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
-                             plan.rings, cache=self.cache)
-        self.costs[id(plan)] = (plan, cost)
+            cost = hit[1]
+        else:
+            cost = IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
+                                 plan.rings, cache=self.cache)
+            self.costs[id(plan)] = (plan, cost)
+        self.warm[id(plan)] = cost
+        self.warm.move_to_end(id(plan))
+        while len(self.warm) > WARM_COSTS:
+            self.warm.popitem(last=False)[1].release()
         return cost
 
 

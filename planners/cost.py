@@ -59,6 +59,15 @@ class IterationCost:
         self.evaluations = 0   # strategies simulated
         self.bounded = 0       # candidates rejected by an analytical bound alone
 
+    def release(self) -> None:
+        """Drop the fast estimator's caches and its fabric's routing tables
+        (:meth:`topoopt.estimate.FastEstimator.release`), keeping the memo of times and
+        bounds: the memory of a cost not in use, rebuilt when it is called again, the
+        same times."""
+        release = getattr(self.fast, "release", None)
+        if release is not None:
+            release()
+
     @property
     def supports_bound(self) -> bool:
         """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""

@@ -1,0 +1,140 @@
+"""What keeps the TopoOpt shard's search within its memory (docs/limits.md, "Memory"):
+explicit routes as arrays, releasable estimator caches, a bound on the warm costs."""
+
+import numpy as np
+import pytest
+
+import topoopt.planners.alternating as alternating
+from topoopt.cluster import Cluster, Job
+from topoopt.estimate import FastEstimator
+from topoopt.fabrics.direct import LinkPaths, direct_connect
+from topoopt.fabrics.fabric import _explicit_arrays
+from topoopt.planners.alternating import alternating_optimization, plan_topology, start_strategy
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import structured_strategies
+from topoopt.strategy import hybrid
+from topoopt.workloads import model_of
+
+SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
+              "bottom_width": 256, "top_layers": 2, "top_width": 512}
+
+
+def small(servers=16):
+    cluster = Cluster(servers=servers, nics=4, link_bandwidth=100e9, link_latency=1e-6)
+    job = Job("dlrm", batch_per_gpu=32, size=SMALL_DLRM)
+    model = model_of(job)
+    return cluster, job, model, StrategySpace.build(model, cluster, job)
+
+
+def shard(servers=16):
+    """A TopologyFinder plan with explicit routes (the hybrid's MP traffic), and its job."""
+    cluster, job, model, space = small(servers)
+    plan = plan_topology(model, hybrid(model, servers), cluster, job)
+    assert len(plan.routes)          # not vacuous: pairs routed over other servers
+    return cluster, job, model, space, plan
+
+
+def test_explicit_routes_are_arrays_equal_to_the_routes_paths():
+    *_, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    explicit = fabric.explicit
+    assert isinstance(explicit, LinkPaths)
+    # independently: every hop of a node path is the bundled link from its node to
+    # the next, with the path's fraction
+    link_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fabric.src, fabric.dst))}
+    assert list(explicit) == list(plan.routes.paths)
+    assert len(explicit) == len(plan.routes)
+    for pair, options in plan.routes.paths.items():
+        got = explicit[pair]
+        assert pair in explicit
+        assert len(got) == len(options)
+        for (links, frac), (nodes, want_frac) in zip(got, options):
+            assert links.tolist() == [link_of[h] for h in zip(nodes, nodes[1:])]
+            assert frac == want_frac
+    missing = next((s, t) for s in range(16) for t in range(16)
+                   if s != t and (s, t) not in plan.routes.paths)
+    assert missing not in explicit and "x" not in explicit
+    with pytest.raises(KeyError):
+        explicit[missing]
+
+
+def test_explicit_arrays_equal_those_of_the_same_routes_as_tuples():
+    # the router loads an array-backed mapping without its tuples: the same arrays
+    # as from a plain mapping of the same routes, so the same routes
+    *_, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    as_dict = {k: tuple((np.array(p), f) for p, f in v) for k, v in fabric.explicit.items()}
+    for got, want in zip(_explicit_arrays(fabric.explicit), _explicit_arrays(as_dict)):
+        assert got.dtype.kind == want.dtype.kind
+        assert np.array_equal(got, want)
+    plain = type(fabric)(**{**{f: getattr(fabric, f) for f in fabric.__dataclass_fields__
+                               if f != "_cache"}, "explicit": as_dict})
+    n = fabric.servers
+    src, dst = np.divmod(np.arange(n * n), n)
+    keep = src != dst
+    a, b = fabric.route(src[keep], dst[keep]), plain.route(src[keep], dst[keep])
+    for name in ("ptr", "link", "weight"):
+        assert np.array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_a_released_estimator_gives_the_same_times_and_bounds():
+    cluster, job, model, space, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    strategies = [lay.strategy for lay in structured_strategies(model, space)][:4]
+    strategies.append(start_strategy(model, cluster, job, space))
+    warm = FastEstimator(model, cluster, job, fabric, plan.rings)
+    cold = FastEstimator(model, cluster, job, fabric, plan.rings)
+    for s in strategies:
+        want = (warm.total(s), warm.builder.link_bound(s), warm.builder.critical_path_bound(s))
+        cold.release()
+        assert not fabric._cache and cold.builder.routes.store.rows == 0
+        assert cold.builder.routes._pairs.size == 0      # made only for per-pair flows
+        got = (cold.total(s), cold.builder.link_bound(s), cold.builder.critical_path_bound(s))
+        assert got == want
+
+
+def test_a_released_cost_keeps_its_memo():
+    cluster, job, model, space, plan = shard()
+    cost = IterationCost(model, cluster, job, direct_connect(plan.topology, plan.routes),
+                         plan.rings)
+    s = start_strategy(model, cluster, job, space)
+    t = cost(s)
+    cost.release()
+    assert cost.memo[s.configs] == t and cost(s) == t and cost.evaluations == 1
+
+
+def _run(monkeypatch, warm):
+    cluster, job, model, space = small(8)
+    monkeypatch.setattr(alternating, "WARM_COSTS", warm)
+    shards = []
+    made = alternating._Shard.__init__
+
+    def keep(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        shards.append(self)
+
+    monkeypatch.setattr(alternating._Shard, "__init__", keep)
+    found = alternating_optimization(model, cluster, job, start_strategy(model, cluster, job),
+                                     rounds=2, budget=6, chains=2,
+                                     layouts=structured_strategies(model, space))
+    return found, shards[0]
+
+
+def test_the_warm_costs_are_bounded_and_the_result_does_not_depend_on_it(monkeypatch):
+    bounded, p = _run(monkeypatch, 1)
+    assert len(p.costs) > 2         # not vacuous: many topologies were timed
+    assert len(p.warm) == 1
+    # the others released their caches: their fabrics' routing tables went
+    cold = [cost for key, (_, cost) in p.costs.items() if key not in p.warm]
+    assert cold and all(not c.fabric._cache for c in cold)
+    unbounded, q = _run(monkeypatch, 10 ** 6)
+    assert len(q.warm) == len(q.costs)
+    assert bounded.strategy.configs == unbounded.strategy.configs
+    assert bounded.time == unbounded.time
+    assert bounded.history == unbounded.history
+    assert bounded.screened == unbounded.screened
+    # the searches moved alike: the same starts, chain by chain the same curves
+    for a, b in zip(bounded.searches, unbounded.searches, strict=True):
+        assert a.starts == b.starts and a.stop == b.stop and a.moves == b.moves
+        assert [c.trace for c in a.chains] == [c.trace for c in b.chains]
