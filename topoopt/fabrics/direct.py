@@ -91,24 +91,29 @@ class LinkPaths(Mapping):
     """A direct fabric's explicit routes, ``(src, dst) -> ((bundled-link ids,
     fraction), ...)`` in the routes' order, kept as arrays: the routes'
     :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), each hop's
-    bundled link and the pairs' order. A pair's tuple is built when it is looked up;
-    as Python objects every pair of a plan (n^2 of them for a job whose tables span the
-    shard) would cost a fabric hundreds of bytes each (docs/limits.md, "Memory").
+    bundled link and, unless it is theirs, the pairs' order. A pair's tuple is built
+    when it is looked up; as Python objects every pair of a plan (n^2 of them for a job
+    whose tables span the shard) would cost a fabric hundreds of bytes each
+    (docs/limits.md, "Memory").
 
     Parameters
     ----------
     arr : RouteArrays
-    order : ndarray of int
-        Pair indices of ``arr``, in the order the mapping iterates them.
     link : ndarray of int
-        Bundled link of every hop, path after path (a path of k nodes has k - 1 hops).
-    hop_ptr : ndarray of int, shape (paths + 1,)
-        The hops of path ``j`` are ``link[hop_ptr[j]:hop_ptr[j + 1]]``.
+        Bundled link of every hop, path after path (a path of k nodes has k - 1 hops,
+        so path ``j``'s start at ``arr.node_ptr[j] - j``).
+    order : ndarray of int, optional
+        Pair indices of ``arr`` in the order the mapping iterates them (default
+        ``arr``'s own).
     """
 
-    def __init__(self, arr: RouteArrays, order: np.ndarray, link: np.ndarray,
-                 hop_ptr: np.ndarray) -> None:
-        self.arr, self.order, self.link, self.hop_ptr = arr, order, link, hop_ptr
+    def __init__(self, arr: RouteArrays, link: np.ndarray,
+                 order: np.ndarray | None = None) -> None:
+        if order is not None and np.array_equal(order, np.arange(arr.src.size)):
+            order = None
+        self.arr, self.order = arr, order
+        small = link.size == 0 or int(link.max()) < 2 ** 31
+        self.link = np.asarray(link, np.int32 if small else np.int64)
 
     def _index(self, key: object) -> int:
         try:
@@ -117,26 +122,33 @@ class LinkPaths(Mapping):
         except (TypeError, ValueError, OverflowError):
             return -1
 
+    def _order(self) -> np.ndarray:
+        return np.arange(self.arr.src.size) if self.order is None else self.order
+
     def __getitem__(self, key: tuple[int, int]) -> tuple[tuple[np.ndarray, float], ...]:
         i = self._index(key)
         if i < 0:
             raise KeyError(key)
-        hp, fraction = self.hop_ptr, self.arr.fraction
-        return tuple((self.link[hp[j]:hp[j + 1]], float(fraction[j]))
-                     for j in range(int(self.arr.path_ptr[i]), int(self.arr.path_ptr[i + 1])))
+        nptr, fraction, out = self.arr.node_ptr, self.arr.fraction, []
+        for j in range(int(self.arr.path_ptr[i]), int(self.arr.path_ptr[i + 1])):
+            hops = self.link[int(nptr[j]) - j:int(nptr[j + 1]) - j - 1]
+            out.append((hops.astype(np.int64), float(fraction[j])))
+        return tuple(out)
 
     def __contains__(self, key: object) -> bool:
         return self._index(key) >= 0
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        return zip(self.arr.src[self.order].tolist(), self.arr.dst[self.order].tolist())
+        order = self._order()
+        return zip(self.arr.src[order].tolist(), self.arr.dst[order].tolist())
 
     def __len__(self) -> int:
-        return int(self.order.size)
+        return int(self.arr.src.size)
 
     def __hash__(self) -> int:
-        return hash((self.arr.src.tobytes(), self.arr.dst.tobytes(), self.order.tobytes(),
-                     self.link.tobytes(), self.arr.fraction.tobytes()))
+        return hash((self.arr.src.tobytes(), self.arr.dst.tobytes(),
+                     self._order().tobytes(), self.link.tobytes(),
+                     self.arr.fraction.tobytes()))
 
     def __repr__(self) -> str:
         return f"<explicit routes of {len(self)} pairs as arrays>"
@@ -144,10 +156,12 @@ class LinkPaths(Mapping):
     def link_arrays(self) -> tuple[np.ndarray, ...]:
         """``(src, dst, paths per pair, hops per path, fraction per path, links)`` in
         the mapping's order: what iterating its items gives, without the tuples."""
-        paths, per_pair = gather_rows(self.arr.path_ptr, self.order)
-        hops, plen = gather_rows(self.hop_ptr, paths)
-        return (self.arr.src[self.order], self.arr.dst[self.order], per_pair, plen,
-                self.arr.fraction[paths], self.link[hops])
+        order = self._order()
+        paths, per_pair = gather_rows(self.arr.path_ptr, order)
+        hop_ptr = self.arr.node_ptr - np.arange(self.arr.node_ptr.size)
+        hops, plen = gather_rows(hop_ptr, paths)
+        return (self.arr.src[order], self.arr.dst[order], per_pair, plen,
+                self.arr.fraction[paths], self.link[hops].astype(np.int64))
 
 
 def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:
@@ -163,9 +177,7 @@ def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:
     starts_hop[arr.node_ptr[1:] - 1] = False
     at = np.flatnonzero(starts_hop)
     link = np.searchsorted(uniq[:, 0] * n + uniq[:, 1], arr.nodes[at] * n + arr.nodes[at + 1])
-    link = link.astype(np.int64)
-    hop_ptr = np.r_[0, np.cumsum(np.diff(arr.node_ptr) - 1)].astype(np.int64)
-    return LinkPaths(arr, index.astype(np.int64), link, hop_ptr)
+    return LinkPaths(arr, link, index.astype(np.int64))
 
 
 def expander(servers: int, ports: int, link_bandwidth: float, link_latency: float = 1e-6,
