@@ -60,13 +60,14 @@ class IterationCost:
         self.bounded = 0       # candidates rejected by an analytical bound alone
 
     def release(self) -> None:
-        """Drop the fast estimator's caches and its fabric's routing tables
-        (:meth:`topoopt.estimate.FastEstimator.release`), keeping the memo of times and
-        bounds: the memory of a cost not in use, rebuilt when it is called again, the
-        same times."""
-        release = getattr(self.fast, "release", None)
-        if release is not None:
-            release()
+        """Drop the fabric's routing tables (:meth:`~topoopt.fabrics.Fabric.
+        release_routes`): the memory of a cost not in use, rebuilt when it is called
+        again, the same routes and times. The estimator's own caches stay: its route
+        classes are numbered in the order they were first asked for, and a simulation
+        sums its flows' shares in that order, so numbered afresh the times could
+        change in their last bits.
+        """
+        self.fabric.release_routes()
 
     @property
     def supports_bound(self) -> bool:

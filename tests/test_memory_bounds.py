@@ -78,30 +78,40 @@ def test_explicit_arrays_equal_those_of_the_same_routes_as_tuples():
         assert np.array_equal(getattr(a, name), getattr(b, name))
 
 
-def test_a_released_estimator_gives_the_same_times_and_bounds():
+def test_a_released_cost_gives_the_same_times_and_keeps_its_memo():
     cluster, job, model, space, plan = shard()
-    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
     strategies = [lay.strategy for lay in structured_strategies(model, space)][:4]
     strategies.append(start_strategy(model, cluster, job, space))
-    warm = FastEstimator(model, cluster, job, fabric, plan.rings)
-    cold = FastEstimator(model, cluster, job, fabric, plan.rings)
+
+    def cost():
+        fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+        return IterationCost(model, cluster, job, fabric, plan.rings)
+
+    warm, cold = cost(), cost()
     for s in strategies:
-        want = (warm.total(s), warm.builder.link_bound(s), warm.builder.critical_path_bound(s))
+        want = (warm(s), warm.lower_bound(s, links=True))
         cold.release()
-        assert not fabric._cache and cold.builder.routes.store.rows == 0
-        assert cold.builder.routes._pairs.size == 0      # made only for per-pair flows
-        got = (cold.total(s), cold.builder.link_bound(s), cold.builder.critical_path_bound(s))
-        assert got == want
+        assert not cold.fabric._cache      # the router's tables went
+        cold.memo.clear()                  # (simulated again, not remembered)
+        cold.lower.clear()
+        assert (cold(s), cold.lower_bound(s, links=True)) == want
+    t = cold(strategies[0])
+    evaluations = cold.evaluations
+    cold.release()
+    assert cold.memo[strategies[0].configs] == t == cold(strategies[0])
+    assert cold.evaluations == evaluations
 
 
-def test_a_released_cost_keeps_its_memo():
+def test_route_classes_make_their_pair_tables_only_for_pair_flows():
+    # n^2 entries per fabric: a builder whose MP flows are coflows never needs them
     cluster, job, model, space, plan = shard()
-    cost = IterationCost(model, cluster, job, direct_connect(plan.topology, plan.routes),
-                         plan.rings)
-    s = start_strategy(model, cluster, job, space)
-    t = cost(s)
-    cost.release()
-    assert cost.memo[s.configs] == t and cost(s) == t and cost.evaluations == 1
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    fast = FastEstimator(model, cluster, job, fabric, plan.rings)
+    fast.total(hybrid(model, cluster.servers))
+    assert fast.builder.mp_flows == "coflow" and fast.builder.routes._pairs.size == 0
+    pairs = FastEstimator(model, cluster, job, fabric, plan.rings, mp_flows="pair")
+    assert pairs.total(hybrid(model, cluster.servers)) > 0
+    assert pairs.builder.routes._pairs.size == cluster.servers ** 2
 
 
 def _run(monkeypatch, warm):

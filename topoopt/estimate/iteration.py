@@ -123,17 +123,6 @@ class FastEstimator:
         self._path_rate = 1.0   # recent share of critical-path bounds that rejected
         self._path_skipped = 0
 
-    def release(self) -> None:
-        """Drop the caches kept across strategies: the builder's route classes and
-        per-config templates (:meth:`~topoopt.estimate.graph.IterationGraphBuilder.
-        reset_routes`, ``reset_configs``) and the fabric's routing tables
-        (:meth:`~topoopt.fabrics.Fabric.release_routes`). Memory back for an estimator
-        not in use; the next call rebuilds what it needs, with the same times and
-        bounds (the resets a builder makes past its limits)."""
-        self.builder.reset_configs()
-        self.builder.reset_routes()
-        self.fabric.release_routes()
-
     def graph(self, strategy: Strategy) -> IterationGraph:
         """The task graph of ``strategy``."""
         return self.builder.build(strategy)
