@@ -61,9 +61,9 @@ SCREEN = 4
 #: is at most this factor slower than its time on the round's choice: a strategy slower
 #: on another split may still descend further there (docs/tuning.md, "Planner").
 SPLIT_RATIO = 1.3
-#: Topologies whose costs keep their route caches (the most recently used): the
-#: alternation keeps a cost per topology it made, for its memo, but the caches of one
-#: grow as n^2 (routes of every server pair; docs/limits.md, "Memory").
+#: Topologies whose costs keep their fabric's routing tables (the most recently used):
+#: the alternation keeps a cost per live topology, for its memo, and those tables grow
+#: as n^2 (docs/limits.md, "Memory of a DLRM plan"; docs/tuning.md, "Warm topologies").
 WARM_COSTS = 4
 
 
@@ -417,8 +417,8 @@ class _Shard:
     #: a kept cost keeps its memo (plan id -> (weak reference to the plan, cost))
     cache: EstimateCache | None = field(default=None, compare=False)
     costs: dict = field(default_factory=dict, compare=False, repr=False)
-    #: the plans whose costs keep their route caches, least recently used first: a
-    #: cost pushed out drops them (:meth:`IterationCost.release`) and keeps its memo
+    #: the plans whose costs keep their fabric's routing tables, least recently used
+    #: first: a cost pushed out drops them (:meth:`IterationCost.release`)
     warm: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
 
     def topology(self, strategy: Strategy) -> TopologyPlan:

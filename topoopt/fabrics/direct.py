@@ -94,7 +94,7 @@ class LinkPaths(Mapping):
     bundled link and, unless it is theirs, the pairs' order. A pair's tuple is built
     when it is looked up; as Python objects every pair of a plan (n^2 of them for a job
     whose tables span the shard) would cost a fabric hundreds of bytes each
-    (docs/limits.md, "Memory").
+    (docs/limits.md, "Memory of a DLRM plan").
 
     Parameters
     ----------

@@ -510,9 +510,12 @@ class _CoreRouter:
         row = self.row_of[s, t]
         if row >= 0 and self.explicit_row[row]:
             f = self.fabric
-            for (x, y), options in f.explicit.items():
-                if self.local[f.attach[x]] == s and self.local[f.attach[y]] == t:
-                    return [(tuple(int(v) for v in p), float(w)) for p, w in options]
+            at = self.local[f.attach]
+            for x in np.flatnonzero(at == s).tolist():
+                for y in np.flatnonzero(at == t).tolist():
+                    if (x, y) in f.explicit:
+                        return [(tuple(int(v) for v in p), float(w))
+                                for p, w in f.explicit[x, y]]
         if s == t:
             return [((), 1.0)]
         slot = self.to.slots(np.array([t]))[0]   # before reading dist: it may grow
