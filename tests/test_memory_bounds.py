@@ -52,7 +52,8 @@ def test_explicit_routes_are_arrays_equal_to_the_routes_paths():
         for (links, frac), (nodes, want_frac) in zip(got, options):
             assert links.tolist() == [link_of[h] for h in zip(nodes, nodes[1:])]
             assert frac == want_frac
-        assert fabric.paths(*pair) == [(tuple(links.tolist()), frac) for links, frac in got]
+        assert [(tuple(np.asarray(p).tolist()), w) for p, w in fabric.paths(*pair)] == \
+            [(tuple(links.tolist()), frac) for links, frac in got]
     missing = next((s, t) for s in range(16) for t in range(16)
                    if s != t and (s, t) not in plan.routes.paths)
     assert missing not in explicit and "x" not in explicit
