@@ -116,11 +116,15 @@ class LinkPaths(Mapping):
         self.link = np.asarray(link, np.int32 if small else np.int64)
 
     def _index(self, key: object) -> int:
-        try:
-            s, t = key  # type: ignore[misc]
-            return int(self.arr.find(np.array([int(s)]), np.array([int(t)]))[0])
-        except (TypeError, ValueError, OverflowError):
+        if not isinstance(key, tuple) or len(key) != 2:
             return -1
+        try:
+            s, t = int(key[0]), int(key[1])
+        except (TypeError, ValueError):
+            return -1
+        if not (0 <= s < 2 ** 31 and 0 <= t < 2 ** 31):
+            return -1
+        return int(self.arr.find(np.array([s]), np.array([t]))[0])
 
     def _order(self) -> np.ndarray:
         return np.arange(self.arr.src.size) if self.order is None else self.order
