@@ -265,6 +265,7 @@ def main() -> int:
                     print(f"  {n} servers: current {cur.wall:.1f} s ({cur.cpu:.1f} CPU s), "
                           f"baseline {r.wall:.1f} s ({r.cpu:.1f} CPU s), ratio "
                           f"{cur.wall / r.wall:.2f} wall, {cur.cpu / r.cpu:.2f} CPU; "
+                          f"peak RSS {cur.peak_rss / 1e9:.2f} vs {r.peak_rss / 1e9:.2f} GB; "
                           f"same times: {_differ(cur.times, r.times)}", flush=True)
         _print_runs(current)
         if args.quality:

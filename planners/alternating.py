@@ -17,6 +17,8 @@ their own TopologyFinder topology, and after every round so do the chains' bests
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -46,7 +48,7 @@ from topoopt.traffic import derive_traffic
 
 __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
            "plan_topology", "topoopt_fabric", "best_topology", "split_topologies", "SCREEN",
-           "SPLIT_RATIO", "MAX_SEARCH_SERVERS"]
+           "SPLIT_RATIO", "MAX_SEARCH_SERVERS", "WARM_COSTS"]
 
 #: Largest shard the strategy search plans (docs/limits.md: LLM jobs, planned without
 #: it, go to cluster.servers' bound)
@@ -59,6 +61,10 @@ SCREEN = 4
 #: is at most this factor slower than its time on the round's choice: a strategy slower
 #: on another split may still descend further there (docs/tuning.md, "Planner").
 SPLIT_RATIO = 1.3
+#: Topologies whose costs keep their fabric's routing tables (the most recently used):
+#: the alternation keeps a cost per live topology, for its memo, and those tables grow
+#: as n^2 (docs/limits.md, "Memory of a DLRM plan"; docs/tuning.md, "Warm topologies").
+WARM_COSTS = 4
 
 
 def start_strategy(model: Model, cluster: Cluster, job: Job,
@@ -312,13 +318,16 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     screened = _screen(p, start, seeds, layouts, side_layouts, screen)
     (best_strategy, best_plan, best_t), origin, (start_plan, start_t) = _first_start(p,
                                                                                     screened)
+    # the screened topologies but the first round's go, and their costs with them
+    screened_times = tuple((n, t) for n, _, _, t in screened)
+    del screened, start_plan
     rounds_run = _alternate(p, (best_strategy, best_plan, best_t), layouts, rounds=rounds,
                             budget=budget, chains=chains, seed=seed, tolerance=tolerance,
                             screened_families=screened_families, progress=progress)
     (best_strategy, best_plan, best_t), history, searches, interrupted = rounds_run
     return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, history,
                              interrupted, sum(f.moves for f in searches), origin, searches,
-                             tuple((n, t) for n, _, _, t in screened))
+                             screened_times)
 
 
 def _alternate(p: _Shard, best: tuple[Strategy, TopologyPlan, float],
@@ -403,11 +412,14 @@ class _Shard:
     tseed: int
     finder_kwargs: dict
     #: the per-operator pieces every topology's estimator shares (they do not depend
-    #: on the fabric), and each plan's cost, kept: the alternation times a plan again
-    #: (a round's splits, its descents, the pick), and a kept cost keeps its memo and
-    #: route caches (plan id -> (plan, cost); the plan held so the id stays its own)
+    #: on the fabric), and each plan's cost, kept while the plan lives: the
+    #: alternation times a plan again (a round's splits, its descents, the pick), and
+    #: a kept cost keeps its memo (plan id -> (weak reference to the plan, cost))
     cache: EstimateCache | None = field(default=None, compare=False)
     costs: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the plans whose costs keep their fabric's routing tables, least recently used
+    #: first: a cost pushed out drops them (:meth:`IterationCost.release`)
+    warm: OrderedDict = field(default_factory=OrderedDict, compare=False, repr=False)
 
     def topology(self, strategy: Strategy) -> TopologyPlan:
         """TopologyFinder's topology for ``strategy``'s traffic (Step 1's split)."""
@@ -423,13 +435,29 @@ class _Shard:
 
     def cost(self, plan: TopologyPlan) -> IterationCost:
         """Iteration time of a strategy on ``plan``'s shard (one cost per plan, kept)."""
-        hit = self.costs.get(id(plan))
-        if hit is not None and hit[0] is plan:
-            return hit[1]
-        cost = IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
-                             plan.rings, cache=self.cache)
-        self.costs[id(plan)] = (plan, cost)
+        key = id(plan)
+        hit = self.costs.get(key)
+        if hit is not None and hit[0]() is plan:
+            cost = hit[1]
+        else:
+            cost = IterationCost(self.model, self.cluster, self.job, topoopt_fabric(plan),
+                                 plan.rings, cache=self.cache)
+            self.costs[key] = (weakref.ref(plan, self._forget(key)), cost)
+        self.warm[key] = cost
+        self.warm.move_to_end(key)
+        while len(self.warm) > WARM_COSTS:
+            self.warm.popitem(last=False)[1].release()
         return cost
+
+    def _forget(self, key: int) -> Callable[[weakref.ref], None]:
+        """What drops the cost of the plan ``key`` once nothing else holds the plan
+        (it cannot be timed again, and its id may be reused)."""
+        def forget(ref: weakref.ref) -> None:
+            hit = self.costs.get(key)
+            if hit is not None and hit[0] is ref:
+                del self.costs[key]
+                self.warm.pop(key, None)
+        return forget
 
 
 def _stage_progress(progress: Callable[[str, int, float], None] | None, stage: str

@@ -59,6 +59,16 @@ class IterationCost:
         self.evaluations = 0   # strategies simulated
         self.bounded = 0       # candidates rejected by an analytical bound alone
 
+    def release(self) -> None:
+        """Drop the fabric's routing tables (:meth:`~topoopt.fabrics.Fabric.
+        release_routes`): the memory of a cost not in use, rebuilt when it is called
+        again, the same routes and times. The estimator's own caches stay: its route
+        classes are numbered in the order they were first asked for, and a simulation
+        sums its flows' shares in that order, so numbered afresh the times could
+        change in their last bits.
+        """
+        self.fabric.release_routes()
+
     @property
     def supports_bound(self) -> bool:
         """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""

@@ -130,13 +130,15 @@ class RouteCache:
 
     def __init__(self, fabric: Fabric, random_paths: bool = False, seed: int = 0) -> None:
         self.fabric, self.random_paths, self.seed = fabric, random_paths, seed
-        self.n = n = fabric.servers
+        self.n = fabric.servers
         self.store = RouteStore()
         self._rings: dict[tuple[int, ...], RingRoute] = {}
         # member (src, dst, share) rows as bytes -> (class, latency)
         self._coflows: dict[bytes, tuple[int, float]] = {}
-        self._pairs = np.full(n * n, -1, np.int64)     # src x n + dst -> class
-        self._pair_lat = np.zeros(n * n)
+        # src x n + dst -> class and latency: n^2 entries, made on the first per-pair
+        # flow (a builder on coflows never needs them)
+        self._pairs = np.empty(0, np.int64)
+        self._pair_lat = np.empty(0)
 
     @property
     def coflows(self) -> int:
@@ -160,6 +162,9 @@ class RouteCache:
             r = self.fabric.route(src, dst, random=True, seed=self.seed)
             return self.store.add(r), row_latency(self.fabric, r)
         n = self.n
+        if not self._pairs.size:
+            self._pairs = np.full(n * n, -1, np.int64)
+            self._pair_lat = np.zeros(n * n)
         key = src * n + dst
         cls = self._pairs[key]
         miss = cls < 0

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from topoopt._require import require_choice
 from topoopt.errors import PlanCheckError
 from topoopt.fabrics.fabric import OPTICS, Fabric
+from topoopt.netsim.maxmin import gather_rows
 from topoopt.topology.expander import expander_topology
-from topoopt.topology.topology import Routes, Topology, check_routes, check_topology
+from topoopt.topology.topology import RouteArrays, Routes, Topology, check_routes, check_topology
 
-__all__ = ["direct_connect", "expander"]
+__all__ = ["direct_connect", "expander", "LinkPaths"]
 
 
 def direct_connect(topology: Topology, routes: Routes | None = None,
@@ -86,7 +87,88 @@ def direct_connect(topology: Topology, routes: Routes | None = None,
     return fabric
 
 
-def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> dict:
+class LinkPaths(Mapping):
+    """A direct fabric's explicit routes, ``(src, dst) -> ((bundled-link ids,
+    fraction), ...)`` in the routes' order, kept as arrays: the routes'
+    :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), each hop's
+    bundled link and, unless it is theirs, the pairs' order. A pair's tuple is built
+    when it is looked up; as Python objects every pair of a plan (n^2 of them for a job
+    whose tables span the shard) would cost a fabric hundreds of bytes each
+    (docs/limits.md, "Memory of a DLRM plan").
+
+    Parameters
+    ----------
+    arr : RouteArrays
+    link : ndarray of int
+        Bundled link of every hop, path after path (a path of k nodes has k - 1 hops,
+        so path ``j``'s start at ``arr.node_ptr[j] - j``).
+    order : ndarray of int, optional
+        Pair indices of ``arr`` in the order the mapping iterates them (default
+        ``arr``'s own).
+    """
+
+    def __init__(self, arr: RouteArrays, link: np.ndarray,
+                 order: np.ndarray | None = None) -> None:
+        if order is not None and np.array_equal(order, np.arange(arr.src.size)):
+            order = None
+        self.arr, self.order = arr, order
+        small = link.size == 0 or int(link.max()) < 2 ** 31
+        self.link = np.asarray(link, np.int32 if small else np.int64)
+
+    def _index(self, key: object) -> int:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return -1
+        try:
+            s, t = int(key[0]), int(key[1])
+        except (TypeError, ValueError):
+            return -1
+        if not (0 <= s < 2 ** 31 and 0 <= t < 2 ** 31):
+            return -1
+        return int(self.arr.find(np.array([s]), np.array([t]))[0])
+
+    def _order(self) -> np.ndarray:
+        return np.arange(self.arr.src.size) if self.order is None else self.order
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[tuple[np.ndarray, float], ...]:
+        i = self._index(key)
+        if i < 0:
+            raise KeyError(key)
+        nptr, fraction, out = self.arr.node_ptr, self.arr.fraction, []
+        for j in range(int(self.arr.path_ptr[i]), int(self.arr.path_ptr[i + 1])):
+            hops = self.link[int(nptr[j]) - j:int(nptr[j + 1]) - j - 1]
+            out.append((hops.astype(np.int64), float(fraction[j])))
+        return tuple(out)
+
+    def __contains__(self, key: object) -> bool:
+        return self._index(key) >= 0
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        order = self._order()
+        return zip(self.arr.src[order].tolist(), self.arr.dst[order].tolist())
+
+    def __len__(self) -> int:
+        return int(self.arr.src.size)
+
+    def __hash__(self) -> int:
+        return hash((self.arr.src.tobytes(), self.arr.dst.tobytes(),
+                     self._order().tobytes(), self.link.tobytes(),
+                     self.arr.fraction.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"<explicit routes of {len(self)} pairs as arrays>"
+
+    def link_arrays(self) -> tuple[np.ndarray, ...]:
+        """``(src, dst, paths per pair, hops per path, fraction per path, links)`` in
+        the mapping's order: what iterating its items gives, without the tuples."""
+        order = self._order()
+        paths, per_pair = gather_rows(self.arr.path_ptr, order)
+        hop_ptr = self.arr.node_ptr - np.arange(self.arr.node_ptr.size)
+        hops, plen = gather_rows(hop_ptr, paths)
+        return (self.arr.src[order], self.arr.dst[order], per_pair, plen,
+                self.arr.fraction[paths], self.link[hops].astype(np.int64))
+
+
+def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:
     """Per pair (in the routes' order), its paths as bundled-link ids with their fractions.
 
     Vectorized over :meth:`Routes.arrays` (a million pairs at n = 1024); the routes
@@ -94,17 +176,12 @@ def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> dict:
     """
     arr = routes.arrays()
     keys = np.array(list(routes.paths), np.int64).reshape(-1, 2)
-    index = arr.find(keys[:, 0], keys[:, 1]).tolist()
+    index = arr.find(keys[:, 0], keys[:, 1])
     starts_hop = np.ones(arr.nodes.size, bool)
     starts_hop[arr.node_ptr[1:] - 1] = False
     at = np.flatnonzero(starts_hop)
     link = np.searchsorted(uniq[:, 0] * n + uniq[:, 1], arr.nodes[at] * n + arr.nodes[at + 1])
-    link = link.astype(np.int64)
-    hop_ptr = np.r_[0, np.cumsum(np.diff(arr.node_ptr) - 1)].tolist()
-    options = list(zip([link[a:b] for a, b in zip(hop_ptr, hop_ptr[1:])],
-                       arr.fraction.tolist()))
-    ptr, src, dst = arr.path_ptr.tolist(), arr.src.tolist(), arr.dst.tolist()
-    return {(src[i], dst[i]): tuple(options[ptr[i]:ptr[i + 1]]) for i in index}
+    return LinkPaths(arr, link, index.astype(np.int64))
 
 
 def expander(servers: int, ports: int, link_bandwidth: float, link_latency: float = 1e-6,

@@ -96,7 +96,8 @@ class Fabric:
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
         object.__setattr__(self, "info", FrozenDict(self.info))
-        object.__setattr__(self, "explicit", FrozenDict(self.explicit))
+        if not hasattr(self.explicit, "link_arrays"):    # (arrays stay arrays)
+            object.__setattr__(self, "explicit", FrozenDict(self.explicit))
 
     @property
     def links(self) -> int:
@@ -104,6 +105,13 @@ class Fabric:
         return int(self.src.size)
 
     # -- routing ------------------------------------------------------------------
+    def release_routes(self) -> None:
+        """Drop the routing tables :meth:`route` and :meth:`paths` keep (shortest-path
+        layers, the routed pairs' store): memory back for a fabric not in use. They
+        are computed again when asked, the same routes (a pair's route depends on the
+        fabric alone, not on what was routed before)."""
+        self._cache.clear()
+
     def _core(self) -> "_CoreRouter":
         core = self._cache.get("core")
         if core is None:
@@ -367,16 +375,11 @@ class _CoreRouter:
 
     def _load_explicit(self, fabric: Fabric) -> None:
         """Store the explicit routes: per pair, the weights of its paths summed per link."""
-        items = list(fabric.explicit.items())
-        if not items:
+        if not len(fabric.explicit):
             return
-        paths = [p for _, options in items for p, _ in options]
-        fracs = np.array([f for _, options in items for _, f in options], float)
-        plen = np.fromiter((len(p) for p in paths), np.int64, len(paths))
-        per_pair = np.fromiter((len(options) for _, options in items), np.int64, len(items))
-        links = np.concatenate(paths).astype(np.int64) if paths else np.empty(0, np.int64)
+        src, dst, per_pair, plen, fracs, links = _explicit_arrays(fabric.explicit)
         weights = np.repeat(fracs, plen)
-        pair = np.repeat(np.repeat(np.arange(len(items)), per_pair), plen)
+        pair = np.repeat(np.repeat(np.arange(src.size), per_pair), plen)
         L = max(self.fabric.links, 1)
         order = np.argsort(pair * L + links, kind="stable")
         key = (pair * L + links)[order]
@@ -384,10 +387,8 @@ class _CoreRouter:
         grp = np.cumsum(new) - 1
         ukey = key[new]
         w = np.bincount(grp, weights=weights[order]) if key.size else np.empty(0)
-        counts = np.bincount(ukey // L, minlength=len(items))
+        counts = np.bincount(ukey // L, minlength=src.size)
         rows = self._append_block(counts, ukey % L, w)
-        src = np.fromiter((s for (s, _), _ in items), np.int64, len(items))
-        dst = np.fromiter((t for (_, t), _ in items), np.int64, len(items))
         self.row_of[self.local[fabric.attach[src]], self.local[fabric.attach[dst]]] = rows
         self.explicit_row[rows] = True
 
@@ -509,9 +510,12 @@ class _CoreRouter:
         row = self.row_of[s, t]
         if row >= 0 and self.explicit_row[row]:
             f = self.fabric
-            for (x, y), options in f.explicit.items():
-                if self.local[f.attach[x]] == s and self.local[f.attach[y]] == t:
-                    return [(tuple(int(v) for v in p), float(w)) for p, w in options]
+            at = self.local[f.attach]
+            for x in np.flatnonzero(at == s).tolist():
+                for y in np.flatnonzero(at == t).tolist():
+                    if (x, y) in f.explicit:
+                        return [(tuple(int(v) for v in p), float(w))
+                                for p, w in f.explicit[x, y]]
         if s == t:
             return [((), 1.0)]
         slot = self.to.slots(np.array([t]))[0]   # before reading dist: it may grow
@@ -530,6 +534,24 @@ class _CoreRouter:
 
         walk(s, [])
         return [(p, 1.0 / len(out)) for p in out]
+
+
+def _explicit_arrays(explicit: Mapping) -> tuple[np.ndarray, ...]:
+    """``(src, dst, paths per pair, hops per path, fraction per path, links)`` of a
+    fabric's explicit routes, in their order (an array-backed mapping gives them
+    without building its tuples)."""
+    arrays = getattr(explicit, "link_arrays", None)
+    if arrays is not None:
+        return arrays()
+    items = list(explicit.items())
+    paths = [p for _, options in items for p, _ in options]
+    fracs = np.array([f for _, options in items for _, f in options], float)
+    plen = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+    per_pair = np.fromiter((len(options) for _, options in items), np.int64, len(items))
+    links = np.concatenate(paths).astype(np.int64) if paths else np.empty(0, np.int64)
+    src = np.fromiter((s for (s, _), _ in items), np.int64, len(items))
+    dst = np.fromiter((t for (_, t), _ in items), np.int64, len(items))
+    return src, dst, per_pair, plen, fracs, links
 
 
 class _Layers:

@@ -1,0 +1,156 @@
+"""What keeps the TopoOpt shard's search within its memory (docs/limits.md, "Memory"):
+explicit routes as arrays, releasable estimator caches, a bound on the warm costs."""
+
+import numpy as np
+import pytest
+
+import topoopt.planners.alternating as alternating
+from topoopt.cluster import Cluster, Job
+from topoopt.estimate import FastEstimator
+from topoopt.fabrics.direct import LinkPaths, direct_connect
+from topoopt.fabrics.fabric import _explicit_arrays
+from topoopt.planners.alternating import alternating_optimization, plan_topology, start_strategy
+from topoopt.planners.cost import IterationCost
+from topoopt.planners.space import StrategySpace
+from topoopt.planners.structure import structured_strategies
+from topoopt.strategy import hybrid
+from topoopt.workloads import model_of
+
+SMALL_DLRM = {"tables": 8, "rows": 200_000, "dim": 64, "bag": 20, "bottom_layers": 2,
+              "bottom_width": 256, "top_layers": 2, "top_width": 512}
+
+
+def small(servers=16):
+    cluster = Cluster(servers=servers, nics=4, link_bandwidth=100e9, link_latency=1e-6)
+    job = Job("dlrm", batch_per_gpu=32, size=SMALL_DLRM)
+    model = model_of(job)
+    return cluster, job, model, StrategySpace.build(model, cluster, job)
+
+
+def shard(servers=16):
+    """A TopologyFinder plan with explicit routes (the hybrid's MP traffic), and its job."""
+    cluster, job, model, space = small(servers)
+    plan = plan_topology(model, hybrid(model, servers), cluster, job)
+    assert len(plan.routes)          # not vacuous: pairs routed over other servers
+    return cluster, job, model, space, plan
+
+
+def test_explicit_routes_are_arrays_equal_to_the_routes_paths():
+    *_, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    explicit = fabric.explicit
+    assert isinstance(explicit, LinkPaths)
+    # independently: every hop of a node path is the bundled link from its node to
+    # the next, with the path's fraction
+    link_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fabric.src, fabric.dst))}
+    assert list(explicit) == list(plan.routes.paths)
+    assert len(explicit) == len(plan.routes)
+    for pair, options in plan.routes.paths.items():
+        got = explicit[pair]
+        assert pair in explicit
+        assert len(got) == len(options)
+        for (links, frac), (nodes, want_frac) in zip(got, options):
+            assert links.tolist() == [link_of[h] for h in zip(nodes, nodes[1:])]
+            assert frac == want_frac
+        assert [(tuple(np.asarray(p).tolist()), w) for p, w in fabric.paths(*pair)] == \
+            [(tuple(links.tolist()), frac) for links, frac in got]
+    missing = next((s, t) for s in range(16) for t in range(16)
+                   if s != t and (s, t) not in plan.routes.paths)
+    assert missing not in explicit and "x" not in explicit
+    with pytest.raises(KeyError):
+        explicit[missing]
+
+
+def test_explicit_arrays_equal_those_of_the_same_routes_as_tuples():
+    # the router loads an array-backed mapping without its tuples: the same arrays
+    # as from a plain mapping of the same routes, so the same routes
+    *_, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    as_dict = {k: tuple((np.array(p), f) for p, f in v) for k, v in fabric.explicit.items()}
+    for got, want in zip(_explicit_arrays(fabric.explicit), _explicit_arrays(as_dict)):
+        assert got.dtype.kind == want.dtype.kind
+        assert np.array_equal(got, want)
+    plain = type(fabric)(**{**{f: getattr(fabric, f) for f in fabric.__dataclass_fields__
+                               if f != "_cache"}, "explicit": as_dict})
+    n = fabric.servers
+    src, dst = np.divmod(np.arange(n * n), n)
+    keep = src != dst
+    a, b = fabric.route(src[keep], dst[keep]), plain.route(src[keep], dst[keep])
+    for name in ("ptr", "link", "weight"):
+        assert np.array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_a_released_cost_gives_the_same_times_and_keeps_its_memo():
+    cluster, job, model, space, plan = shard()
+    strategies = [lay.strategy for lay in structured_strategies(model, space)][:4]
+    strategies.append(start_strategy(model, cluster, job, space))
+
+    def cost():
+        fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+        return IterationCost(model, cluster, job, fabric, plan.rings)
+
+    warm, cold = cost(), cost()
+    for s in strategies:
+        want = (warm(s), warm.lower_bound(s, links=True))
+        cold.release()
+        assert not cold.fabric._cache      # the router's tables went
+        cold.memo.clear()                  # (simulated again, not remembered)
+        cold.lower.clear()
+        assert (cold(s), cold.lower_bound(s, links=True)) == want
+    t = cold(strategies[0])
+    evaluations = cold.evaluations
+    cold.release()
+    assert cold.memo[strategies[0].configs] == t == cold(strategies[0])
+    assert cold.evaluations == evaluations
+
+
+def test_route_classes_make_their_pair_tables_only_for_pair_flows():
+    # n^2 entries per fabric: a builder whose MP flows are coflows never needs them
+    cluster, job, model, space, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    fast = FastEstimator(model, cluster, job, fabric, plan.rings)
+    fast.total(hybrid(model, cluster.servers))
+    assert fast.builder.mp_flows == "coflow" and fast.builder.routes._pairs.size == 0
+    pairs = FastEstimator(model, cluster, job, fabric, plan.rings, mp_flows="pair")
+    assert pairs.total(hybrid(model, cluster.servers)) > 0
+    assert pairs.builder.routes._pairs.size == cluster.servers ** 2
+
+
+def _run(monkeypatch, warm):
+    """The alternation with ``WARM_COSTS = warm``: its result, and per cost asked for,
+    (costs kept, warm costs, whether every cold one had released its caches)."""
+    cluster, job, model, space = small(8)
+    monkeypatch.setattr(alternating, "WARM_COSTS", warm)
+    seen = []
+    asked = alternating._Shard.cost
+
+    def cost(self, plan):
+        out = asked(self, plan)
+        cold = [c for key, (_, c) in self.costs.items() if key not in self.warm]
+        seen.append((len(self.costs), len(self.warm), all(not c.fabric._cache for c in cold)))
+        # every kept cost's plan is alive: a plan no one holds takes its cost with it
+        assert all(ref() is not None for ref, _ in self.costs.values())
+        return out
+
+    monkeypatch.setattr(alternating._Shard, "cost", cost)
+    found = alternating_optimization(model, cluster, job, start_strategy(model, cluster, job),
+                                     rounds=2, budget=6, chains=2,
+                                     layouts=structured_strategies(model, space))
+    return found, seen
+
+
+def test_the_warm_costs_are_bounded_and_the_result_does_not_depend_on_it(monkeypatch):
+    bounded, seen = _run(monkeypatch, 1)
+    assert max(kept for kept, _, _ in seen) > 2     # not vacuous: many topologies timed
+    assert max(warm for _, warm, _ in seen) == 1
+    assert all(released for _, _, released in seen)
+    unbounded, seen = _run(monkeypatch, 10 ** 6)
+    assert all(kept == warm for kept, warm, _ in seen)
+    assert bounded.strategy.configs == unbounded.strategy.configs
+    assert bounded.time == unbounded.time
+    assert bounded.history == unbounded.history
+    assert bounded.screened == unbounded.screened
+    # the searches moved alike: the same starts, chain by chain the same curves
+    for a, b in zip(bounded.searches, unbounded.searches, strict=True):
+        assert a.starts == b.starts and a.stop == b.stop and a.moves == b.moves
+        assert [c.trace for c in a.chains] == [c.trace for c in b.chains]
