@@ -40,7 +40,7 @@ from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import descend
 from topoopt.planners.moves import MoveSet
-from topoopt.planners.search import DESCENT, SCREENED_FAMILIES, FabricSearch, search_space
+from topoopt.planners.search import SCREENED_FAMILIES, FabricSearch, descent_limits, search_space
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy, data_parallel, hybrid
@@ -364,7 +364,7 @@ def _alternate(p: _Shard, best: tuple[Strategy, TopologyPlan, float],
             splits = [(sp, tp) for sp, tp in pick.splits
                       if sp.degree_allreduce != best_plan.degree_allreduce]
             strategy, plan, t = _descend_splits(p, moveset, strategy, plan, t, splits,
-                                                min(DESCENT, 4 * budget))
+                                                descent_limits(p.space.servers, budget).final)
         improved = t < best_t * (1 - tolerance)
         history.append(RoundRecord(r, pick.mcmc_time, pick.topology_time,
                                    pick.new_plan.degree_allreduce, pick.new_plan.degree_mp,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from topoopt.interrupt import stop_requested
@@ -42,7 +42,9 @@ from topoopt.planners.structure import Layout
 from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
-           "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO"]
+           "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO",
+           "DESCENT_SERVERS", "MIN_DESCENT_SCALE", "DescentLimits", "descent_scale",
+           "descent_limits"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -58,6 +60,15 @@ DESCENT = 400
 BEST_DESCENT = 1600
 #: Candidates the descent from a chain's start may try (at most twice its budget).
 START_DESCENT = 200
+#: The size the three descent limits above were chosen at (docs/tuning.md, "Final
+#: descent limit"): at most this many servers a search gets them whole.
+DESCENT_SERVERS = 128
+#: The smallest share of the limits a larger job gets (:func:`descent_scale`): half, the
+#: smallest share measured to keep every fabric's result (at 256 servers); a quarter
+#: (final and start limits 100 and 50) had left BERT-128's seeds apart, stopped inside
+#: their first sweep (docs/tuning.md, "Final descent limit"), and a neighbourhood only
+#: grows with the servers.
+MIN_DESCENT_SCALE = 0.5
 #: Families descended beyond one per chain, before the chains pick where to start.
 SCREENED_FAMILIES = 3
 #: ... if their best start is within this factor of the best start.
@@ -120,6 +131,72 @@ class FabricSearch:
         return self.starts[0][1] if self.starts else self.best_time
 
 
+@dataclass(frozen=True)
+class DescentLimits:
+    """Candidates each descent of one search may try (:func:`descent_limits`).
+
+    Attributes
+    ----------
+    start : int
+        The descent from each chain's start (and each screened family's).
+    final : int
+        Each chain's final descent (and its polish, and each revisit).
+    best : int
+        The chain ahead's final descent in all (``final`` included).
+    """
+
+    start: int
+    final: int
+    best: int
+
+
+def descent_scale(servers: int) -> float:
+    """The share of the descent limits a search on ``servers`` servers gets:
+    ``DESCENT_SERVERS / servers``, at most 1 and at least :data:`MIN_DESCENT_SCALE`.
+
+    At most :data:`DESCENT_SERVERS` servers it is 1: the limits as they were chosen
+    there. Above, each candidate costs more to time (a simulation's flows grow with the
+    servers its operators span, the MP and AllReduce flows up to their square), the
+    descents are most of a plan's time, and the screened starts and the chains have
+    already found the basin the descents finish (docs/tuning.md, "Search at scale:
+    effort with the size", has the measurements). So the share falls in proportion to
+    the size, never rises with it, and stops at the floor.
+    """
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    return max(MIN_DESCENT_SCALE, min(1.0, DESCENT_SERVERS / servers))
+
+
+def descent_limits(servers: int, budget: int, *, start: int = START_DESCENT,
+                   final: int = DESCENT, best: int = BEST_DESCENT) -> DescentLimits:
+    """The descents' limits of a search on ``servers`` servers at ``budget`` moves per
+    chain: ``start``, ``final`` and ``best`` (the limits at :data:`DESCENT_SERVERS`)
+    times :func:`descent_scale` (rounded up), then capped by the budget, as before the
+    scale: ``start`` at ``2 x budget``, ``final`` at ``4 x budget``, ``best`` at ``16 x
+    budget`` and never below ``final`` (0 where ``final`` is 0).
+
+    The one rule of the search's effort with the size. The moves per chain (``budget``,
+    ``--budget``) never scale: an explicit budget is that many moves at every size. The
+    descents' limits are ``min(ceil(scale x limit), k x budget)`` with ``k`` 2, 4 and
+    16, whatever the budget: a budget above ``ceil(scale x limit) / k`` adds moves, not
+    descent.
+
+    Examples
+    --------
+    >>> descent_limits(128, 100)
+    DescentLimits(start=200, final=400, best=1600)
+    >>> descent_limits(256, 100)
+    DescentLimits(start=100, final=200, best=800)
+    >>> descent_limits(256, 10)
+    DescentLimits(start=20, final=40, best=160)
+    """
+    scale = descent_scale(servers)
+    first = min(math.ceil(scale * start), 2 * budget)
+    last = min(math.ceil(scale * final), 4 * budget)
+    ahead = max(last, min(math.ceil(scale * best), 16 * budget)) if last > 0 else 0
+    return DescentLimits(first, last, ahead)
+
+
 def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout], *,
                  extra: Sequence[tuple[str, Strategy]] = (), chains: int = 2,
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
@@ -162,6 +239,9 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     start_descent : int
         Most candidates the descent from a chain's start tries, and no more than
         ``2 x budget``.
+
+        The three are the limits at :data:`DESCENT_SERVERS` servers; a larger space
+        gets a share of them (:func:`descent_limits`).
     screened_families : int
         Families descended beyond one per chain before the chains pick their starts
         (0: the best start of each of the first ``chains`` families).
@@ -178,11 +258,10 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         raise ValueError(f"chains must be >= 1, got {chains}")
     moveset = MoveSet(space, tuple(layouts))
     # the descents try up to two (into the start's basin) and four (the last, which
-    # finishes the plan) times as many candidates as the chain makes moves: most are
-    # cut short by the bound
-    first = min(start_descent, 2 * budget)
-    descent = min(descent, 4 * budget)
-    best_descent = max(descent, min(best_descent, 16 * budget)) if descent > 0 else 0
+    # finishes the plan) times as many candidates as the chain makes moves (most are
+    # cut short by the bound), a share of them above 128 servers
+    first, descent, best_descent = astuple(descent_limits(
+        space.servers, budget, start=start_descent, final=descent, best=best_descent))
     screened = screened_families if first > 0 else 0
     starts, family_of = _timed_starts(space, cost, layouts, extra, moveset, stop, chains,
                                       screened)

@@ -1,0 +1,99 @@
+"""The search's effort with the job's size (``search.descent_scale``, ``descent_limits``):
+the limits as chosen at 128 servers up to that size, a share of them above that falls
+with the size and never below a floor, and a search that keeps to them."""
+
+import math
+
+import pytest
+from test_plan import tiny_search  # the two-operator job of the MCMC tests
+
+import topoopt.planners.mcmc as mcmc
+import topoopt.planners.search as search
+from topoopt.planners.search import (
+    BEST_DESCENT,
+    DESCENT,
+    DESCENT_SERVERS,
+    MIN_DESCENT_SCALE,
+    START_DESCENT,
+    descent_limits,
+    descent_scale,
+    search_space,
+)
+from topoopt.planners.structure import structured_strategies
+
+SIZES = [1, 2, 3, 4, 16, 64, 100, 127, 128, 129, 192, 256, 384, 512, 768, 1024, 4096]
+BUDGETS = [0, 1, 2, 10, 25, 50, 99, 100, 101, 400, 10_000]
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("servers", [n for n in SIZES if n <= DESCENT_SERVERS])
+def test_up_to_the_reference_size_the_limits_are_the_unscaled_ones(servers, budget):
+    # the limits before the rule (what the 128-server plans were made with)
+    final = min(DESCENT, 4 * budget)
+    assert descent_scale(servers) == 1.0
+    assert descent_limits(servers, budget) == search.DescentLimits(
+        min(START_DESCENT, 2 * budget), final,
+        max(final, min(BEST_DESCENT, 16 * budget)) if final > 0 else 0)
+
+
+def test_the_share_falls_with_the_size_and_stops_at_the_floor():
+    scales = [descent_scale(n) for n in SIZES]
+    assert all(a >= b for a, b in zip(scales, scales[1:]))
+    assert min(scales) == MIN_DESCENT_SCALE and max(scales) == 1.0
+    assert descent_scale(2 * DESCENT_SERVERS) < 1.0     # larger jobs do get less
+    with pytest.raises(ValueError):
+        descent_scale(0)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_the_limits_are_monotone_and_never_below_the_floors(budget):
+    limits = [descent_limits(n, budget) for n in SIZES]
+    for field in ("start", "final", "best"):
+        values = [getattr(lim, field) for lim in limits]
+        assert all(a >= b for a, b in zip(values, values[1:])), field
+    floor = descent_limits(10 ** 9, budget)         # the floor: every size gets at least it
+    assert floor == search.DescentLimits(min(math.ceil(MIN_DESCENT_SCALE * START_DESCENT),
+                                             2 * budget),
+                                         min(math.ceil(MIN_DESCENT_SCALE * DESCENT),
+                                             4 * budget),
+                                         floor.best)
+    for lim in limits:
+        # the budget's caps hold at every size, and the chain ahead goes at least as far
+        assert lim.start <= 2 * budget and lim.final <= 4 * budget
+        assert lim.best <= max(lim.final, 16 * budget)
+        assert (lim.best >= lim.final) and (lim.final > 0 or lim.best == 0)
+        assert lim.start >= floor.start and lim.final >= floor.final and lim.best >= floor.best
+    # more budget never means less descent, at any size
+    for n in SIZES:
+        lims = [descent_limits(n, b) for b in BUDGETS]
+        for a, b in zip(lims, lims[1:]):
+            assert a.start <= b.start and a.final <= b.final and a.best <= b.best
+
+
+def test_the_floor_keeps_a_descent_of_every_chain():
+    # at the floor every chain's final descent still tries more candidates than the
+    # config's budget (100) of moves, and the chain ahead goes on past it
+    floor = descent_limits(10 ** 9, 100)
+    assert floor.final > 100 and floor.best > floor.final and floor.start > 0
+
+
+def test_a_search_keeps_to_its_sizes_limits(monkeypatch):
+    # the tiny job's 4 servers made "large" by lowering the reference size to 2: every
+    # descent the search runs stays within the scaled limits, and some reach past the
+    # scaled final limit only as the chain ahead may
+    cluster, job, model, space, cost = tiny_search()
+    monkeypatch.setattr(search, "DESCENT_SERVERS", 2)       # scale: the floor
+    limits = descent_limits(space.servers, 50, start=8, final=12, best=40)
+    assert limits.final < 12                              # the rule applies at this size
+    seen = []
+    real = mcmc.descend
+
+    def recording(space_, cost_, strategy, time, moves, limit=400, *args, **kwargs):
+        seen.append(limit)
+        return real(space_, cost_, strategy, time, moves, limit, *args, **kwargs)
+
+    monkeypatch.setattr(mcmc, "descend", recording)
+    search_space(space, cost, structured_strategies(model, space), chains=2, budget=50,
+                 seed=0, block=10, start_descent=8, descent=12, best_descent=40)
+    assert seen and max(seen) <= max(limits.final, limits.best - limits.final)
+    assert limits.start in seen and limits.final in seen
