@@ -9,25 +9,20 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_llm_estimate import CONFIG  # the 16-server GPT-3 job estimate's tests use
 
 from topoopt.cli import main
 from topoopt.commands.estimate import parse_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG = """
-[cluster]
-servers = 16
-nics = 8
-link_bandwidth = "200Gbps"
-gpus_per_server = 8
-gpu = "A100"
 
-[job]
-model = "gpt3-175b"
-batch_per_gpu = 1
-precision = "bf16"
-"""
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "gpt.toml"
+    path.write_text(CONFIG)
+    return path
 
 
 def _estimate(path, layout, *extra):
@@ -43,13 +38,6 @@ def _one_line_error(path, layout):
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
     return lines[0]
-
-
-@pytest.fixture
-def config(tmp_path):
-    path = tmp_path / "gpt.toml"
-    path.write_text(CONFIG)
-    return path
 
 
 def test_every_memory_switch_reaches_the_library(config):

@@ -144,14 +144,20 @@ def test_plan_folder_round_trip_and_tampering(tmp_path):
                         (("llm", "parallel", "micro_batches"), 3),
                         (("llm", "fabrics", "ideal", "iteration", "mfu"), 0.9),
                         (("llm", "placement", "stages"), [[0]])):
-        bad = json.loads(json.dumps(doc))
-        t = bad
-        for k in path[:-1]:
-            t = t[k]
-        t[path[-1]] = value
-        with pytest.raises(PlanCheckError) as err:
-            check_llm_plan_document(bad)
-        assert "\n" not in str(err.value)
+        assert "\n" not in refusal_of_tampered(doc, path, value)
+
+
+def refusal_of_tampered(doc: dict, path: tuple, value) -> str:
+    """The check's refusal of ``doc`` (left as it is) with the value at ``path``
+    replaced by ``value``: a tampered plan must be refused."""
+    bad = json.loads(json.dumps(doc))
+    t = bad
+    for k in path[:-1]:
+        t = t[k]
+    t[path[-1]] = value
+    with pytest.raises(PlanCheckError) as err:
+        check_llm_plan_document(bad)
+    return str(err.value)
 
 
 SMALL_TOML = """
