@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
-from test_llm_planner import refusal_of_tampered
+from test_plan_interface import refusal_of_tampered
 
 from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
@@ -94,7 +94,8 @@ def test_a_cp_plan_passes_its_check_and_states_its_cp_groups(cp_plan):
     (("llm", "placement", "cp_groups"), [[0], [1]], "llm.placement.cp_groups"),
 ])
 def test_a_tampered_cp_fails_the_check_in_one_line(cp_plan, path, value, says):
-    refusal = refusal_of_tampered(llm_plan_to_json(cp_plan), path, value)
+    refusal = refusal_of_tampered(llm_plan_to_json(cp_plan), path, value,
+                                  check_llm_plan_document)
     assert says in refusal and "\n" not in refusal
 
 

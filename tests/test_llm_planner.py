@@ -10,11 +10,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_plan_interface import refusal_of_tampered
 
 from topoopt import plan
 from topoopt.cli import main
 from topoopt.cluster import GPUS, Cluster, Job
-from topoopt.errors import ConfigError, PlanCheckError
+from topoopt.errors import ConfigError
 from topoopt.export.bundle import ExportSkipped
 from topoopt.export.plan_dir import check_plan_dir, write_plan
 from topoopt.fabrics.catalog import build_fabric
@@ -144,20 +145,7 @@ def test_plan_folder_round_trip_and_tampering(tmp_path):
                         (("llm", "parallel", "micro_batches"), 3),
                         (("llm", "fabrics", "ideal", "iteration", "mfu"), 0.9),
                         (("llm", "placement", "stages"), [[0]])):
-        assert "\n" not in refusal_of_tampered(doc, path, value)
-
-
-def refusal_of_tampered(doc: dict, path: tuple, value) -> str:
-    """The check's refusal of ``doc`` (left as it is) with the value at ``path``
-    replaced by ``value``: a tampered plan must be refused."""
-    bad = json.loads(json.dumps(doc))
-    t = bad
-    for k in path[:-1]:
-        t = t[k]
-    t[path[-1]] = value
-    with pytest.raises(PlanCheckError) as err:
-        check_llm_plan_document(bad)
-    return str(err.value)
+        assert "\n" not in refusal_of_tampered(doc, path, value, check_llm_plan_document)
 
 
 SMALL_TOML = """

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import warnings
+from typing import Callable
 
 import pytest
 from click.testing import CliRunner
@@ -80,14 +81,21 @@ def test_a_plan_offers_the_interface_and_its_document_round_trips(a_plan):
                                          (("cluster", "servers"), 3),
                                          (("topology", "links"), [[0, 0, 0, 0]])])
 def test_a_corrupted_field_fails_its_check_in_one_line(a_plan, path, value):
-    doc = a_plan.to_json()
-    t = doc
+    assert "\n" not in refusal_of_tampered(a_plan.to_json(), path, value)
+
+
+def refusal_of_tampered(doc: dict, path: tuple, value,
+                        check: Callable[[dict], object] = check_document) -> str:
+    """``check``'s refusal of ``doc`` (left as it is) with the value at ``path``
+    replaced by ``value``: a tampered plan must be refused."""
+    bad = json.loads(json.dumps(doc))
+    t = bad
     for k in path[:-1]:
         t = t[k]
     t[path[-1]] = value
     with pytest.raises(PlanCheckError) as err:
-        check_document(doc)
-    assert "\n" not in str(err.value)
+        check(bad)
+    return str(err.value)
 
 
 def test_each_kind_refuses_the_others_document():
