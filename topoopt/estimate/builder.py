@@ -24,14 +24,18 @@ from topoopt.errors import ConfigError
 from topoopt.estimate.bounds import GraphBounds
 from topoopt.estimate.checks import check_estimate_inputs
 from topoopt.estimate.iteration_graph import FLOW_ALLREDUCE, IterationGraph
-from topoopt.estimate.mp_flows import Barriers, DependencyList, FlowTable, add_mp_pass, placeholder
+from topoopt.estimate.mp_flows import (
+    Barriers,
+    DependencyList,
+    FlowTable,
+    add_mp_pass,
+    backward_transfers,
+    forward_transfers,
+    placeholder,
+)
 from topoopt.estimate.routes import RouteCache
 from topoopt.estimate.segments import EstimateCache, Segment, fuse_operators
 from topoopt.estimate.templates import (
-    BWD_KEY,
-    DST_POS,
-    FWD_KEY,
-    SRC_POS,
     UPD,
     AllReduceTemplate,
     ConfigInfo,
@@ -488,43 +492,17 @@ class IterationGraphBuilder:
         """The MP flows of the forward pass (a group's transfers once, its bytes summed
         over its edges) and of the backward pass (aliased edges left out)."""
         nn = self.n * self.n
-        plans = edges.plans
-        lens = np.fromiter((p.size for p in plans), np.int64, len(plans))
-        tg = np.array(edges.segs, np.int64)
-        ints = np.concatenate([p.ints for p in plans], axis=1)
-        # the transfers' bytes: overlap x scale
-        nbytes = (np.concatenate([p.overlap for p in plans])
-                  * np.repeat(np.array(edges.scale, float), lens))
-        grp = np.array(edges.group, np.int64)
-        is_first = np.array(edges.first)
-        first = np.repeat(is_first, lens)
-        f_keys = (np.repeat(tg[:, 1] * nn, lens) + ints[FWD_KEY])[first]
-        f_pred = (np.repeat(g_base[grp], lens)
-                  + np.repeat(g_sign[grp], lens) * ints[SRC_POS])[first]
-        if len(edges.groups) == len(plans):
-            f_bytes = nbytes
-        else:   # summed over a group's edges in edge order
-            f_lens = lens[is_first]
-            f_start = np.cumsum(f_lens) - f_lens
-            t_start = np.cumsum(lens) - lens
-            at = np.repeat(f_start[grp] - t_start, lens) + np.arange(nbytes.size)
-            f_bytes = np.bincount(at, weights=nbytes, minlength=f_keys.size)
-        if not all(backward_kept):
-            keep = np.array(backward_kept)
-            elem = np.repeat(keep, lens)
-            ints, nbytes = ints[:, elem], nbytes[elem]
-            lens, tg = lens[keep], tg[keep]
-        b_keys = np.repeat(tg[:, 0] * nn, lens) + ints[BWD_KEY]
-        b_pred = np.repeat(layout.bwd_base[tg[:, 1]], lens) + ints[DST_POS]
+        fwd = forward_transfers(edges.plans, [gv for _, gv in edges.segs], edges.scale,
+                                edges.group, edges.first, g_base, g_sign, nn)
+        bwd = backward_transfers(edges.plans, edges.segs, edges.scale, backward_kept,
+                                 layout.bwd_base, nn)
         consumers = ({gv for _, gv in edges.pairs}, {gu for gu, _ in edges.pairs})
         coflows = self.mp_flows == "coflow"
         merge = self.merge_flows and not self.random_paths
-        add_mp_pass(flows, self.routes, coflows, merge, f_keys, f_bytes, f_pred,
-                    layout.fwd_base, layout.position, len(consumers[0]), None, barriers,
-                    layout.sizes, deps)
-        add_mp_pass(flows, self.routes, coflows, merge, b_keys, nbytes, b_pred,
-                    layout.bwd_base, layout.position, len(consumers[1]), aliases, barriers,
-                    layout.sizes, deps)
+        add_mp_pass(flows, self.routes, coflows, merge, *fwd, layout.fwd_base, layout.position,
+                    len(consumers[0]), None, barriers, layout.sizes, deps)
+        add_mp_pass(flows, self.routes, coflows, merge, *bwd, layout.bwd_base, layout.position,
+                    len(consumers[1]), aliases, barriers, layout.sizes, deps)
 
     def _add_allreduce(self, fused: Fused, layout: _TaskLayout, flows: FlowTable,
                        barriers: Barriers, late: DependencyList) -> list[tuple[int, ...]]:

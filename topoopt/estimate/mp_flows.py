@@ -15,10 +15,12 @@ import numpy as np
 
 from topoopt.estimate.iteration_graph import FLOW_MP
 from topoopt.estimate.routes import RouteCache
+from topoopt.estimate.templates import BWD_KEY, DST_POS, FWD_KEY, SRC_POS, PairTemplate
 
 __all__ = ["FlowTable", "FlowArrays", "Barriers", "placeholder", "DependencyList",
-           "MergedTransfers", "merge_pass", "add_mp_pass", "identical_blocks", "coflow_groups",
-           "row_ranks", "group_keys"]
+           "PassTransfers", "forward_transfers", "backward_transfers", "MergedTransfers",
+           "merge_pass", "add_mp_pass", "identical_blocks", "coflow_groups", "row_ranks",
+           "group_keys"]
 
 #: :func:`add_mp_pass` merges a pass's transfers through a dense table of (consumer
 #: segment, source, destination) while the table has at most this many entries per
@@ -27,6 +29,11 @@ __all__ = ["FlowTable", "FlowArrays", "Barriers", "placeholder", "DependencyList
 #: more than a sort (measurements: docs/tuning.md, "Task-graph builder").
 _DENSE_PER_TRANSFER = 32
 _DENSE_MIN, _DENSE_MAX = 1 << 16, 1 << 22
+#: :func:`forward_transfers` sums the bytes of a forward group's edges over all their
+#: transfers at once (one ``np.bincount``) up to this many transfers in all, else edge
+#: by edge into the group's: the memory of a graph's build then grows with its groups'
+#: and kept edges' transfers, not with every edge's.
+_SUM_CHUNK = 1 << 16
 #: Identical blocks of per-pair flows are looked for in a pass of at least this many
 #: flows (below it the search for them costs more than it saves).
 _MERGE_MIN = 4096
@@ -128,6 +135,78 @@ class DependencyList:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(before, after)``, concatenated."""
         return np.concatenate(self.before), np.concatenate(self.after)
+
+
+class PassTransfers(NamedTuple):
+    """The transfers of one pass, as :func:`add_mp_pass` takes them: per transfer, its
+    key (``consumer segment x n^2 + src x n + dst``), bytes and predecessor node."""
+
+    keys: np.ndarray
+    nbytes: np.ndarray
+    preds: np.ndarray
+
+
+def forward_transfers(plans: list[PairTemplate], consumer: list[int], scale: list[float],
+                      group: list[int], first: list[bool], g_base: np.ndarray,
+                      g_sign: np.ndarray, nn: int) -> PassTransfers:
+    """The forward pass's transfers: each group's once, from its first edge.
+
+    Edge ``i`` (in edge order) has template ``plans[i]``, consumer segment
+    ``consumer[i]``, bytes ``overlap x scale[i]``, forward group ``group[i]`` (numbered
+    in the order of their first edges) and ``first[i]``: whether it is its group's
+    first. The edges of a group share their consumer and both configs, hence their
+    template: a group's transfers are its first edge's (keys, and predecessors
+    ``g_base + g_sign x source position`` of its group), their bytes summed over the
+    group's edges position by position, from 0.0 and in edge order (as
+    ``np.bincount`` sums them). Beyond ``_SUM_CHUNK`` transfers in all, only the
+    groups' first edges' transfers are listed: each later edge's bytes are added in
+    place.
+    """
+    firsts = [i for i, f in enumerate(first) if f]
+    fp = [plans[i] for i in firsts]
+    lens = np.fromiter((p.size for p in fp), np.int64, len(fp))
+    cons = np.fromiter((consumer[i] for i in firsts), np.int64, len(firsts))
+    keys = np.repeat(cons * nn, lens) + np.concatenate([p.ints[FWD_KEY] for p in fp])
+    preds = (np.repeat(g_base, lens)
+             + np.repeat(g_sign, lens) * np.concatenate([p.ints[SRC_POS] for p in fp]))
+    scales = np.asarray(scale, float)
+    if len(firsts) == len(plans):       # a group per edge: nothing to add
+        nbytes = np.concatenate([p.overlap for p in fp]) * np.repeat(scales, lens)
+        return PassTransfers(keys, nbytes, preds)
+    f_start = np.cumsum(lens) - lens    # each group's first transfer
+    grp = np.asarray(group, np.int64)
+    all_lens = np.fromiter((p.size for p in plans), np.int64, len(plans))
+    if int(all_lens.sum()) <= _SUM_CHUNK:   # few: every edge's bytes at once
+        t_start = np.cumsum(all_lens) - all_lens
+        at = np.repeat(f_start[grp] - t_start, all_lens) + np.arange(int(all_lens.sum()))
+        w = np.concatenate([p.overlap for p in plans]) * np.repeat(scales, all_lens)
+        nbytes = np.bincount(at, weights=w, minlength=keys.size)
+    else:       # the first edges', then each later edge's added to its group's
+        nbytes = 0.0 + np.concatenate([p.overlap for p in fp]) * np.repeat(scales[firsts], lens)
+        for i in np.flatnonzero(~np.asarray(first)).tolist():
+            pos = int(f_start[grp[i]])
+            nbytes[pos:pos + int(all_lens[i])] += plans[i].overlap * scales[i]
+    return PassTransfers(keys, nbytes, preds)
+
+
+def backward_transfers(plans: list[PairTemplate], segs: list[tuple[int, int]],
+                       scale: list[float], kept: list[bool], bwd_base: np.ndarray,
+                       nn: int) -> PassTransfers:
+    """The backward pass's transfers: those of the edges ``kept`` (an alias's are its
+    representative's), in edge order. Edge ``i`` joins segments ``segs[i]``
+    (producer, consumer), has template ``plans[i]`` and bytes ``overlap x scale[i]``;
+    its gradients go from the consumer's backward tasks (``bwd_base``) to the
+    producer's."""
+    idx = [i for i, k in enumerate(kept) if k]
+    kp = [plans[i] for i in idx]
+    lens = np.fromiter((p.size for p in kp), np.int64, len(kp))
+    tg = np.array([segs[i] for i in idx], np.int64).reshape(-1, 2)
+    keys = np.repeat(tg[:, 0] * nn, lens) + np.concatenate([p.ints[BWD_KEY] for p in kp])
+    nbytes = (np.concatenate([p.overlap for p in kp])
+              * np.repeat(np.asarray(scale, float)[idx], lens))
+    preds = (np.repeat(bwd_base[tg[:, 1]], lens)
+             + np.concatenate([p.ints[DST_POS] for p in kp]))
+    return PassTransfers(keys, nbytes, preds)
 
 
 class MergedTransfers(NamedTuple):
