@@ -226,7 +226,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, refre
             lptr, lcls = _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks,
                                            left, nent, lptr.size)
         fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
-                    clink, cweight, crate, level0, hkey, hid, sat)
+                    clink, cweight, crate, level0, hkey, hid, sat, ncls - fixed_n)
         for q in range(nlinks):
             lk = links[q]
             aload[lk] = frozen[lk]
