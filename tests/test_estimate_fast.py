@@ -25,7 +25,7 @@ from topoopt.netsim import (
     max_min_rates,
     simulate,
 )
-from topoopt.netsim._dag_kernel import _solve
+from topoopt.netsim._dag_kernel import _REFRESH, _solve
 from topoopt.netsim._fill_kernel import link_classes
 from topoopt.netsim.dag import link_load_bound, route_classes, run_dag, simulate_dag
 from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
@@ -390,23 +390,45 @@ def test_simulate_dag_closed_forms_and_errors():
     assert simulate_dag(net, w).finish[t] == pytest.approx(3.0)
 
 
-def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=None):
+@pytest.mark.parametrize("seed", range(4))
+def test_simulate_dag_equals_simulate_over_many_warm_solves(seed):
+    # long runs of warm solves on shared multi-hop routes with ties (equal capacities
+    # and sizes on odd seeds): the links' load kept as running sums between fresh sums
+    # (_dag_kernel._REFRESH) stays within 1e-7 of the reference engine's times
+    rng = np.random.default_rng(300 + seed)
+    L = 24
+    cap = np.full(L, 10e9) if seed % 2 else rng.choice([10e9, 25e9, 40e9], size=L)
+    net = Network(cap, np.full(L, 1e-6))
+    w = layered_multihop_workload(rng, L, layers=10, width=40)
+    ref, got = simulate(net, w), simulate_dag(net, w)
+    assert got.events == ref.events > 6 * _REFRESH
+    for field in ("start", "finish", "tx_end"):
+        np.testing.assert_allclose(getattr(got, field), getattr(ref, field), rtol=1e-7,
+                                   atol=1e-15, equal_nan=True)
+    assert got.makespan == pytest.approx(ref.makespan, rel=1e-7)
+
+
+def _kernel_rates(cap, routes, flow_class, act, state=None, warm=False, count=None,
+                  refresh_every=3):
     """Rates of the active flows ``act`` from the compiled engine's max-min solve (flow
-    ``f`` standing for ``count[f]`` identical flows)."""
+    ``f`` standing for ``count[f]`` identical flows); the links' load is summed afresh
+    on every ``refresh_every``-th solve of a ``state``, between them kept as running sums."""
     C, L = len(routes), cap.size
     if state is None:
         state = [np.zeros(C, np.int64), np.zeros(C, np.int64), np.empty(flow_class.size,
-                 np.int64), 0, np.zeros(C), np.zeros(L), np.zeros(L), np.zeros(1, bool)]
+                 np.int64), 0, np.zeros(C), np.zeros(L), np.zeros(L), 0]
     if count is None:
         count = np.ones(flow_class.size, np.int64)
-    mult, pmult, prev_cls, nprev, crate, aload, aweight, astale = state
+    mult, pmult, prev_cls, nprev, crate, aload, aweight, nsolve = state
     rate = np.empty(act.size)
     lptr, lcls, _ = link_classes(flow_class, routes.ptr, routes.link, L)
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
     state[3] = _solve(act, act.size, flow_class, count, routes.ptr, routes.link, routes.weight, cap,
-                      warm, mult, pmult, prev_cls, nprev, crate, aload, aweight, astale, lptr,
-                      lcls, np.zeros((4, L)), iscratch, np.zeros(C, bool), rate)
+                      warm, nsolve % refresh_every == 0, mult, pmult, prev_cls, nprev, crate,
+                      aload, aweight, lptr, lcls, np.zeros((4, L)), iscratch, np.zeros(C, bool),
+                      rate)
+    state[7] = nsolve + 1
     return rate, state
 
 

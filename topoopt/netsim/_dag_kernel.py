@@ -49,6 +49,10 @@ def successor_lists(before, after, n):
 #: graph's classes per entry of those filling, the filling lists its own per link.
 _SPARSE_LINKS = 3
 
+#: Solves between fresh sums of the links' load: the running sums between gather
+#: rounding (docs/tuning.md, "Simulators at 256 servers").
+_REFRESH = 16
+
 
 @njit(cache=True)
 def _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks, left, nent, size):
@@ -105,26 +109,43 @@ def _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, aload, aweig
 
 
 @njit(cache=True)
-def _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight):
-    """Set ``aload`` and ``aweight`` (per link: bits/s and weight x count) to those of
-    the classes kept frozen (rate below ``lam``, count unchanged). Summed afresh, in
-    the order of ``cls``, on every link: no test of which links the filling crosses."""
-    aload[:] = 0.0
-    aweight[:] = 0.0
-    for k in range(ncls):
-        c = cls[k]
+def _kept_load(refresh, cls, ncls, prev_cls, nprev, lam, mult, pmult, crate, cptr, clink,
+               cweight, aload, aweight):
+    """Bring ``aload`` and ``aweight`` (per link: bits/s and weight x count of the last
+    solve's classes) to those of the classes kept frozen (rate below ``lam``, count
+    unchanged): the other classes' shares taken out of the running sums, or
+    (``refresh``) summed afresh on every link, which bounds the rounding the running
+    sums gather."""
+    if refresh:
+        aload[:] = 0.0
+        aweight[:] = 0.0
+        for k in range(ncls):
+            c = cls[k]
+            if crate[c] < lam and mult[c] == pmult[c]:
+                m = mult[c]
+                r = crate[c]
+                for e in range(cptr[c], cptr[c + 1]):
+                    w = cweight[e] * m
+                    aweight[clink[e]] += w
+                    aload[clink[e]] += r * w
+        return
+    for k in range(nprev):
+        c = prev_cls[k]
         if crate[c] < lam and mult[c] == pmult[c]:
-            m = mult[c]
-            r = crate[c]
-            for e in range(cptr[c], cptr[c + 1]):
-                w = cweight[e] * m
-                aweight[clink[e]] += w
-                aload[clink[e]] += r * w
+            continue
+        m = pmult[c]
+        r = crate[c]
+        if not r < np.inf:
+            continue    # never froze: no share on any link
+        for e in range(cptr[c], cptr[c + 1]):
+            w = cweight[e] * m
+            aweight[clink[e]] -= w
+            aload[clink[e]] -= r * w
 
 
 @njit(cache=True)
-def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult, pmult,
-           prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls, scratch, iscratch,
+def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, refresh, mult,
+           pmult, prev_cls, nprev, crate, aload, aweight, lptr, lcls, scratch, iscratch,
            filling, out_rate):
     """Max-min rate of each active flow by progressive filling on class rows: the flows
     of one class freeze together, so a class is one row weighted by its count (as
@@ -139,11 +160,10 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
     unchanged, and the filling resumes from the last of those levels on what the
     classes frozen there leave of each link. (``pmult``, ``prev_cls``, ``nprev`` and
     ``crate`` keep the last solve, ``aload`` and ``aweight`` its load and weight per
-    link, summed when a solve fills or, if it did not (``astale[0]`` set), when the
-    next one needs them; the count of classes is returned.) ``lptr, lcls``: the
-    classes of each link (:func:`~topoopt.netsim._fill_kernel.link_classes`);
-    ``scratch`` (4 x links floats, row 3 zero) and ``iscratch`` (5 x links ints, row 3
-    all ``-1``) are work space."""
+    link as running sums (:func:`_kept_load`; ``refresh``: summed afresh); the count of
+    classes is returned.) ``lptr, lcls``: the classes of each link
+    (:func:`~topoopt.netsim._fill_kernel.link_classes`); ``scratch`` (4 x links floats,
+    row 3 zero) and ``iscratch`` (5 x links ints, row 3 all ``-1``) are work space."""
     cls = np.empty(nact, np.int64)
     ncls = 0
     for i in range(nact):
@@ -159,15 +179,10 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             c = prev_cls[k]
             if mult[c] < pmult[c] and crate[c] < lam:
                 lam = crate[c]
-        for k in range(ncls):
-            if mult[cls[k]] > pmult[cls[k]]:
-                if astale[0]:   # the last solve filled nothing: its load, summed now
-                    _kept_load(prev_cls, nprev, np.inf, pmult, pmult, crate, cptr, clink,
-                               cweight, aload, aweight)
-                    astale[0] = False
-                lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap,
-                                            aload, aweight, scratch[3], iscratch[4]))
-                break
+        lam = min(lam, _added_bound(cls, ncls, mult, pmult, cptr, clink, cweight, cap, aload,
+                                    aweight, scratch[3], iscratch[4]))
+    _kept_load(refresh or not warm, cls, ncls, prev_cls, nprev, lam, mult, pmult, crate, cptr,
+               clink, cweight, aload, aweight)
     fixed_n = 0
     level0 = 0.0
     for k in range(ncls):
@@ -176,9 +191,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             fixed_n += 1
             if crate[c] > level0:
                 level0 = crate[c]
-    astale[0] = fixed_n == ncls
     if fixed_n < ncls:
-        _kept_load(cls, ncls, lam, mult, pmult, crate, cptr, clink, cweight, aload, aweight)
         frozen, rising, hkey = scratch[0], scratch[1], scratch[2]
         links, left, hid, seen, sat = (iscratch[0], iscratch[1], iscratch[2], iscratch[3],
                                        iscratch[4])
@@ -213,7 +226,7 @@ def _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
             lptr, lcls = _own_link_classes(cls, ncls, filling, cptr, clink, links, nlinks,
                                            left, nent, lptr.size)
         fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
-                    clink, cweight, crate, level0, hkey, hid, sat)
+                    clink, cweight, crate, level0, hkey, hid, sat, ncls - fixed_n)
         for q in range(nlinks):
             lk = links[q]
             aload[lk] = frozen[lk]
@@ -319,7 +332,7 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
     lptr, lcls, _ = link_classes(flow_class, cptr, clink, L)
     aload = np.zeros(L)
     aweight = np.zeros(L)
-    astale = np.zeros(1, np.bool_)
+    nsolve = 0
     scratch = np.zeros((4, L))
     iscratch = np.zeros((5, L), np.int64)
     iscratch[3] = -1
@@ -401,9 +414,10 @@ def run_kernel(n, is_flow, local, flow_node, bits, flow_lat, flow_class, fcount,
             nnew = 0
             dirty = False
             t_ref = t
-            nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm, mult,
-                           pmult, prev_cls, nprev, crate, aload, aweight, astale, lptr, lcls,
-                           scratch, iscratch, filling, arate)
+            nprev = _solve(act, nact, flow_class, fcount, cptr, clink, cweight, cap, warm,
+                           nsolve % _REFRESH == 0, mult, pmult, prev_cls, nprev, crate, aload,
+                           aweight, lptr, lcls, scratch, iscratch, filling, arate)
+            nsolve += 1
             flow_next = np.inf
             sent_next = np.inf
             for i in range(nact):

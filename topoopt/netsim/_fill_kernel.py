@@ -89,21 +89,22 @@ def _pop(key, ids, size):
 
 @njit(cache=True)
 def fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, mult, cptr,
-                clink, cweight, crate, level, hkey, hid, sat):
+                clink, cweight, crate, level, hkey, hid, sat, nfill):
     """Progressive filling from ``level`` of the classes marked in ``filling`` (rate
     ``inf`` on entry): each freezes at the level where one of its links saturates.
 
     ``links[:nlinks]`` are the links the filling classes cross, with ``frozen`` (bits/s
     the other classes take), ``rising`` (weight x count of the filling classes) and
     ``left`` (their entries) set. Links within ``_RTOL`` of the step to the next level
-    saturate together (as the reference :func:`topoopt.netsim.max_min_rates`).
-    ``hkey``, ``hid`` and ``sat`` are scratch of the links' size."""
+    saturate together (as the reference :func:`topoopt.netsim.max_min_rates`). Stops
+    when the ``nfill`` filling classes have frozen: the links still in the heap then
+    carry none of them. ``hkey``, ``hid`` and ``sat`` are scratch of the links' size."""
     size = 0
     for q in range(nlinks):
         lk = links[q]
         if left[lk] > 0 and rising[lk] > 0.0:
             size = _push(hkey, hid, size, (cap[lk] - frozen[lk]) / rising[lk], lk)
-    while size > 0:
+    while size > 0 and nfill > 0:
         x, lk = hkey[0], hid[0]
         size = _pop(hkey, hid, size)
         if left[lk] == 0 or not rising[lk] > 0.0:
@@ -137,6 +138,7 @@ def fill_levels(links, nlinks, cap, frozen, rising, left, lptr, lcls, filling, m
                 if not filling[c] or crate[c] != np.inf:
                     continue
                 crate[c] = level
+                nfill -= 1
                 m = mult[c]
                 for e in range(cptr[c], cptr[c + 1]):
                     l3 = clink[e]
