@@ -4,6 +4,7 @@ odd (a well-formed entry skips the field-by-field check; anything else gets it).
 from __future__ import annotations
 
 import copy
+import json
 import math
 from unittest.mock import patch
 
@@ -12,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topoopt.errors import PlanCheckError
-from topoopt.plans.common import routes_of
+from topoopt.plans.common import _routes_json, routes_of
+from topoopt.topology.topology import RouteArrays, Routes
 
 ROUTES = [
     {"src": 0, "dst": 1, "paths": [{"path": [0, 1], "fraction": 1.0}]},
@@ -85,3 +87,16 @@ def test_a_plans_routes_stay_arrays():
     assert getattr(routes.paths, "arrays", None) is routes.arrays()
     assert dict(routes.paths) == _entry_by_entry(ROUTES)
     assert dict(routes_of({"routes": ROUTES[::-1]}).paths) == _entry_by_entry(ROUTES)
+
+
+def test_routes_are_written_alike_from_arrays_or_tuples():
+    # TopologyFinder's routes are arrays; the document lists them as from tuples
+    mapping = dict(routes_of({"routes": _shuffled(ROUTES)}).paths)
+    arrays = Routes.from_arrays(RouteArrays.from_mapping(mapping))
+    written = _routes_json(arrays)
+    assert json.dumps(written) == json.dumps(_routes_json(Routes(mapping)))
+    assert dict(routes_of({"routes": written}).paths) == mapping
+
+
+def _shuffled(routes):
+    return copy.deepcopy(routes[::-1])

@@ -81,16 +81,30 @@ def topology_plan_json(tp: TopologyPlan) -> dict:
                           "share": 1.0 / len(orders),
                           "group_bytes": g.bytes if g is not None else None,
                           "direct": bool(g is not None and g.degree > 0)})
-    routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
-                                             for path, f in options]}
-              for (s, d), options in sorted(tp.routes.paths.items())]
     return {"topology": {"servers": topo.servers, "ports": topo.ports,
                          "link_bandwidth": topo.link_bandwidth,
                          "link_latency": topo.link_latency,
                          "links": [list(link) for link in topo.links],
                          "labels": list(topo.labels),
                          "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
-            "rings": rings, "routes": routes}
+            "rings": rings, "routes": _routes_json(tp.routes)}
+
+
+def _routes_json(routes: Routes) -> list[dict]:
+    """``plan.json``'s ``routes``: one entry per pair, in pair order. Array-backed routes
+    (TopologyFinder's) are listed from their arrays, without a tuple per path; their
+    numbers are Python ints and floats either way."""
+    arrays = getattr(routes.paths, "arrays", None)
+    if not isinstance(arrays, RouteArrays):
+        return [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
+                                               for path, f in options]}
+                for (s, d), options in sorted(routes.paths.items())]
+    nodes, nptr = arrays.nodes.tolist(), arrays.node_ptr.tolist()
+    paths = [{"path": nodes[a:b], "fraction": f}
+             for a, b, f in zip(nptr, nptr[1:], arrays.fraction.tolist())]
+    pptr = arrays.path_ptr.tolist()
+    return [{"src": s, "dst": d, "paths": paths[a:b]}
+            for s, d, a, b in zip(arrays.src.tolist(), arrays.dst.tolist(), pptr, pptr[1:])]
 
 
 
