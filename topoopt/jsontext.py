@@ -75,7 +75,7 @@ def _write(value: Any, level: int, widths: tuple[int, int], out: list[str],
         if line is not None:
             out.append(line)
             return
-        items = [(None, v) for v in value]
+        items: list[tuple[str | None, Any]] = [(None, v) for v in value]
         brackets = "[]"
     elif isinstance(value, dict):
         # keys json.dumps would convert (numbers, None, booleans): left to it, on one line
