@@ -16,11 +16,16 @@
    the TopoOpt shard's first round may also start from the side-branch layouts,
    :data:`~topoopt.planners.structure.SIDE_LAYOUTS`);
 3. every fabric's best strategy is then tried on every other fabric and kept where it
-   is faster ("cross-seeding"): a strategy found on one fabric is often good on
-   another, and this is what makes the Ideal Switch -- a relaxation of every fabric
-   here (the same d x B per server, one link latency between any two servers, no
-   forwarding, no blocking) -- come out at least as fast as all of them, so each
-   fabric's gap to it is the price of its network, not of its search.
+   is faster ("cross-seeding", :mod:`~topoopt.planners.crossing`): a strategy found on
+   one fabric is often good on another, and this is what makes the Ideal Switch -- a
+   relaxation of every fabric here (the same d x B per server, one link latency
+   between any two servers, no forwarding, no blocking) -- come out at least as fast
+   as all of them, so each fabric's gap to it is the price of its network, not of its
+   search. Each timing starts as soon as the two searches it needs have ended, beside
+   the searches still running; they are applied in the fixed order of the fabrics
+   once all have ended, so the plan does not depend on which search ended first.
+   Each search ends by estimating its best on its fabric built afresh, what the plan
+   reports unless another fabric's best is adopted.
 """
 
 from __future__ import annotations
@@ -28,15 +33,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 from topoopt._require import require_callable, require_instance, require_names, require_seed
 from topoopt.cluster import Cluster, Job
 from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.errors import ConfigError
-from topoopt.executor import Executor, SerialExecutor
+from topoopt.executor import Executor, Pending, SerialExecutor
 from topoopt.fabrics.catalog import FABRICS, build_fabric
-from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable, fabric_cost
+from topoopt.fabrics.cost import DEFAULT_PRICES, PriceTable
 from topoopt.finder.topology_finder import TopologyPlan
 from topoopt.interrupt import stop_requested
 from topoopt.model import Model
@@ -44,11 +49,17 @@ from topoopt.planners.alternating import (
     MAX_SEARCH_SERVERS,
     AlternatingResult,
     alternating_optimization,
-    best_topology,
     start_strategy,
-    topoopt_fabric,
 )
 from topoopt.planners.cost import IterationCost
+from topoopt.planners.crossing import (
+    CrossUnit,
+    Evaluation,
+    adopt,
+    cross_pairs,
+    cross_time,
+    evaluate,
+)
 from topoopt.planners.llm import plan_llm
 from topoopt.planners.search import SCREENED_FAMILIES, FabricSearch, search_space
 from topoopt.planners.space import StrategySpace
@@ -70,11 +81,6 @@ IDEAL_EFFORT = 2
 #: it is the costliest search, so that is when the pool has a free worker.
 BESIDE_IDEAL = ("expander",)
 
-#: What a cross-seeding task timed: (the fabric whose best it was, its time here, and
-#: on the TopoOpt shard its own topology).
-Timed = tuple[str, float, TopologyPlan | None]
-
-
 @dataclass(frozen=True)
 class FabricTask:
     """One fabric's search, self-contained so a process pool or Ray can run it."""
@@ -89,8 +95,6 @@ class FabricTask:
     tolerance: float
     prices: PriceTable
     finder_kwargs: Mapping = field(default_factory=dict)
-    #: strategies to time on this fabric instead of searching (cross-seeding)
-    candidates: tuple[tuple[str, Strategy], ...] = ()
     #: more starts for the search (the Ideal Switch's best strategies)
     extra: tuple[tuple[str, Strategy], ...] = ()
     #: the Expander's random graph and TopologyFinder's tie-breaks
@@ -107,8 +111,8 @@ class FabricOutcome:
     search: FabricSearch | None = None
     alternating: AlternatingResult | None = None
     topology_plan: TopologyPlan | None = None
-    #: per candidate of a cross-seeding task
-    timed: tuple[Timed, ...] = ()
+    #: the best strategy estimated on the fabric built afresh (module notes)
+    evaluation: Evaluation | None = None
 
 
 def _reference_starts(model, cluster, space) -> list[tuple[str, Strategy]]:
@@ -132,38 +136,29 @@ def _screened(task: FabricTask) -> int:
 def search_one_fabric(task: FabricTask,
                       progress: Callable[[str, int, float], None] | None = None
                       ) -> FabricOutcome:
-    """Run one fabric's search, or time ``task.candidates`` on it (module-level so pool
-    and Ray workers can import it)."""
+    """Run one fabric's search and estimate its best (module-level so pool and Ray
+    workers can import it)."""
     require_instance("task", task, FabricTask)
     require_callable("progress", progress)
     cluster, job = task.cluster, task.job
     model = model_of(job)
     space = StrategySpace.build(model, cluster, job)
     if task.name == "topoopt":
-        if task.candidates:
-            timed: list[Timed] = []
-            for n, s in task.candidates:
-                plan_c, t_c = best_topology(model, s, cluster, job, task.fabric_seed,
-                                            task.finder_kwargs)
-                timed.append((n, t_c, plan_c))
-            return FabricOutcome(task.name, task.candidates[0][1], timed[0][1],
-                                 timed=tuple(timed))
         return _alternate(task, model, space, progress)
     start = start_strategy(model, cluster, job, space)
     fabric = build_fabric(task.name, cluster, task.prices, task.fabric_seed, job=job,
                           model=model, strategy=start)
     cost = IterationCost(model, cluster, job, fabric, seed=task.fabric_seed)
-    if task.candidates:
-        timed = [(n, cost(s), None) for n, s in task.candidates]
-        return FabricOutcome(task.name, task.candidates[0][1], timed[0][1],
-                             timed=tuple(timed))
     refs = _reference_starts(model, cluster, space)
     found = search_space(space, cost, structured_strategies(model, space),
                          extra=[("start", start), *refs, *task.extra], chains=task.chains,
                          budget=task.budget * task.rounds, seed=task.seed,
                          tolerance=task.tolerance, screened_families=_screened(task),
                          progress=(lambda m, t: progress(task.name, m, t)) if progress else None)
-    return FabricOutcome(task.name, found.best, found.best_time, search=found)
+    cost.release()   # the estimate below builds the fabric afresh
+    own = evaluate(task.name, model, cluster, job, found.best, task.prices, task.fabric_seed,
+                   found.best_time, start=start)
+    return FabricOutcome(task.name, found.best, found.best_time, search=found, evaluation=own)
 
 
 def _alternate(task: FabricTask, model: Model, space: StrategySpace,
@@ -182,8 +177,10 @@ def _alternate(task: FabricTask, model: Model, space: StrategySpace,
         layouts=structured_strategies(model, space),
         side_layouts=structured_strategies(model, space, SIDE_LAYOUTS), progress=progress,
         screened_families=_screened(task))
+    own = evaluate(task.name, model, cluster, job, found.strategy, task.prices,
+                   task.fabric_seed, found.time, found.topology_plan)
     return FabricOutcome(task.name, found.strategy, found.time, alternating=found,
-                         topology_plan=found.topology_plan)
+                         topology_plan=found.topology_plan, evaluation=own)
 
 
 def require_baselines(baselines: object) -> tuple[str, ...]:
@@ -347,13 +344,17 @@ def _plan_dnn(cluster: Cluster, job: Job, model: Model, settings: PlanSettings,
                         tolerance=settings.tolerance, prices=prices,
                         finder_kwargs=dict(settings.finder_kwargs), fabric_seed=fabric_seed)
     budget = 0 if stop_requested() else settings.budget
-    best = _search_fabrics(names, make_task, budget, executor, progress, on_fabric)
-    adopted = {} if stop_requested() else _cross_seed(names, best, make_task, executor)
-    topo = best["topoopt"]
-    return Plan(cluster, job, model, topo.topology_plan,
-                _fabric_results(names, best, adopted, model, cluster, job, prices,
-                                fabric_seed, start),
-                topo.alternating, settings.seed, budget, settings.rounds, settings.chains,
+    crossing = _Crossing(names, executor, partial(
+        CrossUnit, cluster=cluster, job=job, prices=prices, fabric_seed=fabric_seed,
+        finder_kwargs=dict(settings.finder_kwargs), start=start))
+    best = _search_fabrics(names, make_task, budget, executor, progress, on_fabric,
+                           crossing.add)
+    own = {n: o.evaluation for n, o in best.items() if o.evaluation is not None}
+    timed = crossing.results()
+    chosen = {n: (own[n], "") for n in names} if timed is None else adopt(names, own, timed)
+    return Plan(cluster, job, model, chosen["topoopt"][0].topology_plan,
+                _fabric_results(names, best, chosen),
+                best["topoopt"].alternating, settings.seed, budget, settings.rounds, settings.chains,
                 source, tolerance=settings.tolerance,
                 references=_references(names, best, start), fabric_seed=fabric_seed)
 
@@ -361,47 +362,61 @@ def _plan_dnn(cluster: Cluster, job: Job, model: Model, settings: PlanSettings,
 def _search_fabrics(names: Sequence[str], make_task: Callable[..., FabricTask], budget: int,
                     executor: Executor,
                     progress: Callable[[str, int, float], None] | None,
-                    on_fabric: Callable[[str, float, str], None] | None
+                    on_fabric: Callable[[str, float, str], None] | None,
+                    ended: Callable[[FabricOutcome], None] = lambda out: None
                     ) -> dict[str, FabricOutcome]:
     """Every fabric's search (module notes, steps 1 and 2): the Ideal Switch first with
     :data:`IDEAL_EFFORT` times ``budget`` (the :data:`BESIDE_IDEAL` fabrics beside it),
-    then the others from its chains' bests as well."""
+    then the others from its chains' bests as well. ``ended(outcome)`` as each search
+    ends (in a pool or on Ray: as it ends, after any searches it lets start)."""
+    best: dict[str, FabricOutcome] = {}
 
     def done(out: FabricOutcome) -> None:
+        best[out.name] = out
         if on_fabric is not None:
             s = out.search or (out.alternating.searches[-1] if out.alternating
                                and out.alternating.searches else None)
             on_fabric(out.name, out.time, s.stop if s is not None else "start")
+        ended(out)
 
-    def run(tasks: list[FabricTask]) -> list[FabricOutcome]:
-        if executor.name == "serial":
-            out = []
-            for t in tasks:
-                out.append(search_one_fabric(t, progress))
-                done(out[-1])
-            return out
-        return executor.map(search_one_fabric, tasks, on_done=lambda i, o: done(o))
+    def task(n: str, extra: tuple[tuple[str, Strategy], ...] = ()) -> FabricTask:
+        if n == "ideal":
+            return make_task(n, budget=budget * IDEAL_EFFORT)
+        return make_task(n, budget=budget, extra=() if n in BESIDE_IDEAL else extra)
 
-    best: dict[str, FabricOutcome] = {}
-    extra: tuple[tuple[str, Strategy], ...] = ()
     # the fabrics that do not start from the Ideal Switch's bests run beside its search
     # (in this process: after it, with their progress shown)
-    beside = [n for n in names if n in BESIDE_IDEAL]
-    pending = {n: executor.submit(search_one_fabric, make_task(n, budget=budget))
-               for n in beside if executor.name != "serial" and "ideal" in names}
-    if "ideal" in names:
-        best["ideal"] = run([make_task("ideal", budget=budget * IDEAL_EFFORT)])[0]
-        extra = _chain_bests(best["ideal"].search)
+    serial = executor.name == "serial"
+    beside = [n for n in names if n in BESIDE_IDEAL and "ideal" in names and not serial]
     # the costliest searches first: the pool then ends them about together
-    order = sorted((n for n in names if n != "ideal" and n not in pending),
+    order = sorted((n for n in names if n != "ideal" and n not in beside),
                    key=lambda n: (n not in ("topoopt", "expander"), names.index(n)))
-    for out in run([make_task(n, budget=budget, extra=() if n in beside else extra)
-                    for n in order]):
-        best[out.name] = out
-    for n, started in pending.items():
-        best[n] = started.result()
-        done(best[n])
+    if serial:
+        extra: tuple[tuple[str, Strategy], ...] = ()
+        for n in ["ideal"] * ("ideal" in names) + order:
+            done(search_one_fabric(task(n, extra), progress))
+            extra = _chain_bests(best[n].search) if n == "ideal" else extra
+        return best
+    running = {n: executor.submit(search_one_fabric, task(n))
+               for n in [*beside, *["ideal"] * ("ideal" in names)]}
+    if "ideal" not in names:
+        running.update((n, executor.submit(search_one_fabric, task(n))) for n in order)
+    while running:
+        n = list(running)[_next_done(executor, list(running.values()))]
+        out = running.pop(n).result()
+        if n == "ideal":
+            extra = _chain_bests(out.search)
+            running.update((m, executor.submit(search_one_fabric, task(m, extra)))
+                           for m in order)
+        done(out)
     return best
+
+
+def _next_done(executor: Executor, pending: list[Pending]) -> int:
+    """The index of a task of ``pending`` that has ended, waiting for one (the first,
+    where the executor cannot tell: it has no ``next_done``)."""
+    next_done = getattr(executor, "next_done", None)
+    return next_done(pending) if next_done is not None else 0
 
 
 def _chain_bests(search: FabricSearch | None) -> tuple[tuple[str, Strategy], ...]:
@@ -414,58 +429,54 @@ def _chain_bests(search: FabricSearch | None) -> tuple[tuple[str, Strategy], ...
         dict((c.best.configs, c) for c in bests).values()))
 
 
-def _cross_seed(names: Sequence[str], best: dict[str, FabricOutcome],
-                make_task: Callable[..., FabricTask], executor: Executor) -> dict[str, str]:
-    """Each fabric's best strategy timed on every other fabric (module notes, step 3):
-    ``best`` takes the faster; returns which fabric's best each fabric adopted."""
-    adopted: dict[str, str] = {}
-    cross = []
-    for n in names:
-        others = [(m, best[m].strategy) for m in names
-                  if m != n and best[m].strategy.configs != best[n].strategy.configs]
-        # one entry per distinct strategy
-        uniq: dict = {}
-        for m, s in others:
-            uniq.setdefault(s.configs, (m, s))
-        if uniq:
-            cross.append(make_task(n, candidates=tuple(uniq.values())))
-    for out in executor.map(search_one_fabric, cross):
-        for m, t, tp in out.timed:
-            if t < best[out.name].time:
-                src = best[m]
-                best[out.name] = FabricOutcome(
-                    out.name, src.strategy, t, search=best[out.name].search,
-                    alternating=best[out.name].alternating,
-                    topology_plan=tp if out.name == "topoopt" else None)
-                adopted[out.name] = m
-    return adopted
+class _Crossing:
+    """Cross-seeding's timings (module notes, step 3), started as the searches end:
+    :meth:`add` each search's outcome, then :meth:`results`."""
+
+    def __init__(self, names: Sequence[str], executor: Executor,
+                 make_unit: Callable[..., CrossUnit]) -> None:
+        self.names, self.executor, self.make_unit = names, executor, make_unit
+        self.strategies: dict[str, Strategy] = {}
+        self.pending: dict[tuple[str, Hashable], Pending] = {}
+
+    def add(self, out: FabricOutcome) -> None:
+        """Start the timings ``out``'s search makes possible: its best on the fabrics
+        whose searches have ended, and theirs on its fabric."""
+        self.strategies[out.name] = out.strategy
+        if stop_requested():  # Ctrl-C: no cross-seeding
+            return
+        new = [(n, self.strategies[m]) for n, m in cross_pairs(self.names, self.strategies)
+               if (n, self.strategies[m].configs) not in self.pending]
+        # the costliest first (TopologyFinder on the shard, the Expander's routes)
+        for n, s in sorted(new, key=lambda p: (p[0] != "topoopt", p[0] != "expander")):
+            self.pending[(n, s.configs)] = self.executor.submit(
+                cross_time, self.make_unit(n, strategy=s))
+
+    def results(self) -> dict[tuple[str, Hashable], Evaluation] | None:
+        """``(fabric, strategy configs)`` -> the timing, once all have ended; None after
+        a Ctrl-C (the plan then keeps every fabric's own best)."""
+        if stop_requested():
+            return None
+        return {key: p.result() for key, p in self.pending.items()}
 
 
 def _fabric_results(names: Sequence[str], best: dict[str, FabricOutcome],
-                    adopted: dict[str, str], model: Model, cluster: Cluster, job: Job,
-                    prices: PriceTable, fabric_seed: int, start: Strategy
-                    ) -> tuple[FabricResult, ...]:
-    """Every fabric's best strategy estimated on its fabric, with the fabric's cost."""
+                    chosen: dict[str, tuple[Evaluation, str]]) -> tuple[FabricResult, ...]:
+    """Every fabric's best strategy (its own or adopted) estimated on its fabric, with
+    the fabric's cost."""
     results = []
     for n in names:
         o = best[n]
+        e, adopted = chosen[n]
         if n == "topoopt":
             # the shard's search is an alternation, which always ends with a topology
-            assert o.alternating is not None and o.topology_plan is not None
-            fabric = topoopt_fabric(o.topology_plan)
-            est = IterationCost(model, cluster, job, fabric, o.topology_plan.rings).estimate(
-                o.strategy)
+            assert o.alternating is not None and e.topology_plan is not None
             start_t, moves = o.alternating.start_time, o.alternating.moves
         else:
             assert o.search is not None  # every baseline is searched
-            fabric = build_fabric(n, cluster, prices, fabric_seed, job=job, model=model,
-                                  strategy=start)
-            est = IterationCost(model, cluster, job, fabric, seed=fabric_seed).estimate(
-                o.strategy)
             start_t, moves = o.search.start_time, o.search.moves
-        results.append(FabricResult(n, FABRICS[n].title, o.strategy, est,
-                                    fabric_cost(fabric, prices), start_t, moves,
-                                    search=o.search, adopted_from=adopted.get(n, "")))
+        results.append(FabricResult(n, FABRICS[n].title, e.strategy, e.estimate, e.cost,
+                                    start_t, moves, search=o.search, adopted_from=adopted))
     return tuple(results)
 
 

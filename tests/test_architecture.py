@@ -24,7 +24,7 @@ PACKAGE = ROOT / "topoopt"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt._frozen", "topoopt.errors", "topoopt.units", "topoopt._require", "topoopt._io",
      "topoopt.interrupt", "topoopt.executor", "topoopt.cluster", "topoopt.model",
-     "topoopt.kernels"),
+     "topoopt.kernels", "topoopt.jsontext"),
     ("topoopt.workloads",),
     ("topoopt.config",),
     ("topoopt.strategy", "topoopt.compute", "topoopt.traffic", "topoopt.llm"),

@@ -3,6 +3,7 @@
 import multiprocessing
 import sys
 import threading
+import time
 
 import pytest
 
@@ -55,6 +56,17 @@ def test_a_submitted_task_gives_its_result_after_a_later_map():
             assert pending.result() == parse_size(ITEMS[-1])
 
 
+def test_next_done_names_a_task_that_ended():
+    # the planner starts cross-seeding as each search ends, whichever ends first
+    with make_executor(2) as pool:
+        pending = [pool.submit(time.sleep, 8), pool.submit(time.sleep, 0)]
+        assert pool.next_done(pending) == 1 and not pending[0].done()
+    with make_executor(1) as serial:
+        assert serial.next_done([serial.submit(parse_size, "1MB")]) == 0
+        with pytest.raises(ValueError):
+            serial.next_done([])
+
+
 @pytest.mark.slow
 def test_ray_local_agrees(monkeypatch, tmp_path):
     pytest.importorskip("ray", reason="Ray not installed: pip install 'topoopt[ray]'")
@@ -65,6 +77,8 @@ def test_ray_local_agrees(monkeypatch, tmp_path):
         assert ray_exec.name == "ray"
         assert ray_exec.map(parse_size, ITEMS) == expected
         assert ray_exec.submit(parse_size, ITEMS[3]).result() == expected[3]
+        pending = [ray_exec.submit(time.sleep, 60), ray_exec.submit(parse_size, ITEMS[4])]
+        assert ray_exec.next_done(pending) == 1 and pending[1].result() == expected[4]
 
 
 def test_bad_workers():

@@ -36,7 +36,8 @@ class Executor(Protocol):
     """Runs ``fn(item)`` for every item; returns the results in item order, and calls
     ``on_done(index, result)`` as each one finishes (in completion order). ``submit``
     starts one task and returns at once (in-process: runs it first), so that later
-    ``map`` calls run beside it."""
+    ``map`` calls run beside it; ``next_done`` waits until one of the tasks ``submit``
+    started has ended and returns its index."""
 
     name: str
 
@@ -44,6 +45,8 @@ class Executor(Protocol):
             on_done: Done | None = None) -> list[Any]: ...
 
     def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending: ...
+
+    def next_done(self, pending: Sequence[Pending]) -> int: ...
 
     def close(self) -> None: ...
 
@@ -73,6 +76,13 @@ class SerialExecutor:
 
     def submit(self, fn, item):
         return _Finished(fn(item))
+
+    def next_done(self, pending: Sequence[Pending]) -> int:
+        """The index of a task of ``pending`` (from :meth:`submit`) that has ended,
+        waiting for one; the lowest such index. Here every task has ended."""
+        if not pending:
+            raise ValueError("next_done: no task to wait for")
+        return 0
 
     def close(self) -> None:
         pass
@@ -128,6 +138,12 @@ class PoolExecutor(SerialExecutor):
 
     def submit(self, fn, item):
         return self._pool.submit(fn, item)
+
+    def next_done(self, pending):
+        if not pending:
+            raise ValueError("next_done: no task to wait for")
+        done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+        return min(i for i, f in enumerate(pending) if f in done)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -293,6 +309,13 @@ class RayExecutor(SerialExecutor):
 
     def submit(self, fn, item):
         return _RayPending(self, self._start(fn, item, 0))
+
+    def next_done(self, pending):
+        if not pending:
+            raise ValueError("next_done: no task to wait for")
+        refs = [p._ref for p in pending]
+        ready, _ = self._ray.wait(refs, num_returns=1, fetch_local=False)
+        return refs.index(ready[0])
 
     def close(self) -> None:
         self._ray.shutdown()

@@ -322,6 +322,17 @@ def _attrs(pairs) -> str:
     return " ".join(f'{k}="{v}"' for k, v in pairs)
 
 
+def _attrs_format(names: tuple[str, ...]) -> str:
+    """A :meth:`str.format` template writing ``names`` of its argument as
+    :func:`_attrs` does (one call per element: a plan of hundreds of ranks has
+    hundreds of thousands of steps)."""
+    return " ".join(f'{k}="{{0.{k}}}"' for k in names)
+
+
+_TB_FORMAT = "    <tb " + _attrs_format(TB_ATTRS) + ">"
+_STEP_FORMAT = "      <step " + _attrs_format(STEP_ATTRS) + "/>"
+
+
 def format_msccl_xml(algo: MscclAlgo) -> str:
     """The XML text, in the strict form MSCCL's parser reads (module docstring)."""
     head = _attrs((k, getattr(algo, k)) for k in ALGO_ATTRS)
@@ -332,9 +343,8 @@ def format_msccl_xml(algo: MscclAlgo) -> str:
     for gpu in algo.gpus:
         lines.append(f"  <gpu {_attrs((k, getattr(gpu, k)) for k in GPU_ATTRS)}>")
         for tb in gpu.tbs:
-            lines.append(f"    <tb {_attrs((k, getattr(tb, k)) for k in TB_ATTRS)}>")
-            for st in tb.steps:
-                lines.append(f"      <step {_attrs((k, getattr(st, k)) for k in STEP_ATTRS)}/>")
+            lines.append(_TB_FORMAT.format(tb))
+            lines.extend(map(_STEP_FORMAT.format, tb.steps))
             lines.append("    </tb>")
         lines.append("  </gpu>")
     lines.append("</algo>")

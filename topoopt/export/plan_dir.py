@@ -50,6 +50,7 @@ from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
 from topoopt.export.report_values import extras_kind
+from topoopt.jsontext import json_text
 from topoopt.llm import LLMParallel
 from topoopt.plans.check import strategy_of
 from topoopt.plans.common import FORMAT, cluster_job_of, read_plan, rings_of, topology_of
@@ -154,8 +155,9 @@ def check_plan_output(directory: str | Path, cluster: Cluster, exports: bool = T
 
 
 def _doc_text(doc: dict) -> str:
-    """``plan.json``'s text: the same document gives the same bytes."""
-    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    """``plan.json``'s text: the same document gives the same bytes, indented for reading
+    with a route (and any list of numbers) on one line (:func:`topoopt.jsontext.json_text`)."""
+    return json_text(doc)
 
 
 def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,

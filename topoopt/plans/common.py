@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections import Counter
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from topoopt.plans.fields import (
     check_same,
     required,
 )
-from topoopt.topology.topology import Routes, Topology, check_ring, check_topology
+from topoopt.topology.topology import RouteArrays, Routes, Topology, check_ring, check_topology
 
 __all__ = ["FORMAT", "FOLDER_KEYS", "CLUSTER_KEYS", "LINK_LABEL", "cluster_json", "job_json",
            "topology_plan_json", "read_plan", "topology_of", "rings_of", "cluster_job_of",
@@ -80,16 +81,30 @@ def topology_plan_json(tp: TopologyPlan) -> dict:
                           "share": 1.0 / len(orders),
                           "group_bytes": g.bytes if g is not None else None,
                           "direct": bool(g is not None and g.degree > 0)})
-    routes = [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
-                                             for path, f in options]}
-              for (s, d), options in sorted(tp.routes.paths.items())]
     return {"topology": {"servers": topo.servers, "ports": topo.ports,
                          "link_bandwidth": topo.link_bandwidth,
                          "link_latency": topo.link_latency,
                          "links": [list(link) for link in topo.links],
                          "labels": list(topo.labels),
                          "degree_allreduce": tp.degree_allreduce, "degree_mp": tp.degree_mp},
-            "rings": rings, "routes": routes}
+            "rings": rings, "routes": _routes_json(tp.routes)}
+
+
+def _routes_json(routes: Routes) -> list[dict]:
+    """``plan.json``'s ``routes``: one entry per pair, in pair order. Array-backed routes
+    (TopologyFinder's) are listed from their arrays, without a tuple per path; their
+    numbers are Python ints and floats either way."""
+    arrays = getattr(routes.paths, "arrays", None)
+    if not isinstance(arrays, RouteArrays):
+        return [{"src": s, "dst": d, "paths": [{"path": list(path), "fraction": f}
+                                               for path, f in options]}
+                for (s, d), options in sorted(routes.paths.items())]
+    nodes, nptr = arrays.nodes.tolist(), arrays.node_ptr.tolist()
+    paths = [{"path": nodes[a:b], "fraction": f}
+             for a, b, f in zip(nptr, nptr[1:], arrays.fraction.tolist())]
+    pptr = arrays.path_ptr.tolist()
+    return [{"src": s, "dst": d, "paths": paths[a:b]}
+            for s, d, a, b in zip(arrays.src.tolist(), arrays.dst.tolist(), pptr, pptr[1:])]
 
 
 
@@ -198,10 +213,55 @@ def _plain_route(r: Any) -> tuple[tuple[int, int], tuple] | None:
     return (s, d), tuple(options)
 
 
+def _plain_routes(entries: list) -> Routes | None:
+    """All of ``entries`` as array-backed routes (:meth:`Routes.from_arrays`, no tuple
+    built) when every entry is well-formed and the pairs are distinct and in order, as
+    a plan writes them; ``None`` otherwise (:func:`routes_of` then reads them one by
+    one, naming the first bad field)."""
+    pairs: list[int] = []
+    counts: list[int] = []
+    paths: list[list] = []
+    fractions: list = []
+    for r in entries:
+        if type(r) is not dict or r.keys() != _ROUTE_KEYS or type(r["paths"]) is not list:
+            return None
+        pairs += (r["src"], r["dst"])
+        counts.append(len(r["paths"]))
+        for q in r["paths"]:
+            if type(q) is not dict or q.keys() != _PATH_KEYS or type(q["path"]) is not list:
+                return None
+            paths.append(q["path"])
+            fractions.append(q["fraction"])
+    nodes = list(chain.from_iterable(paths))
+    if not (set(map(type, pairs)) | set(map(type, nodes))) <= {int} or \
+            not set(map(type, fractions)) <= {int, float}:
+        return None
+    try:
+        ends = np.array(pairs, np.int64).reshape(-1, 2)
+        flat = np.array(nodes, np.int64)
+        frac = np.array(fractions, np.float64)
+    except OverflowError:
+        return None
+    if (ends.size and ends.min() < 0) or (flat.size and flat.min() < 0) or \
+            not (np.isfinite(frac) & (frac > 0)).all():
+        return None
+    if len(ends) > 1 and not ((np.diff(ends[:, 0]) > 0)
+                              | ((np.diff(ends[:, 0]) == 0) & (np.diff(ends[:, 1]) > 0))).all():
+        return None   # out of order or a pair twice
+    lens = np.fromiter(map(len, paths), np.int64, len(paths))
+    return Routes.from_arrays(RouteArrays(
+        ends[:, 0], ends[:, 1], np.r_[0, np.cumsum(np.array(counts, np.int64))],
+        np.r_[0, np.cumsum(lens)], flat, frac))
+
+
 def routes_of(doc: dict) -> Routes:
     """The ``routes`` of a plan document (each ``src -> dst`` pair at most once)."""
+    entries = as_list(required(doc, "routes", "routes"), "routes")
+    fast = _plain_routes(entries)
+    if fast is not None:
+        return fast
     out: dict[tuple[int, int], tuple] = {}
-    for i, r in enumerate(as_list(required(doc, "routes", "routes"), "routes")):
+    for i, r in enumerate(entries):
         plain = _plain_route(r)
         if plain is not None and plain[0] not in out:
             out[plain[0]] = plain[1]

@@ -1,0 +1,119 @@
+"""Cross-seeding started as the searches end (topoopt.planners.crossing): the plan does
+not depend on the order in which searches and timings end, and adoption keeps the
+first of the fastest strategies."""
+
+import json
+import random
+
+import pytest
+
+from topoopt import Cluster, Job
+from topoopt.executor import SerialExecutor
+from topoopt.planners.crossing import CrossUnit, Evaluation, adopt, cross_pairs, cross_time
+from topoopt.planners.planner import plan
+from topoopt.plans.document import plan_to_json
+from topoopt.strategy import data_parallel, hybrid
+from topoopt.workloads import model_of
+
+
+class _Lazy:
+    """A task that runs when its result is asked for, or when the executor picks it."""
+
+    def __init__(self, fn, item, order):
+        self.fn, self.item, self.ran, self.value, self.order = fn, item, False, None, order
+
+    def run(self):
+        if not self.ran:
+            self.value, self.ran = self.fn(self.item), True
+            self.order.append((self.fn.__name__, self.item.name))
+
+    def result(self):
+        self.run()
+        return self.value
+
+
+class ShuffledExecutor(SerialExecutor):
+    """In-process tasks that end in a seeded random order: ``next_done`` runs tasks
+    started so far, drawn at random one by one, until one of those it waits for has
+    ended, then names a random one of those as ended."""
+
+    name = "shuffled"
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+        self.started = []
+        self.order = []     # (function, item name), in the order they ran
+
+    def submit(self, fn, item):
+        self.started.append(_Lazy(fn, item, self.order))
+        return self.started[-1]
+
+    def next_done(self, pending):
+        while not any(t.ran for t in pending):
+            self.rng.choice([t for t in self.started if not t.ran]).run()
+        return self.rng.choice([i for i, t in enumerate(pending) if t.ran])
+
+
+def _small(executor=None):
+    # five fabrics whose bests differ: cross-seeding times 20 pairs, and adopts
+    cluster = Cluster(servers=12, nics=2, link_bandwidth=100e9)
+    job = Job("ncf", batch_per_gpu=16, size={"tables": 4, "rows": 1000, "top_layers": 2})
+    return plan(cluster, job, budget=12, rounds=1, chains=2, seed=1, executor=executor)
+
+
+@pytest.fixture(scope="module")
+def serial_doc():
+    return json.dumps(plan_to_json(_small()), sort_keys=True)
+
+
+def test_plan_does_not_depend_on_completion_order(serial_doc):
+    orders = []
+    for seed in (0, 1, 2):
+        ex = ShuffledExecutor(seed)
+        assert json.dumps(plan_to_json(_small(ex)), sort_keys=True) == serial_doc
+        orders.append(tuple(ex.order))
+        # timings ran while searches were still to end
+        last_search = max(i for i, (fn, _) in enumerate(ex.order) if fn == "search_one_fabric")
+        assert any(fn == "cross_time" for fn, _ in ex.order[:last_search])
+    assert len(set(orders)) == len(orders)
+    doc = json.loads(serial_doc)
+    assert doc["search"]["adopted_from"] or any(f["adopted_from"]
+                                                for f in doc["fabrics"].values())
+
+
+def _eval(fabric, strategy, time):
+    return Evaluation(fabric, strategy, time, estimate=None, cost=None)
+
+
+def test_adoption_keeps_the_first_of_the_fastest():
+    model = model_of(Job("dlrm", batch_per_gpu=64, size={"tables": 4, "rows": 100_000}))
+    dp, hy = data_parallel(model, 8), hybrid(model, 8)
+    names = ("topoopt", "ideal", "fattree")
+    own = {"topoopt": _eval("topoopt", dp, 3.0), "ideal": _eval("ideal", hy, 1.0),
+           "fattree": _eval("fattree", hy, 2.0)}
+    strategies = {n: e.strategy for n, e in own.items()}
+    # hy once for the shard (ideal's and fattree's are the same strategy), dp elsewhere
+    assert cross_pairs(names, strategies) == [("topoopt", "ideal"), ("ideal", "topoopt"),
+                                              ("fattree", "topoopt")]
+    timed = {("topoopt", hy.configs): _eval("topoopt", hy, 2.5),
+             ("ideal", dp.configs): _eval("ideal", dp, 1.0),      # a tie is not adopted
+             ("fattree", dp.configs): _eval("fattree", dp, 1.5)}
+    chosen = adopt(names, own, timed)
+    assert chosen["topoopt"][1] == "ideal" and chosen["topoopt"][0].time == 2.5
+    assert chosen["ideal"] == (own["ideal"], "")
+    assert chosen["fattree"][1] == "topoopt" and chosen["fattree"][0].strategy is dp
+    # the mapping's order (the order timings ended in) does not matter
+    assert adopt(names, own, dict(reversed(list(timed.items())))) == chosen
+
+
+def test_a_timing_does_not_depend_on_the_ones_before():
+    cluster = Cluster(servers=8, nics=2, link_bandwidth=100e9)
+    job = Job("dlrm", batch_per_gpu=64, size={"tables": 4, "rows": 100_000})
+    model = model_of(job)
+    from topoopt.fabrics.cost import DEFAULT_PRICES
+    unit = {s.name: CrossUnit("expander", cluster, job, s, DEFAULT_PRICES)
+            for s in (data_parallel(model, 8), hybrid(model, 8))}
+    alone = cross_time(unit["hybrid"])
+    cross_time(unit["dp"])
+    after = cross_time(unit["hybrid"])
+    assert after.time == alone.time and after.estimate == alone.estimate
