@@ -296,3 +296,11 @@ def test_chains_may_begin_at_any_start_but_none_below_the_fastest(planned, tmp_p
     (out / "plan.json").write_text(json.dumps(doc))
     with pytest.raises(PlanCheckError, match="faster than the fastest of its starts"):
         check_plan_dir(out)
+
+
+def test_check_refuses_a_number_too_long_to_read(tmp_path):
+    # JSON has no limit on an integer's digits; Python reads at most 4300 of them
+    (tmp_path / "plan.json").write_text('{"format": 1' + "0" * 5000 + "}\n")
+    r = CliRunner().invoke(main, ["plan", "--check", str(tmp_path)])
+    assert r.exit_code == 1 and "too long to read" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1

@@ -38,6 +38,9 @@ def test_plain_routes_are_read_as_given():
     (lambda r: r[1]["paths"][0]["path"].__setitem__(1, True), r"routes\[1\].paths\[0\].path\[1\]"),
     (lambda r: r[1]["paths"][1]["path"].__setitem__(0, -1), r"routes\[1\].paths\[1\].path\[0\]"),
     (lambda r: r[0]["paths"][0].__setitem__("fraction", 0.0), r"routes\[0\].paths\[0\].fraction"),
+    # an integer past float's range: named, not an OverflowError
+    (lambda r: r[2]["paths"][0].__setitem__("fraction", 10 ** 400),
+     r"routes\[2\].paths\[0\].fraction"),
     (lambda r: r[2].__setitem__("extra", 1), r"routes\[2\].extra"),
     (lambda r: r[3].__setitem__("src", 1.0), r"routes\[3\].src"),
     (lambda r: r[2].update(src=0, dst=1), r"routes\[2\].src.*routed twice"),

@@ -10,8 +10,8 @@ MSCCL) and the runtime (``react simulate --fabric plan:DIR``) read either kind a
 from __future__ import annotations
 
 import json
-import math
 import re
+import sys
 from collections import Counter
 from itertools import chain
 from pathlib import Path
@@ -128,6 +128,8 @@ def read_plan(directory: str | Path) -> dict:
         raise PlanCheckError(f"{path} cannot be read ({exc.strerror})")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PlanCheckError(f"{path} is not valid JSON: {exc}")
+    except ValueError as exc:     # an integer longer than Python reads (4300 digits)
+        raise PlanCheckError(f"{path} holds a number too long to read: {exc}")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise PlanCheckError(f"{path}: format is not {FORMAT!r}")
     return doc
@@ -207,7 +209,7 @@ def _plain_route(r: Any) -> tuple[tuple[int, int], tuple] | None:
         path, frac = q["path"], q["fraction"]
         if (type(path) is not list or not all(type(x) is int for x in path)
                 or (path and min(path) < 0) or type(frac) not in (int, float)
-                or not math.isfinite(frac) or frac <= 0):
+                or not 0 < frac <= sys.float_info.max):    # (an int may pass float's)
             return None
         options.append((tuple(path), float(frac)))
     return (s, d), tuple(options)

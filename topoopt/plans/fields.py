@@ -79,10 +79,15 @@ def as_int(value: Any, where: str, low: int | None = None, high: int | None = No
 
 def as_number(value: Any, where: str, positive: bool = False) -> float:
     """A finite number, >= 0 (> 0 with ``positive``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value < 0 or (positive and value == 0):
+    number = math.nan
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:   # an integer past float's range (JSON allows 1e400 digits)
+            pass
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
         raise bad_field(where, value, f"must be a finite number {'>' if positive else '>='} 0")
-    return float(value)
+    return number
 
 
 def as_bool(value: Any, where: str) -> bool:
