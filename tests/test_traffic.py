@@ -146,3 +146,24 @@ def test_memory_and_compute_per_server():
                                           gpus_per_server=1), "fp32", 4, 128 * N))
               for op in model.operators if op.kind != "embedding")
     assert times[1] == pytest.approx(own, rel=1e-9)
+
+
+def test_the_mp_matrix_sums_the_records_without_listing_them():
+    # a strategy with tables split over server blocks and the body over others: edges
+    # with many transfers, cells that several edges and both passes add to
+    from topoopt.planners.space import StrategySpace
+    from topoopt.planners.structure import structured_strategies
+
+    model = build_model("dlrm", {"tables": 8})
+    cluster = Cluster(servers=N, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", batch_per_gpu=128)
+    space = StrategySpace.build(model, cluster, job)
+    for lay in structured_strategies(model, space)[:8]:
+        t = derive_traffic(model, lay.strategy, N, job.global_batch(cluster), 4)
+        assert callable(t.records), "the records are listed only when asked for"
+        rec = t.transfers
+        ref = np.zeros((N, N))
+        np.add.at(ref, (rec.src, rec.dst), rec.bytes)
+        assert np.array_equal(ref, t.mp), lay.name      # the same sums, bit for bit
+        assert t.transfers is rec
+        check_traffic(t)

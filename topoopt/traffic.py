@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from functools import partial
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -72,14 +73,24 @@ class Traffic:
     allreduce : tuple of AllReduceGroup
     mp : ndarray, shape (servers, servers)
         MP bytes from row server to column server (forward + backward); zero diagonal.
-    transfers : Transfers
-        The same MP bytes, one record per (edge, phase, src, dst).
+    records : Transfers or callable
+        The same MP bytes, one record per (edge, phase, src, dst) (:attr:`transfers`),
+        or what lists them when first asked for: a strategy that splits every tensor
+        over all servers has about ``n^3 / 4`` of them, which only a check reads.
     """
 
     servers: int
     allreduce: tuple[AllReduceGroup, ...]
     mp: np.ndarray = field(repr=False)
-    transfers: Transfers = field(repr=False)
+    records: Transfers | Callable[[], Transfers] = field(repr=False, compare=False)
+
+    @property
+    def transfers(self) -> Transfers:
+        """The MP bytes, one record per (edge, phase, src, dst), listed once asked for."""
+        if callable(self.records):
+            object.__setattr__(self, "records", self.records())
+        assert isinstance(self.records, Transfers)
+        return self.records
 
     @property
     def allreduce_bytes(self) -> float:
@@ -207,27 +218,44 @@ def derive_traffic(model: Model, strategy: Strategy, servers: int, global_batch:
     >>> t.mp_bytes, len(t.allreduce)
     (0.0, 1)
     """
-    srcs, dsts, sizes, edges, phases = [], [], [], [], []
+    flat = np.zeros(servers * servers)
+    # one edge at a time, in the records' order: the same sums as over all records
+    for _, s, d, nbytes in _edge_records(model, strategy, global_batch, dtype_bytes):
+        np.add.at(flat, s * servers + d, nbytes)
+        np.add.at(flat, d * servers + s, nbytes)
+    return Traffic(servers, allreduce_groups(model, strategy, dtype_bytes),
+                   flat.reshape(servers, servers),
+                   partial(_transfer_records, model, strategy, global_batch, dtype_bytes))
+
+
+def _edge_records(model: Model, strategy: Strategy, global_batch: int, dtype_bytes: int
+                  ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per model edge with transfers: ``(edge, src, dst, bytes)`` of its forward pass
+    (the backward pass sends the same the other way)."""
     for e, (u, v) in enumerate(model.edges):
         op_u = model.operators[u]
         if op_u.kind == "input":
             continue
         tensor = op_u.out_elems * global_batch * dtype_bytes
         s, d, nbytes = edge_transfers(strategy.configs[u], strategy.configs[v], tensor)
-        if s.size == 0:
-            continue
-        # forward activation, then its gradient the other way
+        if s.size:
+            yield e, s, d, nbytes
+
+
+def _transfer_records(model: Model, strategy: Strategy, global_batch: int,
+                      dtype_bytes: int) -> Transfers:
+    """:attr:`Traffic.transfers` of :func:`derive_traffic`: per edge its forward
+    activations, then their gradients the other way."""
+    srcs, dsts, sizes, edges, phases = [], [], [], [], []
+    for e, s, d, nbytes in _edge_records(model, strategy, global_batch, dtype_bytes):
         srcs += [s, d]
         dsts += [d, s]
         sizes += [nbytes, nbytes]
         edges += [np.full(s.size, e), np.full(s.size, e)]
         phases += [np.zeros(s.size, np.int8), np.ones(s.size, np.int8)]
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt))
-    transfers = Transfers(cat(srcs, np.int64), cat(dsts, np.int64), cat(sizes, float),
-                          cat(edges, np.int64), cat(phases, np.int8))
-    mp = np.zeros((servers, servers))
-    np.add.at(mp, (transfers.src, transfers.dst), transfers.bytes)
-    return Traffic(servers, allreduce_groups(model, strategy, dtype_bytes), mp, transfers)
+    return Transfers(cat(srcs, np.int64), cat(dsts, np.int64), cat(sizes, float),
+                     cat(edges, np.int64), cat(phases, np.int8))
 
 
 def check_traffic(traffic: Traffic) -> None:
