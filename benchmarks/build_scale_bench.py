@@ -46,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 
+from baseline_tree import install_ref, remove_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = "tables-spread+body-dp"
 
@@ -281,21 +283,13 @@ def main() -> int:
         if args.baseline_site:
             sides["baseline"] = Path(args.baseline_site).resolve()
         elif args.baseline != "none" and not args.count:
-            tree = work / "baseline-tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                            str(tree), args.baseline], check=True)
-            sides["baseline"] = work / "baseline"
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                            "--no-compile", "--target", str(sides["baseline"]), str(tree)],
-                           check=True)
+            tree, sides["baseline"] = install_ref(args.baseline, work)
         sides["current"] = None
         for n in (int(x) for x in args.sizes.split(",")):
             _measure(n, sides, args, work)
         return 0
     finally:
-        if tree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(tree)], check=False)
+        remove_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from baseline_tree import install_ref, remove_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 #: a stage's end in ``topoopt plan``'s progress (stderr, not a terminal)
 _DONE = re.compile(r"^(?P<stage>[\w -]+?): done, best (?P<best>.+?) \((?P<how>[^)]*)\) "
@@ -200,16 +202,6 @@ def _print_runs(runs: list[tuple[int, Run]]) -> None:
         prev = (n, r)
 
 
-def _install_baseline(ref: str, work: Path) -> tuple[Path, Path]:
-    tree = work / "baseline-tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree),
-                    ref], check=True)
-    site = work / "baseline"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(site), str(tree)], check=True)
-    return tree, site
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="128,256,512,1024", help="servers, comma-separated")
@@ -241,7 +233,7 @@ def main() -> int:
         sizes = [int(s) for s in args.sizes.split(",") if s]
         sides: dict[str, Path | None] = {"current": None}
         if args.baseline:
-            tree, sides["baseline"] = _install_baseline(args.baseline, work)
+            tree, sides["baseline"] = install_ref(args.baseline, work)
         print(f"DLRM, tables = {args.tables_per_server:g} x servers, effort "
               f"{' '.join(effort) or 'of the config'}; {os.cpu_count()} cores")
         # a fresh install compiles its numba kernels on its first plan (then caches
@@ -274,9 +266,7 @@ def main() -> int:
             _llm(args, work, sides)
         return 0
     finally:
-        if tree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(tree)], check=False)
+        remove_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from baseline_tree import install_ref, remove_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 FABRIC_NAMES = ("ideal", "fattree", "oversub", "expander", "topoopt")
 #: body-mp2 is the slowest family on the Expander (13.5k flows, ~40k events);
@@ -124,12 +126,7 @@ def main() -> int:
         config.write_text(text)
         site = None
         if args.baseline != "none":
-            tree = work / "baseline-tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                            str(tree), args.baseline], check=True)
-            site = work / "baseline"
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                            "--no-compile", "--target", str(site), str(tree)], check=True)
+            tree, site = install_ref(args.baseline, work)
         rows = []
         for fabric in args.fabrics.split(","):
             base = _side(site, config, fabric, args, work) if site is not None else {}
@@ -148,9 +145,7 @@ def main() -> int:
                       "base/new", "rel diff"])
         return 0
     finally:
-        if tree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(tree)], check=False)
+        remove_tree(tree)
         shutil.rmtree(work, ignore_errors=True)
 
 
