@@ -22,9 +22,15 @@ def install_ref(ref: str, work: Path) -> tuple[Path, Path]:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree),
                     ref], check=True)
     site = work / "baseline"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(site), str(tree)], check=True)
+    install_tree(tree, site)
     return tree, site
+
+
+def install_tree(checkout: Path, site: Path) -> None:
+    """``checkout`` installed into the folder ``site`` (``pip install --no-deps
+    --target``: its package layout or ``package-dir`` mapping does not matter)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--target", str(site), str(checkout)], check=True)
 
 
 def remove_tree(tree: Path | None) -> None:

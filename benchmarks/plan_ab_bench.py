@@ -24,12 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from baseline_tree import install_ref, install_tree, remove_tree
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _install(checkout: Path, target: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(target), str(checkout)], check=True)
 
 
 def _plan(site: Path, config: Path, seed: int, out: Path, workers: int | None) -> float:
@@ -59,13 +56,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="topoopt-ab."))
-    base_tree = work / "baseline-tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                    str(base_tree), args.baseline], check=True)
+    base_tree = None
     try:
-        sites = {"baseline": work / "baseline", "current": work / "current"}
-        _install(base_tree, sites["baseline"])
-        _install(ROOT, sites["current"])
+        base_tree, base_site = install_ref(args.baseline, work)
+        sites = {"baseline": base_site, "current": work / "current"}
+        install_tree(ROOT, sites["current"])
         configs = [ROOT / "configs" / f"{c}.toml" for c in args.configs.split(",")]
         for side, site in sites.items():  # compile the kernels outside the clock
             _plan(site, ROOT / "configs" / "dlrm-16.toml", 0, work / f"warm-{side}", 1)
@@ -93,8 +88,7 @@ def main() -> int:
               f"{differ} plan(s) differ")
         return 1 if differ else 0
     finally:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                        str(base_tree)], check=False)
+        remove_tree(base_tree)
         shutil.rmtree(work, ignore_errors=True)
 
 
