@@ -59,6 +59,11 @@ class _StrategyLoads(NamedTuple):
     link: np.ndarray | None
 
 
+#: Past this share of the n^2 pairs, a pattern's link loads are one product of every
+#: pair's routes (:meth:`GraphBounds._pair_routes`) rather than a gather of its own.
+_GATHER_SHARE = 0.25
+
+
 class BuilderCaches(Protocol):
     """What the bounds read of their builder
     (:class:`~topoopt.estimate.builder.IterationGraphBuilder`)."""
@@ -199,11 +204,38 @@ class GraphBounds:
                                                       + np.bincount(dst, overlap, n))
         if links and hit.link is None:
             src, dst, overlap = b.cache.pattern(cu, cv)   # (memoized)
-            n = b.n
-            matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
-                                 weights=np.concatenate([overlap, overlap]), minlength=n * n)
-            hit.link = self._pair_routes() @ matrix
+            hit.link = self._pattern_link_loads(src, dst, overlap)
         return hit
+
+    def _pattern_link_loads(self, src: np.ndarray, dst: np.ndarray,
+                            overlap: np.ndarray) -> np.ndarray:
+        """Each link's bytes of a pattern (``overlap`` between ``src`` and ``dst``, both
+        ways) on its pairs' routes.
+
+        A pattern between a few servers' configs (a table on two servers feeding the
+        body) has a few of the n^2 pairs: their routes' entries are gathered and summed
+        instead of multiplying every pair's routes. The sums are the product's to the
+        bit: each pair's bytes are summed in input order as the dense matrix's, and each
+        link's terms are added in ascending pair order, as the (links x pairs) matrix's
+        sorted rows add them."""
+        n = self.builder.n
+        keys = np.concatenate([src * n + dst, dst * n + src])
+        pairs, inverse = np.unique(keys, return_inverse=True)
+        nbytes = np.bincount(inverse, weights=np.concatenate([overlap, overlap]),
+                             minlength=pairs.size)
+        if pairs.size > _GATHER_SHARE * n * n:
+            matrix = np.zeros(n * n)
+            matrix[pairs] = nbytes
+            return self._pair_routes() @ matrix
+        s, d = pairs // n, pairs % n
+        off = s != d                   # a server's bytes to itself cross no link
+        s, d, nbytes = s[off], d[off], nbytes[off]
+        # row of (s, d) among the off-diagonal pairs in order: s (n - 1) + d - [d > s]
+        rows = s * (n - 1) + d - (d > s)
+        r = self._every_pair()[1]
+        idx, counts = gather_rows(r.ptr, rows)
+        return np.bincount(r.link[idx], weights=np.repeat(nbytes, counts) * r.weight[idx],
+                           minlength=self.builder.fabric.capacity.size)
 
     # -- the busiest link -------------------------------------------------------------
     def link_bound(self, strategy: Strategy) -> float:

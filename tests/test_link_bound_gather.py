@@ -1,0 +1,80 @@
+"""The link bound's pattern loads gathered from the pattern's own pairs
+(``GraphBounds._pattern_link_loads``) equal the product of every pair's routes, to the
+bit (``tests/test_estimate_fast.py`` checks the bound against the graph's busiest link)."""
+
+import numpy as np
+import pytest
+
+from topoopt.cluster import Cluster, Job
+from topoopt.estimate.graph import IterationGraphBuilder
+from topoopt.fabrics import expander, fat_tree
+from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
+from topoopt.planners.moves import MoveSet
+from topoopt.planners.space import StrategySpace
+from topoopt.workloads import model_of
+
+G = 1e9  # bits/s per Gbps
+DLRM = {"tables": 8, "rows": 10_000, "dim": 32, "bag": 4}
+N = 16
+
+
+def _walk(model, cluster, job, count, seed):
+    space = StrategySpace.build(model, cluster, job)
+    rng = np.random.default_rng(seed)
+    current = start_strategy(model, cluster, job, space)
+    memory = space.memory(current)
+    moves = MoveSet(space)
+    out = [current]
+    while len(out) < count:
+        proposal = moves.propose(current, memory, rng)
+        if proposal is not None:
+            current, memory, _ = proposal
+            out.append(current)
+    return out
+
+
+def _setup():
+    job = Job("dlrm", batch_per_gpu=16, size=DLRM)
+    model = model_of(job)
+    cluster = Cluster(servers=N, nics=4, link_bandwidth=100 * G, link_latency=1e-6)
+    plan = plan_topology(model, start_strategy(model, cluster, job), cluster, job)
+    fabrics = {"expander": (expander(N, 4, 100 * G), None),     # ECMP: split routes
+               "fattree": (fat_tree(N, cluster.server_bandwidth), None),
+               "topoopt": (topoopt_fabric(plan), plan.rings)}
+    return model, cluster, job, fabrics
+
+
+def _dense(bounds, src, dst, overlap):
+    """The loads as one product of every pair's routes with the pattern's n x n matrix."""
+    n = bounds.builder.n
+    matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
+                         weights=np.concatenate([overlap, overlap]), minlength=n * n)
+    return bounds._pair_routes() @ matrix
+
+
+@pytest.mark.parametrize("name", ["expander", "fattree", "topoopt"])
+def test_gathered_pattern_loads_equal_the_dense_product_bit_for_bit(name):
+    model, cluster, job, fabrics = _setup()
+    fabric, rings = fabrics[name]
+    builder = IterationGraphBuilder(model, cluster, job, fabric, rings)
+    bounds = builder.bounds
+    rng = np.random.default_rng(1)
+    for size in (1, 3, 20, 200, 2000):       # few pairs, repeats, the diagonal, all pairs
+        src = rng.integers(0, N, size)
+        dst = rng.integers(0, N, size)
+        overlap = rng.random(size) * 10.0 ** rng.integers(-3, 9, size)
+        got = bounds._pattern_link_loads(src, dst, overlap)
+        np.testing.assert_array_equal(got, _dense(bounds, src, dst, overlap))
+    # the patterns the strategies' MP transfers make
+    seen = 0
+    for s in _walk(model, cluster, job, 12, seed=4):
+        segs, seg_of, info = builder.fused(s)
+        for u, v in model.edges:
+            gu, gv = int(seg_of[u]), int(seg_of[v])
+            if gu < 0 or gu == gv:
+                continue
+            src, dst, overlap = builder.cache.pattern(segs[gu].config, segs[gv].config)
+            got = bounds._pattern_link_loads(src, dst, overlap)
+            np.testing.assert_array_equal(got, _dense(bounds, src, dst, overlap))
+            seen += 1
+    assert seen > 0
