@@ -201,7 +201,8 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     neighbour is routed and timed unless its bound exceeds :data:`SPLIT_RATIO` x the
     larger of ``reference_time`` and the fastest time found so far; Step 1's split is
     always kept. Routing a split whose matchings leave MP pairs far apart is most of
-    the cost and memory of a 512-server plan's topology search (docs/limits.md).
+    the cost and memory of a large shard's topology search (docs/limits.md, "Where
+    the 256- and 512-server plans stand").
 
     Every plan stays the one it was with all splits timed: a split left out is slower
     than SPLIT_RATIO x the fastest split, so it is neither :func:`best_topology`'s
