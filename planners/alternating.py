@@ -34,7 +34,12 @@ from topoopt.config import PLAN_DEFAULTS, PlanSettings
 from topoopt.errors import TopoOptError
 from topoopt.estimate import EstimateCache
 from topoopt.fabrics import direct_connect, ideal_switch
-from topoopt.finder.topology_finder import TopologyPlan, extend_plan, topology_finder
+from topoopt.finder.topology_finder import (
+    TopologyPlan,
+    draft_topology,
+    extend_plan,
+    topology_finder,
+)
 from topoopt.interrupt import stop_requested
 from topoopt.model import Model
 from topoopt.planners.cost import IterationCost
@@ -183,10 +188,31 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
                      seed: int = 0, finder_kwargs: Mapping | None = None,
                      neighbours: bool = True,
                      base: tuple[TopologyPlan, float] | None = None,
-                     cost_of: Callable[[TopologyPlan], IterationCost] | None = None
-                     ) -> list[tuple[TopologyPlan, float]]:
+                     cost_of: Callable[[TopologyPlan], IterationCost] | None = None,
+                     reference_time: float = 0.0) -> list[tuple[TopologyPlan, float]]:
     """:func:`best_topology`'s candidates, fastest first: ``(plan, strategy's time on
-    it)`` for Step 1's split and, with ``neighbours``, its neighbours."""
+    it)`` for Step 1's split and, with ``neighbours``, those of its neighbours whose
+    time may be within :data:`SPLIT_RATIO` of the fastest.
+
+    Each neighbour's topology is drafted first (TopologyFinder's Steps 1-3,
+    :func:`~topoopt.finder.topology_finder.draft_topology`); then, in the order of
+    their lower bounds (:meth:`~topoopt.finder.topology_finder.TopologyDraft.lower_bound`:
+    the MP bytes over the links on shortest paths, below any simulated time), a
+    neighbour is routed and timed unless its bound exceeds :data:`SPLIT_RATIO` x the
+    larger of ``reference_time`` and the fastest time found so far; Step 1's split is
+    always kept. Routing a split whose matchings leave MP pairs far apart is most of
+    the cost and memory of a large shard's topology search (docs/limits.md, "Where
+    the 256- and 512-server plans stand").
+
+    Every plan stays the one it was with all splits timed: a split left out is slower
+    than SPLIT_RATIO x the fastest split, so it is neither :func:`best_topology`'s
+    pick nor a split :func:`_descend_splits` descends on, which skips ``t_d >
+    SPLIT_RATIO x time``, where ``time`` is at most the fastest split's (the round's
+    pick, :func:`_round_pick`, is the fastest option of all, and the chosen strategy's
+    fastest split is one of them) or is passed as ``reference_time`` (a round whose
+    chains found nothing new descends from the best so far). ``reference_time=inf``
+    times every split.
+    """
     finder_kwargs = dict(finder_kwargs or {})
 
     def timed(plan: TopologyPlan) -> float:
@@ -198,12 +224,26 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
         plan = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
         base = (plan, timed(plan))
     scored = [(base[1], 0, base[0].degree_allreduce, base[0])]
+    drafts = []
     if neighbours:
+        traffic = _traffic(model, strategy, cluster, job)
         for d_ar in (base[0].degree_allreduce - 1, base[0].degree_allreduce + 1):
             if 1 <= d_ar <= cluster.nics:
-                plan = plan_topology(model, strategy, cluster, job, seed,
-                                     allreduce_degree=d_ar, **finder_kwargs)
-                scored.append((timed(plan), 1, d_ar, plan))
+                draft = draft_topology(traffic, cluster.servers, cluster.nics,
+                                       cluster.link_bandwidth, cluster.link_latency,
+                                       seed=seed, allreduce_degree=d_ar, **finder_kwargs)
+                drafts.append((draft.lower_bound(), d_ar, draft))
+    drafts.sort(key=lambda b: b[:2])
+    fastest = base[1]
+    while drafts:
+        bound, d_ar, draft = drafts.pop(0)
+        if bound > SPLIT_RATIO * max(reference_time, fastest):
+            continue
+        plan = draft.plan()
+        del draft               # (its hop distances)
+        t = timed(plan)
+        fastest = min(fastest, t)
+        scored.append((t, 1, d_ar, plan))
     return [(plan, t) for t, _, _, plan in sorted(scored, key=lambda s: s[:3])]
 
 
@@ -566,7 +606,8 @@ def _round_pick(p: _Shard, found: FabricSearch, best_strategy: Strategy,
     if not options:       # the chains found nothing better
         return _RoundPick(best_strategy, best_plan, best_t, best_t, best_t, best_plan,
                           split_topologies(p.model, best_strategy, p.cluster, p.job, p.tseed,
-                                           p.finder_kwargs, cost_of=p.cost))
+                                           p.finder_kwargs, cost_of=p.cost,
+                                           reference_time=best_t))
     t, _, _, strategy, plan = min(options, key=lambda o: o[:3])
     return _RoundPick(strategy, plan, t,
                       mcmc_time=min(o[0] for o in options if o[1] == 1),

@@ -8,7 +8,7 @@ largest), and MP bytes are split over k paths (not one BFS path).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 from scipy.sparse.csgraph import connected_components
@@ -23,31 +23,16 @@ from topoopt.finder.matching import (
     max_weight_matching,
     max_weight_matching_edges,
 )
+from topoopt.finder.mp_routes import Contribs, Path, _mp_routes, _mp_routes_reference
 from topoopt.finder.perms import PermutationSelection, ring_order, select_permutations
 from topoopt.routing.coin_change import coin_change, coin_change_orders, coin_change_table
-from topoopt.routing.kshortest import (
-    UNREACHABLE,
-    _adjacency,
-    hop_distances,
-    k_shortest_paths,
-    k_shortest_route_arrays,
-    k_shortest_routes,
-    neighbour_table,
-    paths_to_arrays,
-)
-from topoopt.routing.lp import min_max_load_route_arrays, min_max_load_routes
-from topoopt.routing.metrics import route_traffic
-from topoopt.topology.topology import (
-    RouteArrays,
-    Routes,
-    Topology,
-    check_ring,
-    check_routes,
-    check_topology,
-)
+from topoopt.routing.kshortest import UNREACHABLE, _adjacency, hop_distances, k_shortest_routes
+from topoopt.routing.metrics import mp_link_time_bound, route_traffic
+from topoopt.topology.topology import Routes, Topology, check_ring, check_routes, check_topology
 from topoopt.traffic import Traffic
 
 __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "topology_finder_accepting",
+           "TopologyDraft", "draft_topology",
            "check_topology_plan",
            "is_strongly_connected", "extend_plan"]
 
@@ -55,11 +40,8 @@ __all__ = ["GroupPlan", "TopologyPlan", "topology_finder", "topology_finder_acce
 DENSE_TIEBREAK_MAX = 1024
 
 Ring = tuple[int, ...]
-Path = tuple[int, ...]
 #: coin_change_table's (count, last)
 CoinTable = tuple[np.ndarray, np.ndarray]
-#: (src, dst) -> [(path, bytes)]
-Contribs = dict[tuple[int, int], list[tuple[Path, float]]]
 
 
 @dataclass(frozen=True)
@@ -221,6 +203,68 @@ class _Layout:
     spare: tuple[Ring, ...]
 
 
+class _Step4(NamedTuple):
+    """:func:`topology_finder`'s routing options."""
+
+    routing: str
+    k_paths: int
+    max_extra_hops: int | None
+    implementation: str
+
+
+@dataclass(frozen=True)
+class TopologyDraft:
+    """TopologyFinder's Steps 1-3 for one traffic: the topology and its hop distances,
+    before Step 4 routes them (:func:`draft_topology`; :meth:`plan` routes).
+
+    Attributes
+    ----------
+    traffic : topoopt.traffic.Traffic
+    dist : ndarray
+        All-pairs hop counts of :attr:`topology`
+        (:func:`~topoopt.routing.kshortest.hop_distances`).
+    """
+
+    traffic: Traffic
+    layout: _Layout = field(repr=False)
+    dist: np.ndarray = field(repr=False, compare=False)
+    step4: _Step4 = field(repr=False)
+
+    @property
+    def topology(self) -> Topology:
+        return self.layout.topology
+
+    @property
+    def degree_allreduce(self) -> int:
+        """Step 1's split (ports per server given to AllReduce)."""
+        return self.layout.degree_allreduce
+
+    def lower_bound(self) -> float:
+        """Seconds the plan's links need at least to carry the traffic's MP bytes,
+        whatever Step 4 routes (:func:`~topoopt.routing.metrics.mp_link_time_bound`):
+        an iteration simulated on the plan takes at least this long."""
+        return mp_link_time_bound(self.topology, self.traffic.mp, self.dist)
+
+    def plan(self) -> TopologyPlan:
+        """Step 4: the rings of the groups without their own and the routes; the plan
+        :func:`topology_finder` gives for the same traffic and options."""
+        traffic, layout, dist = self.traffic, self.layout, self.dist
+        routing, k_paths, max_extra_hops, implementation = self.step4
+        topo = layout.topology
+        direct = {(a, b) for a, _, b, _ in topo.links}
+        rings, group_plans, contribs = _allreduce_routes(traffic, layout, dist, direct,
+                                                         k_paths, max_extra_hops)
+        mp_routes = _mp_routes_reference if implementation == "reference" else _mp_routes
+        routes, mp_max_load = mp_routes(traffic, topo, dist, direct, contribs, routing,
+                                        k_paths, max_extra_hops)
+        d_ar = layout.degree_allreduce
+        return TopologyPlan(topology=topo, rings=rings, routes=routes, degree_allreduce=d_ar,
+                            degree_mp=topo.ports - d_ar, groups=tuple(group_plans),
+                            backbone=layout.backbone, matching_rounds=layout.rounds,
+                            spare_rings=layout.spare, routing=routing, k_paths=int(k_paths),
+                            mp_max_load=mp_max_load)
+
+
 def _build(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float,
            primes_only: bool, decay: Callable[[float, int], float], seed: int,
            backbone: int | None, matching: str, d_ar: int | None = None) -> _Layout:
@@ -380,73 +424,6 @@ def _nearest_neighbour_ring(members: tuple[int, ...], dist: np.ndarray) -> Ring:
     return tuple(order)
 
 
-def _merge(contribs: list[tuple[Path, float]]) -> tuple[tuple[Path, float], ...]:
-    agg: dict[Path, float] = {}
-    for path, nbytes in contribs:
-        agg[path] = agg.get(path, 0.0) + nbytes
-    total = sum(agg.values())
-    if total <= 0:
-        return tuple((p, 1.0 / len(agg)) for p in sorted(agg))
-    return tuple((p, v / total) for p, v in sorted(agg.items()) if v > 0)
-
-
-def _mp_routes_reference(traffic: Traffic, topo: Topology, dist: np.ndarray,
-                         direct: set[tuple[int, int]], contribs: Contribs, routing: str,
-                         k_paths: int, max_extra_hops: int | None
-                         ) -> tuple[Routes, float | None]:
-    """Step 4b with a tuple per path (kept as the reference for :func:`_mp_routes`)."""
-    src, dst = np.nonzero(traffic.mp)
-    mp_pairs = {(int(s), int(t)): float(traffic.mp[s, t]) for s, t in zip(src, dst)}
-    mp_max_load = None
-    if routing == "lp" and mp_pairs:
-        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
-        cands = {pair: k_shortest_paths(nbr, dist, pair[0], pair[1], k_paths, 2)
-                 for pair in mp_pairs}
-        mp_routes, mp_max_load = min_max_load_routes(topo, mp_pairs, cands,
-                                                     method="reference")
-    else:
-        mp_routes = k_shortest_routes(topo, mp_pairs, k_paths, max_extra_hops, dist=dist)
-    # a pair with both ring and MP bytes splits its total by bytes; MP-only pairs as routed
-    merged = dict(mp_routes)
-    for pair, parts in contribs.items():
-        if pair in mp_routes:
-            parts = parts + [(p, mp_pairs[pair] * f) for p, f in mp_routes[pair]]
-        elif pair in direct:
-            continue
-        merged[pair] = _merge(parts)
-    return Routes(merged), mp_max_load
-
-
-def _mp_routes(traffic: Traffic, topo: Topology, dist: np.ndarray,
-               direct: set[tuple[int, int]], contribs: Contribs, routing: str, k_paths: int,
-               max_extra_hops: int | None) -> tuple[Routes, float | None]:
-    """Step 4b on arrays: MP routes stay :class:`RouteArrays`; only the few pairs that
-    also carry ring bytes are merged as tuples. Equal to :func:`_mp_routes_reference`
-    (for the LP: the same optimum)."""
-    mp = traffic.mp
-    src, dst = np.nonzero(mp)
-    mp_max_load = None
-    if routing == "lp" and src.size:
-        nbr = [[int(v) for v in row if v >= 0] for row in neighbour_table(topo)]
-        path_ptr, node_ptr, nodes = paths_to_arrays(
-            k_shortest_paths(nbr, dist, s, t, k_paths, 2)
-            for s, t in zip(src.tolist(), dst.tolist()))
-        cands = RouteArrays(src, dst, path_ptr, node_ptr, nodes, np.ones(node_ptr.size - 1))
-        mp_arr, mp_max_load = min_max_load_route_arrays(topo, cands, mp[src, dst])
-    else:
-        mp_arr = k_shortest_route_arrays(topo, src, dst, k_paths, max_extra_hops, dist=dist)
-    merged = {}
-    for pair, parts in contribs.items():
-        if mp[pair] > 0:
-            i = int(mp_arr.find([pair[0]], [pair[1]])[0])
-            nbytes = float(mp[pair])
-            parts = parts + [(p, nbytes * f) for p, f in mp_arr.entry(i)]
-        elif pair in direct:
-            continue
-        merged[pair] = _merge(parts)
-    return Routes.from_arrays(mp_arr).merge(Routes(merged)), mp_max_load
-
-
 def _check_arguments(traffic: Traffic, servers: int, ports: int, link_bandwidth: float,
                      routing: str, k_paths: int, allreduce_degree: int | None,
                      implementation: str) -> tuple[int, int]:
@@ -584,28 +561,49 @@ def topology_finder_accepting(accept_rings: Callable[[Mapping], bool] | None,
     if accept_rings is not None and _rings_rejected(traffic, n, d, primes_only, seed,
                                                     allreduce_degree, accept_rings):
         return None
-    decay = _decay_fn(mp_decay)
-    layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay, seed,
-                    None, matching, allreduce_degree)
-    if not is_strongly_connected(layout.topology):
-        stride = backbone_stride(traffic.mp, layout.topology, primes_only, seed)
-        layout = _build(traffic, n, d, link_bandwidth, link_latency, primes_only, decay,
-                        seed, stride, matching, allreduce_degree)
+    layout = _layout(traffic, n, d, link_bandwidth, link_latency, primes_only, mp_decay, seed,
+                     matching, allreduce_degree)
     if accept_rings is not None and not accept_rings(layout.rings):
         return None
-    topo = layout.topology
-    dist = hop_distances(topo)
-    direct = {(a, b) for a, _, b, _ in topo.links}
-    rings, group_plans, contribs = _allreduce_routes(traffic, layout, dist, direct,
-                                                     k_paths, max_extra_hops)
-    mp_routes = _mp_routes_reference if implementation == "reference" else _mp_routes
-    routes, mp_max_load = mp_routes(traffic, topo, dist, direct, contribs, routing, k_paths,
-                                    max_extra_hops)
-    d_ar = layout.degree_allreduce
-    return TopologyPlan(topology=topo, rings=rings, routes=routes, degree_allreduce=d_ar,
-                        degree_mp=d - d_ar, groups=tuple(group_plans), backbone=layout.backbone,
-                        matching_rounds=layout.rounds, spare_rings=layout.spare,
-                        routing=routing, k_paths=int(k_paths), mp_max_load=mp_max_load)
+    return TopologyDraft(traffic, layout, hop_distances(layout.topology),
+                         _Step4(routing, k_paths, max_extra_hops, implementation)).plan()
+
+
+def draft_topology(traffic: Traffic, servers: int, ports: int, link_bandwidth: float,
+                   link_latency: float = 1e-6, *, primes_only: bool = False,
+                   mp_decay: float | Callable[[float, int], float] = 0.5, k_paths: int = 4,
+                   routing: str = "kshortest", max_extra_hops: int | None = 0,
+                   seed: int = 0, matching: str = "rustworkx",
+                   allreduce_degree: int | None = None,
+                   implementation: str = "fast") -> TopologyDraft:
+    """:func:`topology_finder` up to Step 3: its topology, not yet routed.
+
+    Same options as :func:`topology_finder`; ``draft_topology(...).plan()`` is
+    ``topology_finder(...)``. For a caller that may not want the plan: Step 4's MP
+    routes are most of the finder's time and memory when MP pairs lie far apart, and
+    :meth:`TopologyDraft.lower_bound` tells, before them, how fast the plan can be.
+    """
+    n, d = _check_arguments(traffic, servers, ports, link_bandwidth, routing, k_paths,
+                            allreduce_degree, implementation)
+    layout = _layout(traffic, n, d, link_bandwidth, link_latency, primes_only, mp_decay, seed,
+                     matching, allreduce_degree)
+    return TopologyDraft(traffic, layout, hop_distances(layout.topology),
+                         _Step4(routing, k_paths, max_extra_hops, implementation))
+
+
+def _layout(traffic: Traffic, n: int, d: int, bandwidth: float, latency: float,
+            primes_only: bool, mp_decay: float | Callable[[float, int], float], seed: int,
+            matching: str, d_ar: int | None) -> _Layout:
+    """Steps 1-3: the first pass, or the second (with a backbone ring) when the first
+    does not connect the shard."""
+    decay = _decay_fn(mp_decay)
+    layout = _build(traffic, n, d, bandwidth, latency, primes_only, decay, seed, None,
+                    matching, d_ar)
+    if not is_strongly_connected(layout.topology):
+        stride = backbone_stride(traffic.mp, layout.topology, primes_only, seed)
+        layout = _build(traffic, n, d, bandwidth, latency, primes_only, decay, seed, stride,
+                        matching, d_ar)
+    return layout
 
 
 def _host_ring_paths(u: int, v: int, host: tuple[int, ...], strides: tuple[int, ...],

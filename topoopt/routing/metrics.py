@@ -12,7 +12,7 @@ from topoopt.topology.topology import RouteArrays, Routes, Topology
 from topoopt.traffic import Traffic
 
 __all__ = ["TopologyMetrics", "topology_metrics", "link_loads", "route_traffic",
-           "path_length_stats"]
+           "path_length_stats", "mp_link_time_bound"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,42 @@ def path_length_stats(topology: Topology) -> tuple[float, float]:
     if np.any(off >= UNREACHABLE):
         return float("inf"), float("inf")
     return float(off.max()), float(off.mean())
+
+
+def mp_link_time_bound(topology: Topology, mp: np.ndarray, dist: np.ndarray | None = None
+                       ) -> float:
+    """Seconds the links need at least to carry the MP bytes ``mp[u, v]``, however routed.
+
+    Each byte from ``u`` to ``v`` crosses at least ``dist[u, v]`` links (the hop
+    distance), and all the links together carry ``len(topology.links) x
+    link_bandwidth`` bits per second, so no routing delivers them sooner than
+    ``8 x sum(mp x dist) / (links x link_bandwidth)``. Any simulation that sends each
+    pair's bytes over paths of links at rates within the links' capacities (the
+    flow-level simulator's max-min rates) takes at least this long; known before any
+    route is computed.
+
+    Parameters
+    ----------
+    topology : Topology
+    mp : ndarray
+        ``n x n`` bytes (:attr:`topoopt.traffic.Traffic.mp`).
+    dist : ndarray, optional
+        :func:`~topoopt.routing.kshortest.hop_distances` of ``topology``, when known.
+
+    Returns
+    -------
+    float
+        0.0 without MP bytes; inf when a pair with bytes has no path.
+    """
+    mp = np.asarray(mp, np.float64)
+    src, dst = np.nonzero(mp)
+    if src.size == 0:
+        return 0.0
+    hops = (hop_distances(topology) if dist is None else dist)[src, dst]
+    if np.any(hops >= UNREACHABLE) or not topology.links:
+        return float("inf")
+    bits = 8.0 * float(np.dot(mp[src, dst], hops.astype(np.float64)))
+    return bits / (len(topology.links) * float(topology.link_bandwidth))
 
 
 #: Hops handed to one accumulation call in :func:`link_loads` (bounds the memory).
