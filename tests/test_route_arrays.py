@@ -414,3 +414,15 @@ def test_direct_connect_loads_array_routes_like_tuple_routes():
         a, b = 0, 5
         assert sorted(fabric.paths(a, b), key=lambda x: x[1]) == \
             sorted(direct_connect(plan.topology, tuples).paths(a, b), key=lambda x: x[1])
+
+
+def test_route_nodes_are_int32_and_refused_beyond_it():
+    # a plan's largest arrays: server ids as int32, never wrapped silently
+    arr = RouteArrays([0], [2], [0, 1], [0, 3], np.array([0, 1, 2], np.int64), [1.0])
+    assert arr.nodes.dtype == np.int32 and arr.nodes.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="route nodes"):
+        RouteArrays([0], [2], [0, 1], [0, 3], np.array([0, 2**31, 2], np.int64), [1.0])
+    ring = Topology(4, 1, tuple((i, 0, (i + 1) % 4, 0) for i in range(4)), 100e9)
+    routed = k_shortest_route_arrays(ring, [0, 1], [3, 3], 2)
+    assert routed.nodes.dtype == np.int32
+    assert routed.entry(0) == (((0, 1, 2, 3), 1.0),)

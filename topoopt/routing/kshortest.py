@@ -309,7 +309,7 @@ def _gather_paths(ids: list[np.ndarray], blocks: list[np.ndarray], m: int
     np.cumsum(counts, out=path_ptr[1:])
     node_ptr = np.zeros(path_ptr[-1] + 1, np.int64)
     np.cumsum(np.repeat(length, counts), out=node_ptr[1:])
-    nodes = np.empty(node_ptr[-1], np.int64)
+    nodes = np.empty(node_ptr[-1], np.int32)     # RouteArrays' dtype: no copy
     for p, b in zip(ids, blocks):
         first = np.r_[True, p[1:] != p[:-1]]
         starts = np.flatnonzero(first)

@@ -107,7 +107,8 @@ class RouteArrays:
         The paths of pair ``i`` are ``path_ptr[i]:path_ptr[i + 1]``.
     node_ptr : ndarray of int64, shape (P + 1,)
         The nodes of path ``j`` are ``nodes[node_ptr[j]:node_ptr[j + 1]]``.
-    nodes : ndarray of int64
+    nodes : ndarray of int32
+        Servers (int32: a plan's largest arrays, at half the bytes of int64).
     fraction : ndarray of float64, shape (P,)
         Share of its pair's bytes per path.
 
@@ -126,8 +127,12 @@ class RouteArrays:
     fraction: np.ndarray
 
     def __post_init__(self) -> None:
+        nodes = np.asarray(self.nodes)
+        if nodes.size and nodes.dtype != np.int32 and (nodes.min() < -2**31
+                                                       or nodes.max() >= 2**31):
+            raise ValueError("route nodes must be servers in 0..2**31 - 1")
         for name, dt in (("src", np.int64), ("dst", np.int64), ("path_ptr", np.int64),
-                         ("node_ptr", np.int64), ("nodes", np.int64),
+                         ("node_ptr", np.int64), ("nodes", np.int32),
                          ("fraction", np.float64)):
             arr = np.ascontiguousarray(getattr(self, name), dtype=dt).reshape(-1)
             arr.flags.writeable = False
