@@ -165,3 +165,27 @@ def test_paths_on_a_fresh_router_count_the_shortest_paths(name):
             assert len(paths) == sigma[s, t]
             assert all(len(p) == D[s, t] + (f.uplink[x] >= 0) + (f.downlink[y] >= 0)
                        for p, _ in paths)
+
+
+def test_explicit_routes_loaded_in_chunks_equal_one_block(monkeypatch):
+    # a TopologyFinder shard's explicit routes, loaded a few links at a time: the same
+    # store (rows, links, weights) and the same row per pair as in one block
+    from topoopt import fabrics
+    from topoopt.cluster import Cluster, Job
+    from topoopt.planners.alternating import plan_topology, topoopt_fabric
+    from topoopt.strategy import hybrid
+    from topoopt.workloads import model_of
+
+    job = Job("dlrm", batch_per_gpu=16, size={"tables": 8, "rows": 10_000, "dim": 32,
+                                               "bag": 4})
+    model = model_of(job)
+    cluster = Cluster(servers=16, nics=4, link_bandwidth=100 * G, link_latency=1e-6)
+    plan = plan_topology(model, hybrid(model, 16), cluster, job)   # tables MP: routes
+    whole = topoopt_fabric(plan)._core()
+    monkeypatch.setattr(fabrics.fabric, "_EXPLICIT_CHUNK", 7)
+    chunked = topoopt_fabric(plan)._core()
+    assert len(chunked._links) > 5 * len(whole._links)        # many blocks
+    for a, b in zip(whole._store(), chunked._store()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole.row_of, chunked.row_of)
+    np.testing.assert_array_equal(whole.explicit_row, chunked.explicit_row)

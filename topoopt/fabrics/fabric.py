@@ -24,6 +24,10 @@ KINDS = ("switched", "direct")
 OPTICS = ("none", "patch_panel", "ocs", "sip")
 
 _PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
+#: Links of explicit routes loaded at a time (:meth:`_CoreRouter._load_explicit`).
+_EXPLICIT_CHUNK = 1 << 22
+#: Nodes per pair a walk of shortest-path DAGs is sized for, in its chunks of pairs.
+_WALK_WIDTH = 16
 #: Coflow members up to which coupled_route multiplies by hand, not by scipy.sparse.
 _SMALL_COUPLED = 4096
 
@@ -378,19 +382,34 @@ class _CoreRouter:
         if not len(fabric.explicit):
             return
         src, dst, per_pair, plen, fracs, links = _explicit_arrays(fabric.explicit)
-        weights = np.repeat(fracs, plen)
-        pair = np.repeat(np.repeat(np.arange(src.size), per_pair), plen)
+        path_ptr = np.concatenate([[0], np.cumsum(per_pair)])
+        link_ptr = np.concatenate([[0], np.cumsum(plen)])
         L = max(self.fabric.links, 1)
-        order = np.argsort(pair * L + links, kind="stable")
-        key = (pair * L + links)[order]
-        new = np.concatenate([[True], key[1:] != key[:-1]]) if key.size else key.astype(bool)
-        grp = np.cumsum(new) - 1
-        ukey = key[new]
-        w = np.bincount(grp, weights=weights[order]) if key.size else np.empty(0)
-        counts = np.bincount(ukey // L, minlength=src.size)
-        rows = self._append_block(counts, ukey % L, w)
-        self.row_of[self.local[fabric.attach[src]], self.local[fabric.attach[dst]]] = rows
-        self.explicit_row[rows] = True
+        # in chunks of pairs: the sort's temporaries are a few times the chunk's links,
+        # not the whole table's (the blocks' rows follow on, as one block's would)
+        lo = 0
+        while lo < src.size:
+            hi = int(np.searchsorted(link_ptr[path_ptr], link_ptr[path_ptr[lo]]
+                                     + _EXPLICIT_CHUNK, side="right")) - 1
+            hi = min(max(hi, lo + 1), src.size)
+            p0, p1 = path_ptr[lo], path_ptr[hi]
+            l0, l1 = link_ptr[p0], link_ptr[p1]
+            weights = np.repeat(fracs[p0:p1], plen[p0:p1])
+            pair = np.repeat(np.repeat(np.arange(hi - lo), per_pair[lo:hi]), plen[p0:p1])
+            key = pair * L + links[l0:l1]
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            new = (np.concatenate([[True], key[1:] != key[:-1]]) if key.size
+                   else key.astype(bool))
+            grp = np.cumsum(new) - 1
+            ukey = key[new]
+            w = np.bincount(grp, weights=weights[order]) if key.size else np.empty(0)
+            counts = np.bincount(ukey // L, minlength=hi - lo)
+            rows = self._append_block(counts, ukey % L, w)
+            self.row_of[self.local[fabric.attach[src[lo:hi]]],
+                        self.local[fabric.attach[dst[lo:hi]]]] = rows
+            self.explicit_row[rows] = True
+            lo = hi
 
     def pair_rows(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Store rows of routing-node pairs (global ids), computing missing ones."""
@@ -423,17 +442,57 @@ class _CoreRouter:
             self.row_of[s[same], t[same]] = self._append_block(
                 np.zeros(int(same.sum()), np.int64), np.empty(0, np.int64), np.empty(0))
         s, t, rs, ct = s[~same], t[~same], rs[~same], ct[~same]
-        step = max(1, _PAIR_CHUNK // max(self.u.size, 1))
+        # a direct fabric's shortest-path DAGs are thin (degree-d servers, a few per
+        # hop): walk them; a Clos's spans most core links between two pods, where one
+        # test per link of the core is cheaper
+        walk = self.fabric.kind == "direct"
+        step = max(1, _PAIR_CHUNK // max(self._out_table()[0].shape[1] * _WALK_WIDTH
+                                         if walk else self.u.size, 1))
         Df, sf, Dt, st = self.from_.dist, self.from_.count, self.to.dist, self.to.count
         for lo in range(0, s.size, step):
             ps, pt = s[lo:lo + step], t[lo:lo + step]
             pr, pc = rs[lo:lo + step], ct[lo:lo + step]
-            # D[s, u] + 1 + D[v, t] == D[s, t]
-            on = (Df[pr][:, self.u] + 1 + Dt[pc][:, self.v]) == Df[pr, pt][:, None]
-            r, e = np.nonzero(on)
+            if walk:
+                r, e = self._shortest_links(ps, pt, pc)
+            else:       # D[s, u] + 1 + D[v, t] == D[s, t]
+                r, e = np.nonzero(
+                    (Df[pr][:, self.u] + 1 + Dt[pc][:, self.v]) == Df[pr, pt][:, None])
             w = sf[pr[r], self.u[e]] * st[pc[r], self.v[e]] / sf[pr[r], pt[r]]
             counts = np.bincount(r, minlength=ps.size)
             self.row_of[ps, pt] = self._append_block(counts, self.link_id[e], w)
+
+    def _shortest_links(self, s: np.ndarray, t: np.ndarray, ct: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """``(r, e)``: every core link ``e`` on a shortest ``s[r] -> t[r]`` path (those
+        with ``D[s, u] + 1 + D[v, t] == D[s, t]``), sorted by pair, then link.
+
+        Found by walking each pair's shortest-path DAG from its source, one hop at a
+        time: from a node ``x`` on it, the out-links to a node one hop nearer ``t``.
+        That visits the DAG's links (a few per hop), where testing every link of the
+        core for every pair costs the whole core per pair."""
+        table, _ = self._out_table()
+        Dt = self.to.dist                    # D[x, t[i]] = Dt[ct[i], x]
+        c = self.c
+        pair, node = np.arange(s.size), s
+        found_r, found_e = [], []
+        while pair.size:
+            cand = table[node]                                   # (F, width) link idx
+            ok = cand >= 0
+            head = self.v[np.where(ok, cand, 0)]
+            col = ct[pair]
+            ok &= Dt[col[:, None], head] == (Dt[col, node] - 1)[:, None]
+            fr, fc = np.nonzero(ok)
+            r, e = pair[fr], cand[fr, fc]
+            found_r.append(r)
+            found_e.append(e)
+            nxt = self.v[e]
+            on = nxt != t[r]
+            key = np.unique(r[on] * c + nxt[on])   # each DAG node of a pair once
+            pair, node = key // c, key % c
+        r = np.concatenate(found_r) if found_r else np.empty(0, np.int64)
+        e = np.concatenate(found_e) if found_e else np.empty(0, np.int64)
+        order = np.lexsort((e, r))
+        return r[order], e[order]
 
     def _store(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._flat is None:
