@@ -114,6 +114,12 @@ class GraphBounds:
         self._ar_cp.clear()
         self._cp_used = 0
 
+    def release_pair_routes(self) -> None:
+        """Drop every pair's routes (the link bound's largest tables, n^2 routes): the
+        fabric routes them again when asked, the same rows."""
+        self._every = None
+        self._pairs_csr = None
+
     def reset_configs(self) -> None:
         """Drop what is keyed by config tokens (they are numbered afresh)."""
         self.reset_routes()
