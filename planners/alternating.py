@@ -508,7 +508,11 @@ def _stage_progress(progress: Callable[[str, int, float], None] | None, stage: s
     return lambda m, t: progress(stage, m, t)
 
 
-Screened = tuple[str, Strategy, TopologyPlan, float]
+#: A screened strategy: its name, the strategy, its topology (None once it cannot start
+#: the first round) and its time there.
+Screened = tuple[str, Strategy, TopologyPlan | None, float]
+#: Screened strategies besides the start that :func:`_first_start` tries.
+_RANKED = 2
 
 
 def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
@@ -545,7 +549,19 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
         tried.add(strategy.configs)
         plan_c = p.topology(strategy)
         screened.append((name, strategy, plan_c, p.cost(plan_c)(strategy)))
+        _keep_ranked_plans(screened)
     return screened
+
+
+def _keep_ranked_plans(screened: list[Screened]) -> None:
+    """Drop the topology (and with it its cost) of every screened strategy but the
+    start and the :data:`_RANKED` fastest others (the first of equal times): the only
+    ones :func:`_first_start` reads. A large shard's topologies and their routing
+    tables are gigabytes each, and the screen makes up to ``2 x screen + 1``."""
+    held = [i for i in range(1, len(screened)) if screened[i][2] is not None]
+    for i in sorted(held, key=lambda i: (screened[i][3], i))[_RANKED:]:
+        name, strategy, _, t = screened[i]
+        screened[i] = (name, strategy, None, t)
 
 
 def _first_start(p: _Shard, screened: list[Screened]
@@ -555,11 +571,12 @@ def _first_start(p: _Shard, screened: list[Screened]
     result must beat) and the best two other screened strategies, each on the best of
     its neighbouring degree splits too. Returns (strategy, topology, time), its name
     and the start's own (topology, time)."""
-    start = screened[0][1]
-    _, _, start_plan, start_t = screened[0]
-    ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:2]
+    _, start, start_plan, start_t = screened[0]
+    assert start_plan is not None
+    ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:_RANKED]
     best_strategy, best_plan, best_t, origin = start, start_plan, start_t, "start"
     for name, strategy, plan_c, t_c in ranked:
+        assert plan_c is not None        # (kept by _keep_ranked_plans)
         if not stop_requested():  # Ctrl-C: no more descents, but the timed ones compete
             plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
                                         p.finder_kwargs, base=(plan_c, t_c), cost_of=p.cost)

@@ -156,3 +156,29 @@ def test_the_warm_costs_are_bounded_and_the_result_does_not_depend_on_it(monkeyp
     for a, b in zip(bounded.searches, unbounded.searches, strict=True):
         assert a.starts == b.starts and a.stop == b.stop and a.moves == b.moves
         assert [c.trace for c in a.chains] == [c.trace for c in b.chains]
+
+
+def test_the_screen_keeps_only_the_plans_the_first_round_reads(monkeypatch):
+    # the start and the two fastest other screened strategies keep their topologies (and
+    # costs); the others' go as soon as they fall behind, and the plan is the same
+    cluster, job, model, space = small(8)
+    layouts = structured_strategies(model, space)
+    p = alternating._Shard(model, cluster, job, space, 0, {})
+    screened = alternating._screen(p, start_strategy(model, cluster, job, space), None,
+                                   layouts, (), 4)
+    assert len(screened) > 1 + alternating._RANKED                # not vacuous
+    kept = [c for c in screened[1:] if c[2] is not None]
+    fastest = sorted(screened[1:], key=lambda c: c[3])[:alternating._RANKED]
+    assert screened[0][2] is not None
+    assert [c[0] for c in kept] == [c[0] for c in screened[1:] if c in fastest]
+    assert len(p.costs) == 1 + alternating._RANKED                 # the others' costs went
+
+    def run():
+        return alternating_optimization(model, cluster, job, start_strategy(model, cluster, job),
+                                        rounds=1, budget=4, chains=2, layouts=layouts)
+
+    lean = run()
+    monkeypatch.setattr(alternating, "_keep_ranked_plans", lambda screened: None)
+    whole = run()
+    assert (lean.strategy.configs, lean.time, lean.origin, lean.screened, lean.history) == (
+        whole.strategy.configs, whole.time, whole.origin, whole.screened, whole.history)
