@@ -5,12 +5,12 @@ bit (``tests/test_estimate_fast.py`` checks the bound against the graph's busies
 import numpy as np
 import pytest
 
+from tests.test_estimate_fast import random_strategies
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate.graph import IterationGraphBuilder
 from topoopt.fabrics import expander, fat_tree
-from topoopt.planners.alternating import plan_topology, start_strategy, topoopt_fabric
-from topoopt.planners.moves import MoveSet
-from topoopt.planners.space import StrategySpace
+from topoopt.planners.alternating import plan_topology, topoopt_fabric
+from topoopt.strategy import hybrid
 from topoopt.workloads import model_of
 
 G = 1e9  # bits/s per Gbps
@@ -18,26 +18,12 @@ DLRM = {"tables": 8, "rows": 10_000, "dim": 32, "bag": 4}
 N = 16
 
 
-def _walk(model, cluster, job, count, seed):
-    space = StrategySpace.build(model, cluster, job)
-    rng = np.random.default_rng(seed)
-    current = start_strategy(model, cluster, job, space)
-    memory = space.memory(current)
-    moves = MoveSet(space)
-    out = [current]
-    while len(out) < count:
-        proposal = moves.propose(current, memory, rng)
-        if proposal is not None:
-            current, memory, _ = proposal
-            out.append(current)
-    return out
-
-
 def _setup():
     job = Job("dlrm", batch_per_gpu=16, size=DLRM)
     model = model_of(job)
     cluster = Cluster(servers=N, nics=4, link_bandwidth=100 * G, link_latency=1e-6)
-    plan = plan_topology(model, start_strategy(model, cluster, job), cluster, job)
+    plan = plan_topology(model, hybrid(model, N), cluster, job)    # tables MP: routes
+    assert len(plan.routes)
     fabrics = {"expander": (expander(N, 4, 100 * G), None),     # ECMP: split routes
                "fattree": (fat_tree(N, cluster.server_bandwidth), None),
                "topoopt": (topoopt_fabric(plan), plan.rings)}
@@ -67,7 +53,7 @@ def test_gathered_pattern_loads_equal_the_dense_product_bit_for_bit(name):
         np.testing.assert_array_equal(got, _dense(bounds, src, dst, overlap))
     # the patterns the strategies' MP transfers make
     seen = 0
-    for s in _walk(model, cluster, job, 12, seed=4):
+    for s in random_strategies(model, cluster, job, 12, seed=4):
         segs, seg_of, info = builder.fused(s)
         for u, v in model.edges:
             gu, gv = int(seg_of[u]), int(seg_of[v])
