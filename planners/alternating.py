@@ -35,6 +35,7 @@ from topoopt.errors import TopoOptError
 from topoopt.estimate import EstimateCache
 from topoopt.fabrics import direct_connect, ideal_switch
 from topoopt.finder.topology_finder import (
+    TopologyDraft,
     TopologyPlan,
     draft_topology,
     extend_plan,
@@ -150,7 +151,9 @@ class AlternatingResult:
     ``origin`` names the strategy the first round started from: ``"start"``, the key
     of one of the ``seeds`` given to :func:`alternating_optimization` or a structured
     layout's name. ``searches`` are the rounds' MCMC searches and ``screened`` every
-    strategy given its own topology before the first round, with its time there.
+    strategy given its own topology before the first round, with its time there (a
+    lower bound of it for one whose topology's bound already put it behind two faster
+    ones, :func:`_screen`).
     """
 
     strategy: Strategy
@@ -466,6 +469,13 @@ class _Shard:
         return plan_topology(self.model, strategy, self.cluster, self.job, self.tseed,
                              **self.finder_kwargs)
 
+    def draft(self, strategy: Strategy) -> TopologyDraft:
+        """:meth:`topology` before its routes (Steps 1-3; ``.plan()`` routes it)."""
+        return draft_topology(_traffic(self.model, strategy, self.cluster, self.job),
+                              self.cluster.servers, self.cluster.nics,
+                              self.cluster.link_bandwidth, self.cluster.link_latency,
+                              seed=self.tseed, **self.finder_kwargs)
+
     def fit(self, strategy: Strategy, plan: TopologyPlan) -> TopologyPlan:
         """``plan``'s topology with rings, groups and routes for ``strategy``'s traffic
         (:func:`~topoopt.finder.topology_finder.extend_plan`): every (strategy,
@@ -520,10 +530,16 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
             ) -> list[Screened]:
     """The start, the ``seeds`` and the ``screen`` structured strategies fastest on the
     Ideal Switch (of ``layouts`` and of ``side_layouts`` apart), each on Step 1's
-    topology for its traffic with its time there; the start first."""
+    topology for its traffic with its time there; the start first.
+
+    A strategy whose topology's route-free bound (:meth:`~topoopt.finder.
+    topology_finder.TopologyDraft.lower_bound`) is above the :data:`_RANKED` fastest
+    other times so far cannot be one :func:`_first_start` tries: its topology is not
+    routed and the bound stands for its time (the plan is the same)."""
     start_plan = p.topology(start)
     screened: list[Screened] = [("start", start, start_plan, p.cost(start_plan)(start))]
     tried = {start.configs}
+    timed: list[float] = []     # the others' times on their topologies
     candidates = list((seeds or {}).items())
     if screen > 0 and (layouts or side_layouts):
         cluster = p.cluster
@@ -547,8 +563,17 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
         if strategy.configs in tried or not p.space.contains(strategy):
             continue
         tried.add(strategy.configs)
-        plan_c = p.topology(strategy)
+        draft = p.draft(strategy)
+        bound = draft.lower_bound()
+        if len(timed) >= _RANKED and bound > sorted(timed)[_RANKED - 1]:
+            # slower than the fastest others whatever Step 4 routes: not routed (a
+            # ring-like topology's routes are gigabytes at 1024 servers), its bound kept
+            screened.append((name, strategy, None, bound))
+            continue
+        plan_c = draft.plan()
+        del draft               # (its hop distances)
         screened.append((name, strategy, plan_c, p.cost(plan_c)(strategy)))
+        timed.append(screened[-1][3])
         _keep_ranked_plans(screened)
     return screened
 

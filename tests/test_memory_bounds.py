@@ -9,6 +9,7 @@ from topoopt.cluster import Cluster, Job
 from topoopt.estimate import FastEstimator
 from topoopt.fabrics.direct import LinkPaths, direct_connect
 from topoopt.fabrics.fabric import _explicit_arrays
+from topoopt.finder.topology_finder import TopologyDraft
 from topoopt.planners.alternating import alternating_optimization, plan_topology, start_strategy
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.space import StrategySpace
@@ -182,3 +183,46 @@ def test_the_screen_keeps_only_the_plans_the_first_round_reads(monkeypatch):
     whole = run()
     assert (lean.strategy.configs, lean.time, lean.origin, lean.screened, lean.history) == (
         whole.strategy.configs, whole.time, whole.origin, whole.screened, whole.history)
+
+
+def test_the_screen_does_not_route_what_its_bound_puts_behind(monkeypatch):
+    # a bound just below each strategy's time: those behind the two fastest others are
+    # refused before their routes, with the bound as their time, and the plan is the same
+    cluster, job, model, space = small(8)
+    layouts = structured_strategies(model, space)
+    start = start_strategy(model, cluster, job, space)
+    draft = alternating._Shard.draft
+
+    def run():
+        return alternating_optimization(model, cluster, job, start, rounds=1, budget=4,
+                                        chains=2, layouts=layouts)
+
+    monkeypatch.setattr(TopologyDraft, "lower_bound", lambda self: 0.0)   # none refused
+    p = alternating._Shard(model, cluster, job, space, 0, {})
+    whole = alternating._screen(p, start, None, layouts, (), 4)
+    time_of = {s.configs: t for _, s, _, t in whole}
+    routed = run()
+
+    class Tight:
+        def __init__(self, d, t):
+            self.d, self.t = d, t
+
+        def lower_bound(self):
+            return self.t * (1 - 1e-12)
+
+        def plan(self):
+            return self.d.plan()
+
+    monkeypatch.setattr(alternating._Shard, "draft",
+                        lambda self, s: Tight(draft(self, s), time_of[s.configs]))
+    p = alternating._Shard(model, cluster, job, space, 0, {})
+    lean = alternating._screen(p, start, None, layouts, (), 4)
+    ref = {c[0]: c[3] for c in whole}
+    refused = [c for c in lean if c[3] != ref[c[0]]]
+    assert refused                                                   # not vacuous
+    ranked = sorted(c[3] for c in whole[1:])[:alternating._RANKED]
+    for name, _, plan, t in refused:
+        assert plan is None and t == ref[name] * (1 - 1e-12) and ref[name] > ranked[-1]
+    found = run()
+    assert (found.strategy.configs, found.time, found.origin, found.history) == (
+        routed.strategy.configs, routed.time, routed.origin, routed.history)
