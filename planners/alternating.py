@@ -574,6 +574,7 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
         del draft               # (its hop distances)
         screened.append((name, strategy, plan_c, p.cost(plan_c)(strategy)))
         timed.append(screened[-1][3])
+        del plan_c              # (the list decides whether it is kept)
         _keep_ranked_plans(screened)
     return screened
 
