@@ -50,7 +50,7 @@ from topoopt.planners.search import SCREENED_FAMILIES, FabricSearch, descent_lim
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
 from topoopt.strategy import Strategy, data_parallel, hybrid
-from topoopt.traffic import derive_traffic
+from topoopt.traffic import Traffic, derive_traffic
 
 __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
            "plan_topology", "topoopt_fabric", "best_topology", "split_topologies", "SCREEN",
@@ -104,6 +104,15 @@ def plan_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, 
     return topology_finder(_traffic(model, strategy, cluster, job), cluster.servers,
                            cluster.nics, cluster.link_bandwidth, cluster.link_latency,
                            seed=seed, allreduce_degree=allreduce_degree, **finder_kwargs)
+
+
+def _draft(traffic: Traffic, cluster: Cluster, seed: int, allreduce_degree: int | None = None,
+           **finder_kwargs) -> TopologyDraft:
+    """:func:`plan_topology` before its routes, on a traffic already derived (Steps
+    1-3, :func:`~topoopt.finder.topology_finder.draft_topology`)."""
+    return draft_topology(traffic, cluster.servers, cluster.nics, cluster.link_bandwidth,
+                          cluster.link_latency, seed=seed, allreduce_degree=allreduce_degree,
+                          **finder_kwargs)
 
 
 def topoopt_fabric(topology_plan: TopologyPlan):
@@ -232,9 +241,7 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
         traffic = _traffic(model, strategy, cluster, job)
         for d_ar in (base[0].degree_allreduce - 1, base[0].degree_allreduce + 1):
             if 1 <= d_ar <= cluster.nics:
-                draft = draft_topology(traffic, cluster.servers, cluster.nics,
-                                       cluster.link_bandwidth, cluster.link_latency,
-                                       seed=seed, allreduce_degree=d_ar, **finder_kwargs)
+                draft = _draft(traffic, cluster, seed, d_ar, **finder_kwargs)
                 drafts.append((draft.lower_bound(), d_ar, draft))
     drafts.sort(key=lambda b: b[:2])
     fastest = base[1]
@@ -471,10 +478,8 @@ class _Shard:
 
     def draft(self, strategy: Strategy) -> TopologyDraft:
         """:meth:`topology` before its routes (Steps 1-3; ``.plan()`` routes it)."""
-        return draft_topology(_traffic(self.model, strategy, self.cluster, self.job),
-                              self.cluster.servers, self.cluster.nics,
-                              self.cluster.link_bandwidth, self.cluster.link_latency,
-                              seed=self.tseed, **self.finder_kwargs)
+        return _draft(_traffic(self.model, strategy, self.cluster, self.job), self.cluster,
+                      self.tseed, **self.finder_kwargs)
 
     def fit(self, strategy: Strategy, plan: TopologyPlan) -> TopologyPlan:
         """``plan``'s topology with rings, groups and routes for ``strategy``'s traffic
