@@ -387,10 +387,11 @@ class _CoreRouter:
         L = max(self.fabric.links, 1)
         # in chunks of pairs: the sort's temporaries are a few times the chunk's links,
         # not the whole table's (the blocks' rows follow on, as one block's would)
+        pair_link = link_ptr[path_ptr]          # each pair's first link
         lo = 0
         while lo < src.size:
-            hi = int(np.searchsorted(link_ptr[path_ptr], link_ptr[path_ptr[lo]]
-                                     + _EXPLICIT_CHUNK, side="right")) - 1
+            hi = int(np.searchsorted(pair_link, pair_link[lo] + _EXPLICIT_CHUNK,
+                                     side="right")) - 1
             hi = min(max(hi, lo + 1), src.size)
             p0, p1 = path_ptr[lo], path_ptr[hi]
             l0, l1 = link_ptr[p0], link_ptr[p1]
@@ -461,6 +462,20 @@ class _CoreRouter:
             counts = np.bincount(r, minlength=ps.size)
             self.row_of[ps, pt] = self._append_block(counts, self.link_id[e], w)
 
+    def _nearer(self, node: np.ndarray, col: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(cand, head, ok)``: each ``node[i]``'s out-links (core-link ids, a padded
+        ``(len(node), width)`` table), their heads, and whether a link is real and its
+        head one hop nearer the target whose column of the distances is ``col[i]``
+        (``D[x, t] = to.dist[col, x]``)."""
+        table, _ = self._out_table()
+        Dt = self.to.dist
+        cand = table[node]
+        ok = cand >= 0
+        head = np.where(ok, self.v[np.maximum(cand, 0)], 0)
+        ok &= Dt[col[:, None], head] == (Dt[col, node] - 1)[:, None]
+        return cand, head, ok
+
     def _shortest_links(self, s: np.ndarray, t: np.ndarray, ct: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
         """``(r, e)``: every core link ``e`` on a shortest ``s[r] -> t[r]`` path (those
@@ -470,17 +485,11 @@ class _CoreRouter:
         time: from a node ``x`` on it, the out-links to a node one hop nearer ``t``.
         That visits the DAG's links (a few per hop), where testing every link of the
         core for every pair costs the whole core per pair."""
-        table, _ = self._out_table()
-        Dt = self.to.dist                    # D[x, t[i]] = Dt[ct[i], x]
         c = self.c
         pair, node = np.arange(s.size), s
         found_r, found_e = [], []
         while pair.size:
-            cand = table[node]                                   # (F, width) link idx
-            ok = cand >= 0
-            head = self.v[np.where(ok, cand, 0)]
-            col = ct[pair]
-            ok &= Dt[col[:, None], head] == (Dt[col, node] - 1)[:, None]
+            cand, _, ok = self._nearer(node, ct[pair])
             fr, fc = np.nonzero(ok)
             r, e = pair[fr], cand[fr, fc]
             found_r.append(r)
@@ -539,18 +548,14 @@ class _CoreRouter:
         ct = self.to.slots(t)
         Dt, st = self.to.dist, self.to.count   # D[x, t[i]] = Dt[ct[i], x]
         self._unreachable(s, t, Dt[ct, s])
-        table, _ = self._out_table()
         hops = Dt[ct, s].astype(np.int64)
         cur = s.copy()
         steps = int(hops.max()) if hops.size else 0
         chosen = np.full((s.size, max(steps, 1)), -1, np.int64)
         for k in range(steps):
             live = k < hops
-            cand = table[cur[live]]                         # (P, width) core-link idx
             cl = ct[live]
-            ok = cand >= 0
-            head = np.where(ok, self.v[np.maximum(cand, 0)], 0)
-            ok &= Dt[cl[:, None], head] == (Dt[cl, cur[live]] - 1)[:, None]
+            cand, head, ok = self._nearer(cur[live], cl)
             wgt = np.where(ok, st[cl[:, None], head], 0.0)
             cum = np.cumsum(wgt, axis=1)
             pick = (cum < rng.random(int(cum.shape[0]))[:, None] * cum[:, -1:]).sum(axis=1)
