@@ -65,13 +65,10 @@ class IterationCost:
         again, the same routes and times. The estimator's own caches stay: its route
         classes are numbered in the order they were first asked for, and a simulation
         sums its flows' shares in that order, so numbered afresh the times could
-        change in their last bits. The bounds' routes of every pair go too (computed
-        again from the fabric, the same rows).
+        change in their last bits. (The bounds keep no routes of their own: they read
+        the fabric's.)
         """
         self.fabric.release_routes()
-        builder = getattr(self.fast, "builder", None)
-        if builder is not None:
-            builder.bounds.release_pair_routes()
 
     @property
     def supports_bound(self) -> bool:

@@ -1,12 +1,14 @@
-"""The link bound's pattern loads gathered from the pattern's own pairs
-(``GraphBounds._pattern_link_loads``) equal the product of every pair's routes, to the
-bit (``tests/test_estimate_fast.py`` checks the bound against the graph's busiest link)."""
+"""Link loads read from the fabric's route store (``Fabric.link_bytes``, which the link
+bound's pattern loads use) equal the sums over :meth:`Fabric.route`'s rows, to the bit,
+whatever order the fabric routed its pairs in (``tests/test_estimate_fast.py`` checks the
+bound against the graph's busiest link)."""
 
 import numpy as np
 import pytest
 
 from tests.test_estimate_fast import random_strategies
 from topoopt.cluster import Cluster, Job
+from topoopt.errors import TopoOptError
 from topoopt.estimate.graph import IterationGraphBuilder
 from topoopt.fabrics import expander, fat_tree
 from topoopt.planners.alternating import plan_topology, topoopt_fabric
@@ -31,15 +33,18 @@ def _setup():
 
 
 def _dense(bounds, src, dst, overlap):
-    """The loads as one product of every pair's routes with the pattern's n x n matrix."""
+    """The loads summed over the routes of every pair with bytes, in pair order."""
     n = bounds.builder.n
     matrix = np.bincount(np.concatenate([src * n + dst, dst * n + src]),
                          weights=np.concatenate([overlap, overlap]), minlength=n * n)
-    return bounds._pair_routes() @ matrix
+    pairs = np.flatnonzero(matrix)
+    r = bounds.builder.fabric.route(pairs // n, pairs % n)
+    return np.bincount(r.link, weights=np.repeat(matrix[pairs], np.diff(r.ptr)) * r.weight,
+                       minlength=bounds.builder.fabric.links)
 
 
 @pytest.mark.parametrize("name", ["expander", "fattree", "topoopt"])
-def test_gathered_pattern_loads_equal_the_dense_product_bit_for_bit(name):
+def test_pattern_loads_equal_the_sums_over_routed_rows_bit_for_bit(name):
     model, cluster, job, fabrics = _setup()
     fabric, rings = fabrics[name]
     builder = IterationGraphBuilder(model, cluster, job, fabric, rings)
@@ -64,3 +69,23 @@ def test_gathered_pattern_loads_equal_the_dense_product_bit_for_bit(name):
             np.testing.assert_array_equal(got, _dense(bounds, src, dst, overlap))
             seen += 1
     assert seen > 0
+
+
+@pytest.mark.parametrize("name", ["expander", "fattree", "topoopt"])
+def test_link_bytes_do_not_depend_on_the_routing_order_or_the_chunks(name, monkeypatch):
+    from topoopt.fabrics import fabric as fabric_module
+    fabric = _setup()[3][name][0]
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, N, 300), rng.integers(0, N, 300)
+    nbytes = rng.random(300) * 1e6
+    first = fabric.link_bytes(src, dst, nbytes)
+    fabric.release_routes()
+    order = rng.permutation(N * N)      # the pairs routed anew, in another order
+    fabric.route(order // N, order % N)
+    np.testing.assert_array_equal(fabric.link_bytes(src, dst, nbytes), first)
+    # a few entries at a time: the same sums, up to the order of the chunks' partial sums
+    monkeypatch.setattr(fabric_module, "_EXPLICIT_CHUNK", 5)
+    np.testing.assert_allclose(fabric.link_bytes(src, dst, nbytes), first, rtol=1e-12)
+    assert first.sum() > 0
+    with pytest.raises(TopoOptError, match="same length"):
+        fabric.link_bytes(src, dst[:3], nbytes)

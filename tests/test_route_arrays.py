@@ -426,3 +426,15 @@ def test_route_nodes_are_int32_and_refused_beyond_it():
     routed = k_shortest_route_arrays(ring, [0, 1], [3, 3], 2)
     assert routed.nodes.dtype == np.int32
     assert routed.entry(0) == (((0, 1, 2, 3), 1.0),)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=1,
+                max_size=8))
+def test_revisits_agrees_with_a_set_per_path(paths):
+    from topoopt.topology._route_kernel import revisits
+
+    nodes = np.array([x for p in paths for x in p], np.int32)
+    node_ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
+    want = any(len(set(p)) != len(p) for p in paths)
+    assert revisits(nodes, node_ptr, 7) == want

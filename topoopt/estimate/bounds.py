@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple, Protocol
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from topoopt.estimate.routes import RouteCache, alone_rate, row_latency
 from topoopt.estimate.segments import EstimateCache
@@ -29,10 +28,12 @@ from topoopt.estimate.templates import (
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
 from topoopt.netsim.maxmin import gather_rows
-from topoopt.netsim.workload import FlowRoutes
 from topoopt.strategy import OpConfig, Strategy
 
 __all__ = ["GraphBounds", "BuilderCaches"]
+
+#: Pairs routed at a time for the pairs' alone rates (:meth:`GraphBounds._pair_rate`).
+_RATE_PAIRS = 1 << 18
 
 
 class _PatternLoads:
@@ -59,9 +60,6 @@ class _StrategyLoads(NamedTuple):
     link: np.ndarray | None
 
 
-#: Past this share of the n^2 pairs, a pattern's link loads are one product of every
-#: pair's routes (:meth:`GraphBounds._pair_routes`) rather than a gather of its own.
-_GATHER_SHARE = 0.25
 
 
 class BuilderCaches(Protocol):
@@ -99,8 +97,6 @@ class GraphBounds:
         self._last_loads: _StrategyLoads | None = None
         self._patterns: dict[tuple[int, int], _PatternLoads] = {}
         self._ar_load: dict[int, np.ndarray] = {}     # token -> link bytes per shard byte
-        self._every: tuple[np.ndarray, FlowRoutes] | None = None
-        self._pairs_csr: csr_matrix | None = None     # (links x pairs) routes
         self._rate: tuple[np.ndarray, np.ndarray] | None = None
         self._cp: dict[tuple[int, int], int] = {}      # token pair -> pool offset
         self._ar_cp: dict[int, tuple[int, int]] = {}   # token -> (pool offset, rings)
@@ -113,12 +109,6 @@ class GraphBounds:
         self._cp.clear()
         self._ar_cp.clear()
         self._cp_used = 0
-
-    def release_pair_routes(self) -> None:
-        """Drop every pair's routes (the link bound's largest tables, n^2 routes): the
-        fabric routes them again when asked, the same rows."""
-        self._every = None
-        self._pairs_csr = None
 
     def reset_configs(self) -> None:
         """Drop what is keyed by config tokens (they are numbered afresh)."""
@@ -216,32 +206,15 @@ class GraphBounds:
     def _pattern_link_loads(self, src: np.ndarray, dst: np.ndarray,
                             overlap: np.ndarray) -> np.ndarray:
         """Each link's bytes of a pattern (``overlap`` between ``src`` and ``dst``, both
-        ways) on its pairs' routes.
-
-        A pattern between a few servers' configs (a table on two servers feeding the
-        body) has a few of the n^2 pairs: their routes' entries are gathered and summed
-        instead of multiplying every pair's routes. The sums are the product's to the
-        bit: each pair's bytes are summed in input order as the dense matrix's, and each
-        link's terms are added in ascending pair order, as the (links x pairs) matrix's
-        sorted rows add them."""
+        ways) on its pairs' routes (:meth:`~topoopt.fabrics.Fabric.link_bytes`), each
+        pair's bytes summed first and the pairs taken in ascending order: the loads do
+        not depend on the order in which the fabric routed its pairs."""
         n = self.builder.n
         keys = np.concatenate([src * n + dst, dst * n + src])
         pairs, inverse = np.unique(keys, return_inverse=True)
         nbytes = np.bincount(inverse, weights=np.concatenate([overlap, overlap]),
                              minlength=pairs.size)
-        if pairs.size > _GATHER_SHARE * n * n:
-            matrix = np.zeros(n * n)
-            matrix[pairs] = nbytes
-            return self._pair_routes() @ matrix
-        s, d = pairs // n, pairs % n
-        off = s != d                   # a server's bytes to itself cross no link
-        s, d, nbytes = s[off], d[off], nbytes[off]
-        # row of (s, d) among the off-diagonal pairs in order: s (n - 1) + d - [d > s]
-        rows = s * (n - 1) + d - (d > s)
-        r = self._every_pair()[1]
-        idx, counts = gather_rows(r.ptr, rows)
-        return np.bincount(r.link[idx], weights=np.repeat(nbytes, counts) * r.weight[idx],
-                           minlength=self.builder.fabric.capacity.size)
+        return self.builder.fabric.link_bytes(pairs // n, pairs % n, nbytes)
 
     # -- the busiest link -------------------------------------------------------------
     def link_bound(self, strategy: Strategy) -> float:
@@ -281,29 +254,6 @@ class GraphBounds:
                            minlength=b.fabric.capacity.size)
         self._ar_load[token] = load
         return load
-
-    def _every_pair(self) -> tuple[np.ndarray, FlowRoutes]:
-        """``(pairs, routes)``: the pairs ``s * n + d`` with ``s != d`` and their routes
-        (routed once, for the two bounds that read them)."""
-        if self._every is None:
-            n = self.builder.n
-            pairs = np.flatnonzero(np.arange(n * n) // n != np.arange(n * n) % n)
-            self._every = (pairs, self.builder.fabric.route(pairs // n, pairs % n))
-        return self._every
-
-    def _pair_routes(self) -> csr_matrix:
-        """Every (source, destination) pair's route as a sparse (links x pairs) matrix."""
-        if self._pairs_csr is None:
-            n = self.builder.n
-            pairs, r = self._every_pair()
-            ptr = np.zeros(n * n + 1, np.int64)
-            ptr[1:][pairs] = np.diff(r.ptr)
-            np.cumsum(ptr, out=ptr)
-            # stored transposed (links x pairs): a traffic matrix's link loads in one product
-            links = self.builder.fabric.capacity.size
-            self._pairs_csr = csr_matrix((r.weight, r.link, ptr),
-                                         shape=(n * n, links)).T.tocsr()
-        return self._pairs_csr
 
     # -- the longest chain ------------------------------------------------------------
     def critical_path_bound(self, strategy: Strategy) -> float:
@@ -364,12 +314,17 @@ class GraphBounds:
         simulation reports such a flow), and the route's latency."""
         if self._rate is None:
             fabric, n = self.builder.fabric, self.builder.n
-            off, r = self._every_pair()
-            rate = np.full(n * n, np.inf)
-            latency = np.zeros(n * n)
-            latency[off] = row_latency(fabric, r)
-            rate[off] = alone_rate(fabric.capacity, r.link, r.weight, np.diff(r.ptr))
-            self._rate = (rate.reshape(n, n), latency.reshape(n, n))
+            rate = np.full((n, n), np.inf)
+            latency = np.zeros((n, n))
+            # a block of sources at a time: their routes are a block's, not every pair's
+            step = max(1, _RATE_PAIRS // n)
+            for lo in range(0, n, step):
+                s, d = np.divmod(np.arange(lo * n, min(n, lo + step) * n), n)
+                s, d = s[s != d], d[s != d]
+                r = fabric.route(s, d)
+                latency[s, d] = row_latency(fabric, r)
+                rate[s, d] = alone_rate(fabric.capacity, r.link, r.weight, np.diff(r.ptr))
+            self._rate = (rate, latency)
         return self._rate
 
     def _pooled(self, *parts: np.ndarray) -> int:

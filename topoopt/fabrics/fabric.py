@@ -24,7 +24,9 @@ KINDS = ("switched", "direct")
 OPTICS = ("none", "patch_panel", "ocs", "sip")
 
 _PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
-#: Links of explicit routes loaded at a time (:meth:`_CoreRouter._load_explicit`).
+#: Route entries handled at a time where every pair's could be: explicit routes
+#: loaded (:meth:`_CoreRouter._load_explicit`) and link loads summed
+#: (:meth:`_CoreRouter.row_bytes`).
 _EXPLICIT_CHUNK = 1 << 22
 #: Nodes per pair a walk of shortest-path DAGs is sized for, in its chunks of pairs.
 _WALK_WIDTH = 16
@@ -164,6 +166,45 @@ class Fabric:
         down = np.where(same, -1, self.downlink[dst])
         core_routes = _blank(core_routes, same)
         return _with_access(core_routes, up, down)
+
+    def link_bytes(self, src, dst, nbytes) -> np.ndarray:
+        """Bytes on each link when flow ``i`` sends ``nbytes[i]`` from ``src[i]`` to
+        ``dst[i]`` on its route (ECMP shares of it on a split route).
+
+        The same sums as ``np.bincount`` of :meth:`route`'s entries with each flow's
+        bytes times the entry's weight, without making those rows: the route store's
+        own are read, so a traffic matrix of every pair costs no copy of every pair's
+        routes. Each link's terms are added in the order of the flows.
+
+        Parameters
+        ----------
+        src, dst : array_like of int
+            Server ids.
+        nbytes : array_like of float
+
+        Returns
+        -------
+        ndarray of float, shape (links,)
+        """
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        nbytes = np.asarray(nbytes, float).ravel()
+        if not src.shape == dst.shape == nbytes.shape:
+            raise TopoOptError("link_bytes: src, dst and nbytes need the same length")
+        n = self.servers
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            raise TopoOptError(f"link_bytes: server ids must be in 0..{n - 1}")
+        off = src != dst                # a server's bytes to itself cross no link
+        src, dst, nbytes = src[off], dst[off], nbytes[off]
+        core = self._core()
+        load = core.row_bytes(core.pair_rows(self.attach[src], self.attach[dst]), nbytes)
+        # an access link is on no core route: its sum is added to an exact 0
+        for access, end in ((self.uplink, src), (self.downlink, dst)):
+            acc = access[end]
+            use = acc >= 0
+            if use.any():
+                load += np.bincount(acc[use], weights=nbytes[use], minlength=self.links)
+        return load
 
     def coupled_route(self, src, dst, group, share, groups: int, random: bool = False,
                       seed: int | None = 0) -> tuple[FlowRoutes, np.ndarray]:
@@ -354,7 +395,10 @@ class _CoreRouter:
         self.to = _Layers(adj.T.tocsr())    # columns: D[:, t], sigma[:, t]
         self.row_of = np.full((c, c), -1, np.int64)
         self.explicit_row = np.zeros(0, bool)
-        self._ptr: list[int] = [0]
+        # the store: blocks of rows (each block's ptr offset by the rows before it),
+        # joined into one block when read, so the routes are held once
+        self._rows = self._entries = 0
+        self._ptr: list[np.ndarray] = [np.zeros(1, np.int64)]
         self._links: list[np.ndarray] = []
         self._weights: list[np.ndarray] = []
         self._flat: tuple | None = None
@@ -366,11 +410,13 @@ class _CoreRouter:
     def _append_block(self, counts: np.ndarray, links: np.ndarray,
                       weights: np.ndarray) -> np.ndarray:
         """Add routes (rows) in one block; return their row ids."""
-        first = len(self._ptr) - 1
-        self._ptr.extend((self._ptr[-1] + np.cumsum(counts)).tolist())
+        first = self._rows
+        self._ptr.append(self._entries + np.cumsum(counts, dtype=np.int64))
+        self._rows += counts.size
+        self._entries += int(counts.sum())
         self._links.append(np.asarray(links, np.int64))
         self._weights.append(np.asarray(weights, float))
-        self._flat = None
+        self._flat = self._matrix = None    # (neither holds the old store)
         rows = np.arange(first, first + counts.size)
         grow = rows[-1] + 1 - self.explicit_row.size if rows.size else 0
         if grow > 0:
@@ -505,23 +551,47 @@ class _CoreRouter:
 
     def _store(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._flat is None:
-            cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt))
-            self._flat = (np.asarray(self._ptr, np.int64), cat(self._links, np.int64),
-                          cat(self._weights, float))
+            def join(blocks: list[np.ndarray], dtype: type) -> np.ndarray:
+                whole = (np.empty(0, dtype) if not blocks else
+                         np.asarray(blocks[0] if len(blocks) == 1 else np.concatenate(blocks),
+                                    dtype))
+                blocks[:] = [whole]     # the blocks go: one copy of the routes
+                return whole
+            self._flat = (join(self._ptr, np.int64), join(self._links, np.int64),
+                          join(self._weights, float))
         return self._flat
 
     def matrix(self) -> tuple[csr_matrix, np.ndarray]:
         """The route store as a sparse (rows x links) matrix of weights, and each row's
         latency (weight x link latency summed); rebuilt when the store has grown."""
-        store = self._store()
-        if self._matrix is None or self._matrix[0] is not store:
-            ptr, links, weights = store
+        if self._matrix is None:
+            ptr, links, weights = self._store()
             owner = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
             lat = np.bincount(owner, weights=self.fabric.latency[links] * weights,
                               minlength=ptr.size - 1)
             mat = csr_matrix((weights, links, ptr), shape=(ptr.size - 1, self.fabric.links))
-            self._matrix = (store, mat, lat)
-        return self._matrix[1], self._matrix[2]
+            self._matrix = (mat, lat)
+        return self._matrix
+
+    def row_bytes(self, rows: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Per link, the sum of ``nbytes[i]`` x the weight of the link on store row
+        ``rows[i]``: gathered :data:`_EXPLICIT_CHUNK` entries at a time, so the work
+        arrays stay a few times that, whatever the rows."""
+        ptr, links, weights = self._store()
+        load = np.zeros(self.fabric.links)
+        counts = ptr[rows + 1] - ptr[rows]
+        ends = np.cumsum(counts)
+        lo = 0
+        while lo < rows.size:
+            hi = int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + _EXPLICIT_CHUNK,
+                                     side="right"))
+            hi = min(max(hi, lo + 1), rows.size)
+            idx, c = gather_rows(ptr, rows[lo:hi])
+            part = np.bincount(links[idx], weights=np.repeat(nbytes[lo:hi], c) * weights[idx],
+                               minlength=load.size)
+            load += part     # (onto 0.0 for the first: the same sums)
+            lo = hi
+        return load
 
     def rows(self, rows: np.ndarray) -> FlowRoutes:
         ptr, links, weights = self._store()

@@ -464,9 +464,9 @@ def _routes_valid(topology: Topology, arr: RouteArrays, tol: float) -> bool:
     first, last = arr.nodes[arr.node_ptr[:-1]], arr.nodes[arr.node_ptr[1:] - 1]
     if np.any(first != arr.src[pair]) or np.any(last != arr.dst[pair]):
         return False
-    path_of_node = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
-    visit = np.sort(path_of_node * n + arr.nodes)
-    if np.any(visit[1:] == visit[:-1]):
+    # numba is loaded on the first check only (import topoopt stays light)
+    from topoopt.topology._route_kernel import revisits
+    if revisits(arr.nodes, arr.node_ptr, n):
         return False
     hop = np.ones(arr.nodes.size, bool)
     hop[arr.node_ptr[1:] - 1] = False  # a path's last node starts no hop
