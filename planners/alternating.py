@@ -162,7 +162,7 @@ class AlternatingResult:
     layout's name. ``searches`` are the rounds' MCMC searches and ``screened`` every
     strategy given its own topology before the first round, with its time there (a
     lower bound of it for one whose topology's bound already put it behind two faster
-    ones, :func:`_screen`).
+    ones, :func:`_screen`: ``screened_bounds`` names those).
     """
 
     strategy: Strategy
@@ -176,6 +176,7 @@ class AlternatingResult:
     origin: str = "start"
     searches: tuple[FabricSearch, ...] = ()
     screened: tuple[tuple[str, float], ...] = ()
+    screened_bounds: frozenset[str] = frozenset()
 
 
 def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
@@ -365,7 +366,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     p = _Shard(model, cluster, job, StrategySpace.build(model, cluster, job),
                seed if topology_seed is None else topology_seed, dict(finder_kwargs or {}),
                EstimateCache(model, cluster, job))
-    screened = _screen(p, start, seeds, layouts, side_layouts, screen)
+    screened, refused = _screen(p, start, seeds, layouts, side_layouts, screen)
     (best_strategy, best_plan, best_t), origin, (start_plan, start_t) = _first_start(p,
                                                                                     screened)
     # the screened topologies but the first round's go, and their costs with them
@@ -377,7 +378,7 @@ def alternating_optimization(model: Model, cluster: Cluster, job: Job, start: St
     (best_strategy, best_plan, best_t), history, searches, interrupted = rounds_run
     return AlternatingResult(best_strategy, best_plan, best_t, start, start_t, history,
                              interrupted, sum(f.moves for f in searches), origin, searches,
-                             screened_times)
+                             screened_times, refused)
 
 
 def _alternate(p: _Shard, best: tuple[Strategy, TopologyPlan, float],
@@ -532,10 +533,11 @@ _RANKED = 2
 
 def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
             layouts: Sequence[Layout], side_layouts: Sequence[Layout], screen: int
-            ) -> list[Screened]:
+            ) -> tuple[list[Screened], frozenset[str]]:
     """The start, the ``seeds`` and the ``screen`` structured strategies fastest on the
     Ideal Switch (of ``layouts`` and of ``side_layouts`` apart), each on Step 1's
-    topology for its traffic with its time there; the start first.
+    topology for its traffic with its time there, the start first; and the names of
+    those whose time is a lower bound.
 
     A strategy whose topology's route-free bound (:meth:`~topoopt.finder.
     topology_finder.TopologyDraft.lower_bound`) is above the :data:`_RANKED` fastest
@@ -545,6 +547,7 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
     screened: list[Screened] = [("start", start, start_plan, p.cost(start_plan)(start))]
     tried = {start.configs}
     timed: list[float] = []     # the others' times on their topologies
+    refused: set[str] = set()   # the others given their bound for a time
     candidates = list((seeds or {}).items())
     if screen > 0 and (layouts or side_layouts):
         cluster = p.cluster
@@ -574,6 +577,7 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
             # slower than the fastest others whatever Step 4 routes: not routed (a
             # ring-like topology's routes are gigabytes at 1024 servers), its bound kept
             screened.append((name, strategy, None, bound))
+            refused.add(name)
             continue
         plan_c = draft.plan()
         del draft               # (its hop distances)
@@ -581,7 +585,7 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
         timed.append(screened[-1][3])
         del plan_c              # (the list decides whether it is kept)
         _keep_ranked_plans(screened)
-    return screened
+    return screened, frozenset(refused)
 
 
 def _keep_ranked_plans(screened: list[Screened]) -> None:

@@ -91,7 +91,8 @@ class FabricSearch:
     starts : tuple of (str, float)
         Every start's name and time, the extra starts first, then the layouts in their
         given order (for a layout shown unable to start a chain, by its analytical bound
-        or a simulation stopped there, a lower bound of its time).
+        or a simulation stopped there, a lower bound of its time: ``bounded`` names
+        those).
     chains : tuple of SearchResult
         One per chain (``trace``: its best-so-far curve, one point per block of
         ``trace_every`` moves).
@@ -104,6 +105,8 @@ class FabricSearch:
         Moves of all chains.
     evaluations : int
         Strategies timed (starts and chains, each strategy once).
+    bounded : frozenset of str
+        The starts whose time in ``starts`` is a lower bound, not their time.
     """
 
     best: Strategy
@@ -114,6 +117,7 @@ class FabricSearch:
     spread: float
     moves: int
     evaluations: int
+    bounded: frozenset[str] = frozenset()
 
     @property
     def stop_spread(self) -> float:
@@ -263,8 +267,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     first, descent, best_descent = astuple(descent_limits(
         space.servers, budget, start=start_descent, final=descent, best=best_descent))
     screened = screened_families if first > 0 else 0
-    starts, family_of = _timed_starts(space, cost, layouts, extra, moveset, stop, chains,
-                                      screened)
+    starts, family_of, bounded = _timed_starts(space, cost, layouts, extra, moveset, stop,
+                                               chains, screened)
     candidates = _candidates(starts, family_of, chains, screened)
     runs = [Chain(space, cost, starts[i][1], seed * 1000 + c, alpha, restart_every, moveset,
                   trace_every=max(1, block // 4), start_time=cost(starts[i][1]))
@@ -282,15 +286,15 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     spread = max(times) / min(times) if min(times) > 0 else math.inf
     return FabricSearch(best.best, best.best_time, tuple((n, t) for n, _, t in starts), results,
                         stop_reason, spread, sum(r.moves for r in results),
-                        getattr(cost, "evaluations", 0))
+                        getattr(cost, "evaluations", 0), bounded)
 
 
 def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout],
                   extra: Sequence[tuple[str, Strategy]], moveset: MoveSet,
                   stop: Callable[[], bool], chains: int = 1, screened: int = 0
-                  ) -> tuple[list[_Start], dict[tuple, str]]:
-    """Every distinct valid start, the extra ones first, timed; and each start's family
-    (by its configs).
+                  ) -> tuple[list[_Start], dict[tuple, str], frozenset[str]]:
+    """Every distinct valid start, the extra ones first, timed; each start's family
+    (by its configs); and the names of those whose time is a lower bound.
 
     An extra start whose body is a layout's (the current strategy of a round, another
     fabric's best) belongs to that layout's family: two chains from one basin agree
@@ -322,6 +326,7 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
         slots.append((name, s, fam))
         extras += k < len(extra)
     times: list[float | None] = [None] * len(slots)
+    bounded: set[int] = set()               # slots whose time is a lower bound
     exact: dict[str, float] = {}            # family -> its best exact time so far
     for j in range(extras):
         t = cost(slots[j][1])
@@ -330,7 +335,7 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
     interrupted = extras > 0 and stop()
     if getattr(cost, "supports_bound", False) and hasattr(cost, "lower_bound"):
         _screen_layouts(slots, times, exact, cost, range(extras, len(slots)), stop,
-                        interrupted, chains, screened)
+                        interrupted, chains, screened, bounded)
     else:
         for j in range(extras, len(slots)):
             if interrupted:
@@ -340,18 +345,19 @@ def _timed_starts(space: StrategySpace, cost: Callable, layouts: Sequence[Layout
     starts = [(n, s, t) for (n, s, _), t in zip(slots, times) if t is not None]
     if not starts:
         raise ValueError("no valid start strategy")
-    return starts, family_of
+    return starts, family_of, frozenset(slots[j][0] for j in bounded)
 
 
 def _screen_layouts(slots: list[tuple[str, Strategy, str]], times: list[float | None],
                     exact: dict[str, float], cost: Any, rest: Sequence[int],
                     stop: Callable[[], bool], interrupted: bool, chains: int,
-                    screened: int) -> None:
+                    screened: int, bounded: set[int]) -> None:
     """Time the layouts ``rest`` of ``slots`` (name, strategy, family) into ``times``,
     lowest analytical bound first (a heap: the cheap bounds of all, the busiest link's
     only for one that comes to the front below its limit), skipping -- its bound as
-    its time -- or stopping the simulation of each once it passes :func:`_relevance`;
-    ``exact`` (family -> best exact time) is kept up to date."""
+    its time -- or stopping the simulation of each once it passes :func:`_relevance`
+    (those go into ``bounded``); ``exact`` (family -> best exact time) is kept up to
+    date."""
     heap = [(cost.lower_bound(slots[j][1]), j, False) for j in rest]
     heapq.heapify(heap)
     while heap and not interrupted:
@@ -367,6 +373,8 @@ def _screen_layouts(slots: list[tuple[str, Strategy, str]], times: list[float | 
         times[j] = t
         if t <= limit:                      # a time above the limit is a lower bound
             exact[fam] = min(exact.get(fam, math.inf), t)
+        else:
+            bounded.add(j)
         interrupted = stop()
 
 

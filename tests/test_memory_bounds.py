@@ -163,8 +163,8 @@ def test_the_screen_keeps_only_the_plans_the_first_round_reads(monkeypatch):
     cluster, job, model, space = small(8)
     layouts = structured_strategies(model, space)
     p = alternating._Shard(model, cluster, job, space, 0, {})
-    screened = alternating._screen(p, start_strategy(model, cluster, job, space), None,
-                                   layouts, (), 4)
+    screened, _ = alternating._screen(p, start_strategy(model, cluster, job, space), None,
+                                      layouts, (), 4)
     assert len(screened) > 1 + alternating._RANKED                # not vacuous
     kept = [c for c in screened[1:] if c[2] is not None]
     fastest = sorted(screened[1:], key=lambda c: c[3])[:alternating._RANKED]
@@ -197,7 +197,8 @@ def test_the_screen_does_not_route_what_its_bound_puts_behind(monkeypatch):
 
     monkeypatch.setattr(TopologyDraft, "lower_bound", lambda self: 0.0)   # none refused
     p = alternating._Shard(model, cluster, job, space, 0, {})
-    whole = alternating._screen(p, start, None, layouts, (), 4)
+    whole, none = alternating._screen(p, start, None, layouts, (), 4)
+    assert none == frozenset()
     time_of = {s.configs: t for _, s, _, t in whole}
     routed = run()
 
@@ -214,13 +215,16 @@ def test_the_screen_does_not_route_what_its_bound_puts_behind(monkeypatch):
     monkeypatch.setattr(alternating._Shard, "draft",
                         lambda self, s: Tight(draft(self, s), time_of[s.configs]))
     p = alternating._Shard(model, cluster, job, space, 0, {})
-    lean = alternating._screen(p, start, None, layouts, (), 4)
+    lean, marked = alternating._screen(p, start, None, layouts, (), 4)
     ref = {c[0]: c[3] for c in whole}
     refused = [c for c in lean if c[3] != ref[c[0]]]
     assert refused                                                   # not vacuous
+    assert marked == {c[0] for c in refused}                # exactly those are marked
     ranked = sorted(c[3] for c in whole[1:])[:alternating._RANKED]
     for name, _, plan, t in refused:
         assert plan is None and t == ref[name] * (1 - 1e-12) and ref[name] > ranked[-1]
     found = run()
     assert (found.strategy.configs, found.time, found.origin, found.history) == (
         routed.strategy.configs, routed.time, routed.origin, routed.history)
+    assert found.screened_bounds and not routed.screened_bounds
+    assert found.screened_bounds <= {n for n, _ in found.screened}

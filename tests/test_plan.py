@@ -304,3 +304,24 @@ def test_check_refuses_a_number_too_long_to_read(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--check", str(tmp_path)])
     assert r.exit_code == 1 and "too long to read" in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_lower_bounds_are_marked_and_checked(planned, tmp_path):
+    # plan.json marks each start or screened time that is only a lower bound; a marked
+    # time is below the strategy's time; --check refuses a mark that is not a boolean
+    # or one on the first row (the strategy a search began with, always timed in full)
+    out = tmp_path / "plan"
+    write_plan(planned, out, exports=False, plots=False, report=False)
+    doc = json.loads((out / "plan.json").read_text())
+    rows = [r for f in doc["fabrics"].values() if "search" in f for r in f["search"]["starts"]]
+    rows += doc["search"]["screened"]
+    assert all(isinstance(r["lower_bound"], bool) for r in rows)
+    marked = {r["strategy"] for r in doc["fabrics"]["ideal"]["search"]["starts"]
+              if r["lower_bound"]}
+    assert marked == set(planned.fabric("ideal").search.bounded)
+    check_plan_dir(out)
+    for bad, match in ((1, "must be true or false"), (True, "the first row")):
+        doc["search"]["screened"][0]["lower_bound"] = bad
+        (out / "plan.json").write_text(json.dumps(doc))
+        with pytest.raises(PlanCheckError, match=match):
+            check_plan_dir(out)

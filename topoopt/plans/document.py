@@ -186,11 +186,17 @@ def _chains_json(chains) -> list[dict]:
              "improved_by": dict(c.improved_by)} for c in chains]
 
 
+def _timed_json(rows, bounds) -> list[dict]:
+    """``(name, seconds)`` rows as JSON, ``lower_bound`` true where the seconds are only
+    a lower bound of the strategy's time (those ``bounds`` names)."""
+    return [{"strategy": n, "time_s": t, "lower_bound": n in bounds} for n, t in rows]
+
+
 def _search_json(fs) -> dict:
     """A :class:`~topoopt.planners.search.FabricSearch` as JSON."""
     return {"stop": fs.stop, "spread": fs.spread, "moves": fs.moves,
             "evaluations": fs.evaluations,
-            "starts": [{"strategy": n, "time_s": t} for n, t in fs.starts],
+            "starts": _timed_json(fs.starts, fs.bounded),
             "chains": _chains_json(fs.chains)}
 
 
@@ -239,7 +245,7 @@ def plan_to_json(p: Plan) -> dict:
                    "best_time_s": p.search.time,
                    "adopted_from": p.fabric("topoopt").adopted_from,
                    "moves": p.search.moves, "interrupted": p.search.interrupted,
-                   "screened": [{"strategy": n, "time_s": t} for n, t in p.search.screened],
+                   "screened": _timed_json(p.search.screened, p.search.screened_bounds),
                    "history": [{**r.to_json(), **_search_json(fs)}
                                for r, fs in zip(p.search.history, p.search.searches)]},
     }
