@@ -65,10 +65,14 @@ class IterationCost:
         again, the same routes and times. The estimator's own caches stay: its route
         classes are numbered in the order they were first asked for, and a simulation
         sums its flows' shares in that order, so numbered afresh the times could
-        change in their last bits. (The bounds keep no routes of their own: they read
+        change in their last bits. Its per-config templates go (rebuilt when asked:
+        they hold no route classes). (The bounds keep no routes of their own: they read
         the fabric's.)
         """
         self.fabric.release_routes()
+        builder = getattr(self.fast, "builder", None)
+        if builder is not None:
+            builder.reset_configs()
 
     @property
     def supports_bound(self) -> bool:
@@ -131,7 +135,9 @@ class IterationCost:
         low = self.lower.get(key)
         if low is not None and low > bound:
             return low
-        if math.isfinite(bound) and not self.reference:
+        # a kept lower bound is at least the busiest server's (every path that keeps one
+        # computed that first): at or below ``bound``, so is that
+        if low is None and math.isfinite(bound) and not self.reference:
             low = self.fast.builder.lower_bound(strategy)
             if low > bound:
                 self.bounded += 1

@@ -25,7 +25,7 @@ from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
 __all__ = ["SearchResult", "Chain", "mcmc_search", "descend", "DEFAULT_ALPHA", "RESTART_EVERY",
-           "REVISIT_WITHIN"]
+           "REVISIT_WITHIN", "SWEEP_BY_BOUND_SERVERS"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
@@ -297,14 +297,17 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     Each sweep times the whole neighbourhood and takes its fastest candidate (ties: the
     first listed); the first improvement would follow whichever change the
     neighbourhood lists first (a stage boundary) even where another (splitting the
-    stage ``dp x mp``) opens a deeper basin. Under a cost that supports a bound, the
-    candidates are timed lowest analytical bound first (``cost.lower_bound``), each
-    against the sweep's best so far as a bound, so the likely winner is found early and
-    the others stop sooner; a slack of :data:`_SWEEP_SLACK` above that best keeps every
-    time within it of the winner exact, so the sweep picks what timing the candidates
-    in their listed order would. Returns ``(strategy, time, candidates tried)``."""
+    stage ``dp x mp``) opens a deeper basin. Under a cost that supports a bound, each
+    candidate is timed against the sweep's best so far as a bound (the cost stops
+    there). From :data:`SWEEP_BY_BOUND_SERVERS` servers on, the candidates are timed
+    lowest analytical bound first (``cost.lower_bound``), so the likely winner is found
+    early and the others stop sooner; a slack of :data:`_SWEEP_SLACK` above the best so
+    far keeps every time within it of the winner exact, so the sweep picks what timing
+    the candidates in their listed order would. Returns ``(strategy, time, candidates
+    tried)``."""
     bounded = bool(getattr(cost, "supports_bound", False))
-    by_bound = bounded and hasattr(cost, "lower_bound")
+    by_bound = (bounded and hasattr(cost, "lower_bound")
+                and space.servers >= SWEEP_BY_BOUND_SERVERS)
     around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
     tried = 0
@@ -325,6 +328,10 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
 #: Relative slack above a sweep's best so far at which :func:`descend` stops timing a
 #: candidate: far above the 1e-12 a candidate must gain to be taken.
 _SWEEP_SLACK = 1e-9
+#: Servers from which a sweep times its candidates lowest bound first: below, the bounds
+#: of every candidate cost more than the simulations they save (docs/tuning.md,
+#: "Descents lowest bound first").
+SWEEP_BY_BOUND_SERVERS = 256
 
 
 def _sweep(cost: Callable, candidates: Iterable, time: float, limit: int,

@@ -88,6 +88,11 @@ class GraphBounds:
     """The lower bounds of one :class:`~topoopt.estimate.builder.IterationGraphBuilder`
     (its methods ``lower_bound``, ``link_bound`` and ``critical_path_bound``)."""
 
+    #: Bytes of pattern loads, and of the critical path's pool, kept before each is
+    #: dropped (per pattern a vector per server and one per link: a count of patterns
+    #: alone let them reach gigabytes at 1024 servers).
+    held_bytes = 1 << 26
+
     def __init__(self, builder: BuilderCaches) -> None:
         self.builder = builder
         fabric, n = builder.fabric, builder.n
@@ -96,6 +101,7 @@ class GraphBounds:
         self.in_bps = np.bincount(dst[dst < n], weights=cap[dst < n], minlength=n)
         self._last_loads: _StrategyLoads | None = None
         self._patterns: dict[tuple[int, int], _PatternLoads] = {}
+        self._pattern_held = 0      # bytes of ``_patterns``
         self._ar_load: dict[int, np.ndarray] = {}     # token -> link bytes per shard byte
         self._rate: tuple[np.ndarray, np.ndarray] | None = None
         self._cp: dict[tuple[int, int], int] = {}      # token pair -> pool offset
@@ -114,6 +120,7 @@ class GraphBounds:
         """Drop what is keyed by config tokens (they are numbered afresh)."""
         self.reset_routes()
         self._patterns.clear()
+        self._pattern_held = 0
         self._last_loads = None
 
     # -- the busiest server -----------------------------------------------------------
@@ -192,15 +199,18 @@ class GraphBounds:
         b = self.builder
         hit = self._patterns.get(key)
         if hit is None:
-            if len(self._patterns) >= b.config_limit:
+            if len(self._patterns) >= b.config_limit or self._pattern_held > self.held_bytes:
                 self._patterns.clear()
+                self._pattern_held = 0
             src, dst, overlap = b.cache.pattern(cu, cv)
             n = b.n
             hit = self._patterns[key] = _PatternLoads(np.bincount(src, overlap, n)
                                                       + np.bincount(dst, overlap, n))
+            self._pattern_held += hit.server.nbytes
         if links and hit.link is None:
             src, dst, overlap = b.cache.pattern(cu, cv)   # (memoized)
             hit.link = self._pattern_link_loads(src, dst, overlap)
+            self._pattern_held += hit.link.nbytes
         return hit
 
     def _pattern_link_loads(self, src: np.ndarray, dst: np.ndarray,
@@ -264,10 +274,12 @@ class GraphBounds:
         if b.random_paths:
             raise ValueError("critical_path_bound needs the fabric's routes "
                              "(random_paths=False)")
-        if len(self._cp) + len(self._ar_cp) > b.config_limit:
+        if (len(self._cp) + len(self._ar_cp) > b.config_limit
+                or self._cp_pool.nbytes > self.held_bytes):
             self._cp.clear()
             self._ar_cp.clear()
             self._cp_used = 0
+            self._cp_pool = np.empty(1024)
         segs, seg_of, info = b.fused(strategy)
         nseg = len(segs)
         activation = b.cache.activation

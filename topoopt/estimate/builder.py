@@ -173,6 +173,9 @@ class IterationGraphBuilder:
     route_limit = 5_000_000
     coflow_limit = 50_000
     config_limit = 100_000
+    #: Bytes of MP edge templates kept before they are dropped: a template is a few
+    #: arrays per transfer, so at 1024 servers a count alone let them reach gigabytes.
+    template_bytes = 1 << 27
 
     def __init__(self, model: Model, cluster: Cluster, job: Job, fabric: Fabric,
                  rings: Rings | None = None, overlap: bool = True, mp_flows: str = "auto",
@@ -200,6 +203,7 @@ class IterationGraphBuilder:
         self._last_fused: tuple[tuple[OpConfig, ...], Fused] | None = None
         # keyed by config tokens (ConfigTable): equal configs share an entry
         self._pairs: dict[tuple[int, int], PairTemplate] = {}
+        self._pair_bytes = 0
         self._allreduces: dict[int, AllReduceTemplate] = {}
         self.bounds = GraphBounds(self)
         self.reset_routes()
@@ -216,6 +220,7 @@ class IterationGraphBuilder:
         self.configs.clear()
         self._last_fused = None
         self._pairs.clear()
+        self._pair_bytes = 0
         self._allreduces.clear()
         self.bounds.reset_configs()
 
@@ -242,8 +247,12 @@ class IterationGraphBuilder:
         key = (iu.token, iv.token)
         hit = self._pairs.get(key)
         if hit is None:
+            if self._pair_bytes > self.template_bytes:
+                self._pairs.clear()
+                self._pair_bytes = 0
             hit = self._pairs[key] = PairTemplate(*self.cache.pattern(iu.config, iv.config),
                                                   iu.position, iv.position, self.n)
+            self._pair_bytes += hit.nbytes
         return hit
 
     def allreduce(self, cfg: OpConfig) -> AllReduceTemplate:

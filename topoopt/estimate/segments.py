@@ -60,13 +60,17 @@ class EstimateCache:
     config) and MP transfer patterns keyed by (producer config, consumer config). One
     cache per (model, cluster, job)."""
 
-    #: Entries kept per memo before it is cleared (bounds memory on long searches).
+    #: Entries kept per memo before it is cleared (bounds memory on long searches), and
+    #: bytes of transfer patterns (each a few arrays per transfer: gigabytes at 1024
+    #: servers before the count is reached).
     limit = 200_000
+    pattern_bytes = 1 << 28
 
     def __init__(self, model: Model, cluster: Cluster, job: Job) -> None:
         self.key = (id(model), cluster, job)
         self.times: dict[tuple[int, OpConfig], _OpCost] = {}
         self.patterns: dict[tuple[OpConfig, OpConfig], _Pattern] = {}
+        self._pattern_held = 0      # bytes of ``patterns``
         self.segments: dict[tuple[tuple[int, ...], int], Segment] = {}
         self.consumers = _consumers(model)
         #: Bytes of each operator's output for the global batch (what its edges carry).
@@ -137,9 +141,11 @@ class EstimateCache:
         key = (cu, cv)
         hit = self.patterns.get(key)
         if hit is None:
-            if len(self.patterns) >= self.limit:
+            if len(self.patterns) >= self.limit or self._pattern_held > self.pattern_bytes:
                 self.patterns.clear()
+                self._pattern_held = 0
             hit = self.patterns[key] = edge_transfers(cu, cv, float(cu.mp))
+            self._pattern_held += sum(a.nbytes for a in hit)
         return hit
 
 

@@ -131,6 +131,11 @@ class PairTemplate:
         self.lu, self.lv = lu, lv
         self.shared = np.stack([np.concatenate([lu, lv]), np.concatenate([lv, lu])])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays (what a cache of templates holds)."""
+        return sum(a.nbytes for a in (self.overlap, self.ints, self.lu, self.lv, self.shared))
+
     @staticmethod
     def shared_deps(pairs: list[tuple[int, int]], plans: list["PairTemplate"],
                     fwd_base: np.ndarray, bwd_base: np.ndarray

@@ -248,13 +248,13 @@ def _adopted(value: Any, where: str, names: list, mine: str) -> None:
 
 def _timed(rows: Any, where: str) -> list:
     """A list of ``{"strategy": name, "time_s": seconds, "lower_bound": bool}``
-    (starts, screened; ``lower_bound`` absent in plans written before it), the first
-    row's time exact (the strategy a search or the screen began with)."""
+    (starts, screened), the first row's time exact (the strategy a search or the
+    screen began with)."""
     for i, r in enumerate(as_list(rows, where)):
-        as_table(r, f"{where}[{i}]", ("strategy", "time_s"), optional=("lower_bound",))
+        as_table(r, f"{where}[{i}]", ("strategy", "time_s", "lower_bound"))
         as_str(r["strategy"], f"{where}[{i}].strategy")
         as_number(r["time_s"], f"{where}[{i}].time_s", positive=True)
-        bound = r.get("lower_bound", False)
+        bound = r["lower_bound"]
         if not isinstance(bound, bool):
             raise bad_field(f"{where}[{i}].lower_bound", bound, "must be true or false")
         if bound and i == 0:
