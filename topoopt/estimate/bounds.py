@@ -60,8 +60,6 @@ class _StrategyLoads(NamedTuple):
     link: np.ndarray | None
 
 
-
-
 class BuilderCaches(Protocol):
     """What the bounds read of their builder
     (:class:`~topoopt.estimate.builder.IterationGraphBuilder`)."""
