@@ -54,7 +54,7 @@ from topoopt.traffic import Traffic, derive_traffic
 
 __all__ = ["RoundRecord", "AlternatingResult", "alternating_optimization", "start_strategy",
            "plan_topology", "topoopt_fabric", "best_topology", "split_topologies", "SCREEN",
-           "SPLIT_RATIO", "MAX_SEARCH_SERVERS", "WARM_COSTS"]
+           "SPLIT_RATIO", "MAX_SEARCH_SERVERS", "WARM_COSTS", "WARM_BYTES"]
 
 #: Largest shard the strategy search plans (docs/limits.md: LLM jobs, planned without
 #: it, go to cluster.servers' bound)
@@ -71,6 +71,9 @@ SPLIT_RATIO = 1.3
 #: the alternation keeps a cost per live topology, for its memo, and those tables grow
 #: as n^2 (docs/limits.md, "Memory of a DLRM plan"; docs/tuning.md, "Warm topologies").
 WARM_COSTS = 4
+#: Bytes of routing tables the warm costs may hold together (the most recent one kept
+#: whatever its size): at 1024 servers one TopoOpt topology's are ~0.5 GB.
+WARM_BYTES = 1 << 30
 
 
 def start_strategy(model: Model, cluster: Cluster, job: Job,
@@ -501,7 +504,10 @@ class _Shard:
             self.costs[key] = (weakref.ref(plan, self._forget(key)), cost)
         self.warm[key] = cost
         self.warm.move_to_end(key)
-        while len(self.warm) > WARM_COSTS:
+        # the least recently used go first, past WARM_COSTS or WARM_BYTES of routes
+        while len(self.warm) > WARM_COSTS or (
+                len(self.warm) > 1 and sum(c.fabric.routes_nbytes for c in self.warm.values())
+                > WARM_BYTES):
             self.warm.popitem(last=False)[1].release()
         return cost
 

@@ -94,10 +94,12 @@ def test_a_released_cost_gives_the_same_times_and_keeps_its_memo():
     for s in strategies:
         want = (warm(s), warm.lower_bound(s, links=True))
         cold.release()
-        assert not cold.fabric._cache      # the router's tables went
+        assert not cold.fabric._cache and cold.fabric.routes_nbytes == 0   # the router's went
         cold.memo.clear()                  # (simulated again, not remembered)
         cold.lower.clear()
         assert (cold(s), cold.lower_bound(s, links=True)) == want
+    cold.fabric.route([0], [1])
+    assert cold.fabric.routes_nbytes > 0               # (what a release gives back)
     t = cold(strategies[0])
     evaluations = cold.evaluations
     cold.release()
@@ -117,11 +119,13 @@ def test_route_classes_make_their_pair_tables_only_for_pair_flows():
     assert pairs.builder.routes._pairs.size == cluster.servers ** 2
 
 
-def _run(monkeypatch, warm):
-    """The alternation with ``WARM_COSTS = warm``: its result, and per cost asked for,
-    (costs kept, warm costs, whether every cold one had released its caches)."""
+def _run(monkeypatch, warm, warm_bytes=1 << 30):
+    """The alternation with ``WARM_COSTS = warm`` and ``WARM_BYTES = warm_bytes``: its
+    result, and per cost asked for, (costs kept, warm costs, whether every cold one had
+    released its caches)."""
     cluster, job, model, space = small(8)
     monkeypatch.setattr(alternating, "WARM_COSTS", warm)
+    monkeypatch.setattr(alternating, "WARM_BYTES", warm_bytes)
     seen = []
     asked = alternating._Shard.cost
 
@@ -147,6 +151,10 @@ def test_the_warm_costs_are_bounded_and_the_result_does_not_depend_on_it(monkeyp
     assert all(released for _, _, released in seen)
     unbounded, seen = _run(monkeypatch, 10 ** 6)
     assert all(kept == warm for kept, warm, _ in seen)
+    by_bytes, seen = _run(monkeypatch, 10 ** 6, warm_bytes=1)    # one warm: the newest
+    assert max(warm for _, warm, _ in seen) == 1 and all(released for _, _, released in seen)
+    assert (by_bytes.strategy.configs, by_bytes.time, by_bytes.history) == (
+        unbounded.strategy.configs, unbounded.time, unbounded.history)
     assert bounded.strategy.configs == unbounded.strategy.configs
     assert bounded.time == unbounded.time
     assert bounded.history == unbounded.history

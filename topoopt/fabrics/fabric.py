@@ -118,6 +118,13 @@ class Fabric:
         fabric alone, not on what was routed before)."""
         self._cache.clear()
 
+    @property
+    def routes_nbytes(self) -> int:
+        """Bytes of the routing tables :meth:`release_routes` would drop (0 when none
+        are held): what keeping this fabric's routes warm costs."""
+        core = self._cache.get("core")
+        return core.nbytes if core is not None else 0
+
     def _core(self) -> "_CoreRouter":
         core = self._cache.get("core")
         if core is None:
@@ -406,6 +413,17 @@ class _CoreRouter:
         self._out: tuple | None = None
         if fabric.explicit:
             self._load_explicit(fabric)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its tables: the route store, its matrix, the pair -> row table and
+        the shortest-path layers."""
+        blocks = sum(a.nbytes for part in (self._ptr, self._links, self._weights)
+                     for a in part)
+        matrix = (self._matrix[0].indices.nbytes + self._matrix[0].indptr.nbytes
+                  if self._matrix is not None else 0)
+        layers = sum(x.dist.nbytes + x.count.nbytes for x in (self.from_, self.to))
+        return blocks + matrix + layers + self.row_of.nbytes + self.explicit_row.nbytes
 
     def _append_block(self, counts: np.ndarray, links: np.ndarray,
                       weights: np.ndarray) -> np.ndarray:
