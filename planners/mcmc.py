@@ -12,10 +12,9 @@ A :class:`Chain` runs in blocks, so a search can compare several chains as they 
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
 __all__ = ["SearchResult", "Chain", "mcmc_search", "descend", "DEFAULT_ALPHA", "RESTART_EVERY",
-           "REVISIT_WITHIN", "SWEEP_BY_BOUND_SERVERS"]
+           "REVISIT_WITHIN"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
@@ -294,82 +293,30 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     settles a chain's best into the bottom of its basin, the same bottom whatever the
     seed.
 
-    Each sweep times the whole neighbourhood and takes its fastest candidate (ties: the
-    first listed); the first improvement would follow whichever change the
-    neighbourhood lists first (a stage boundary) even where another (splitting the
-    stage ``dp x mp``) opens a deeper basin. Under a cost that supports a bound, each
-    candidate is timed against the sweep's best so far as a bound (the cost stops
-    there). From :data:`SWEEP_BY_BOUND_SERVERS` servers on, the candidates are timed
-    lowest analytical bound first (``cost.lower_bound``), so the likely winner is found
-    early and the others stop sooner; a slack of :data:`_SWEEP_SLACK` above the best so
-    far keeps every time within it of the winner exact, so the sweep picks what timing
-    the candidates in their listed order would. Returns ``(strategy, time, candidates
-    tried)``."""
+    Each sweep times the whole neighbourhood and takes its fastest candidate; the first
+    improvement would follow whichever change the neighbourhood lists first (a stage
+    boundary) even where another (splitting the stage ``dp x mp``) opens a deeper basin.
+    Candidates are timed against the sweep's best so far as a bound (a cost that supports
+    it stops there). Returns ``(strategy, time, candidates tried)``."""
     bounded = bool(getattr(cost, "supports_bound", False))
-    by_bound = (bounded and hasattr(cost, "lower_bound")
-                and space.servers >= SWEEP_BY_BOUND_SERVERS)
     around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
     tried = 0
     improved = True
     while improved and tried < limit and not stop():
         improved = False
-        if by_bound:
-            found = _sweep_by_bound(cost, around(strategy, memory), time, limit - tried, stop)
-        else:
-            found = _sweep(cost, around(strategy, memory), time, limit - tried, stop, bounded)
-        best, best_t, n = found
-        tried += n
+        best = None
+        best_t = time
+        for candidate, moved in around(strategy, memory):
+            tried += 1
+            t = cost(candidate, best_t) if bounded else cost(candidate)
+            if t < best_t * (1.0 - 1e-12):
+                best, best_t = (candidate, moved), t
+            if tried >= limit or stop():
+                break
         if best is not None:
             (strategy, memory), time, improved = best, best_t, True
     return strategy, time, tried
-
-
-#: Relative slack above a sweep's best so far at which :func:`descend` stops timing a
-#: candidate: far above the 1e-12 a candidate must gain to be taken.
-_SWEEP_SLACK = 1e-9
-#: Servers from which a sweep times its candidates lowest bound first: below, the bounds
-#: of every candidate cost more than the simulations they save (docs/tuning.md,
-#: "Descents lowest bound first").
-SWEEP_BY_BOUND_SERVERS = 256
-
-
-def _sweep(cost: Callable, candidates: Iterable, time: float, limit: int,
-           stop: Callable[[], bool], bounded: bool) -> tuple[Any, float, int]:
-    """One sweep of :func:`descend` in the neighbourhood's order, each candidate timed
-    against the best so far when the cost supports a bound (``bounded``): ``(the
-    fastest (candidate, memory) or None, its time, candidates tried)``."""
-    best, best_t, tried = None, time, 0
-    for candidate, moved in candidates:
-        tried += 1
-        t = cost(candidate, best_t) if bounded else cost(candidate)
-        if t < best_t * (1.0 - 1e-12):
-            best, best_t = (candidate, moved), t
-        if tried >= limit or stop():
-            break
-    return best, best_t, tried
-
-
-def _sweep_by_bound(cost: Callable, candidates: Iterable, time: float, limit: int,
-                    stop: Callable[[], bool]) -> tuple[Any, float, int]:
-    """:func:`_sweep` timing the candidates lowest bound first (see :func:`descend`)."""
-    listed = list(itertools.islice(candidates, max(limit, 0)))
-    low = [cost.lower_bound(c) for c, _ in listed]
-    times: list[float | None] = [None] * len(listed)
-    run = time
-    for i in sorted(range(len(listed)), key=lambda i: (low[i], i)):
-        horizon = run * (1.0 + _SWEEP_SLACK)
-        # past the horizon: a lower bound above it, which no pick below reads
-        t = low[i] if low[i] > horizon else cost(listed[i][0], horizon)
-        times[i] = t
-        run = min(run, t)
-        if stop():
-            break
-    best, best_t = None, time
-    for i, t in enumerate(times):       # the pick of a sweep in the listed order
-        if t is not None and t < best_t * (1.0 - 1e-12):
-            best, best_t = listed[i], t
-    return best, best_t, sum(t is not None for t in times)
 
 
 def _threshold(current_t: float, draw: float, alpha: float) -> float:

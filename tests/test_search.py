@@ -282,30 +282,6 @@ def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     assert all(cost(c) >= t * (1 - 1e-12) for c, _ in moves.neighbourhood(s, space.memory(s)))
 
 
-@pytest.mark.parametrize("fabric", ["ideal", "expander"])
-@pytest.mark.parametrize("limit", [10_000, 40])
-def test_a_descent_by_bounds_ends_where_the_listed_order_ends(fabric, limit, monkeypatch):
-    # configs/dlrm-16.toml: timing each sweep's candidates lowest bound first (cut short
-    # past the best so far) takes the step a sweep timing every candidate in full, in
-    # the neighbourhood's order, takes: the same bottom, the same time, the same tries
-    from topoopt.planners import mcmc
-    monkeypatch.setattr(mcmc, "SWEEP_BY_BOUND_SERVERS", 16)     # (from 256 servers)
-    model, space, cost, layouts = dlrm16(fabric)
-    full = IterationCost(cost.model, cost.cluster, cost.job, cost.fabric)
-
-    class Exact:        # no bound: every candidate simulated in full, in listed order
-        def __call__(self, s):
-            return full(s)
-
-    moves = MoveSet(space, layouts)
-    for lay in layouts[::7]:
-        t0 = full(lay.strategy)
-        fast = descend(space, cost, lay.strategy, t0, moves, limit=limit)
-        slow = descend(space, Exact(), lay.strategy, t0, moves, limit=limit)
-        assert (fast[0].configs, fast[1], fast[2]) == (slow[0].configs, slow[1], slow[2])
-    assert cost.evaluations < full.evaluations     # fewer simulated (not vacuous)
-
-
 def first_improvement(space, cost, moves, s, t):
     """The descent that takes the first faster candidate in the neighbourhood's order
     (not the fastest), to a local minimum: ``(bottom, its time, the first step)``."""
