@@ -182,7 +182,7 @@ def test_explicit_routes_loaded_in_chunks_equal_one_block(monkeypatch):
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100 * G, link_latency=1e-6)
     plan = plan_topology(model, hybrid(model, 16), cluster, job)   # tables MP: routes
     whole = topoopt_fabric(plan)._core()
-    monkeypatch.setattr(fabrics.fabric, "_EXPLICIT_CHUNK", 7)
+    monkeypatch.setattr(fabrics._router, "_EXPLICIT_CHUNK", 7)
     chunked = topoopt_fabric(plan)._core()
     assert len(chunked._links) > 5 * len(whole._links)        # many blocks
     for a, b in zip(whole._store(), chunked._store()):

@@ -73,7 +73,7 @@ def test_pattern_loads_equal_the_sums_over_routed_rows_bit_for_bit(name):
 
 @pytest.mark.parametrize("name", ["expander", "fattree", "topoopt"])
 def test_link_bytes_do_not_depend_on_the_routing_order_or_the_chunks(name, monkeypatch):
-    from topoopt.fabrics import fabric as fabric_module
+    from topoopt.fabrics import _router as router_module
     fabric = _setup()[3][name][0]
     rng = np.random.default_rng(7)
     src, dst = rng.integers(0, N, 300), rng.integers(0, N, 300)
@@ -84,7 +84,7 @@ def test_link_bytes_do_not_depend_on_the_routing_order_or_the_chunks(name, monke
     fabric.route(order // N, order % N)
     np.testing.assert_array_equal(fabric.link_bytes(src, dst, nbytes), first)
     # a few entries at a time: the same sums, up to the order of the chunks' partial sums
-    monkeypatch.setattr(fabric_module, "_EXPLICIT_CHUNK", 5)
+    monkeypatch.setattr(router_module, "_EXPLICIT_CHUNK", 5)
     np.testing.assert_allclose(fabric.link_bytes(src, dst, nbytes), first, rtol=1e-12)
     assert first.sum() > 0
     with pytest.raises(TopoOptError, match="same length"):

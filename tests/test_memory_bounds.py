@@ -7,8 +7,8 @@ import pytest
 import topoopt.planners.alternating as alternating
 from topoopt.cluster import Cluster, Job
 from topoopt.estimate import FastEstimator
+from topoopt.fabrics._router import _explicit_arrays
 from topoopt.fabrics.direct import LinkPaths, direct_connect
-from topoopt.fabrics.fabric import _explicit_arrays
 from topoopt.finder.topology_finder import TopologyDraft
 from topoopt.planners.alternating import alternating_optimization, plan_topology, start_strategy
 from topoopt.planners.cost import IterationCost
