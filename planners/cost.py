@@ -124,7 +124,7 @@ class IterationCost:
         :meth:`~topoopt.estimate.graph.IterationGraphBuilder.lower_bound`, then the
         busiest link's and the critical path's in
         :meth:`~topoopt.estimate.FastEstimator.bounded_total`; counted in ``bounded``),
-        else the time at which the simulation passed it (counted in ``evaluations``;
+        else the simulation's as it stopped past it (counted in ``evaluations``;
         the MCMC asks for the acceptance threshold of its next draw, see
         :class:`~topoopt.planners.mcmc.Chain`).
         """

@@ -142,7 +142,9 @@ class FastEstimator:
         """``(seconds, exact)``: the iteration time of ``strategy``, or -- when it is
         sure to exceed ``bound`` -- a lower bound above ``bound`` (``exact`` False): the
         busiest link's or the critical path's, before any graph is built (counted in
-        ``rejected``), else the time at which the simulation passed ``bound``."""
+        ``rejected``), else the simulation's (:func:`~topoopt.netsim.dag.run_dag` with
+        ``bound`` as its horizon: an event past it, or a link that cannot carry what is
+        left of its bits by then)."""
         if math.isfinite(bound):
             # bounds that need no simulation nor even the graph: the busiest link's bits
             # (forwarded traffic piled onto a few fibres shows here first), then the

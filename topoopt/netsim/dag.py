@@ -19,6 +19,11 @@ from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, chec
 __all__ = ["DagArrays", "HorizonExceeded", "dag_arrays", "route_classes", "run_dag",
            "simulate_dag", "link_load_bound", "successor_lists"]
 
+#: Links whose remaining bits a run with a horizon keeps (:func:`run_dag`): a few dozen
+#: cost the kernel ~nothing per rate solve, and the bottleneck that makes a run miss
+#: its horizon is among the links most loaded for their capacity.
+WATCHED_LINKS = 64
+
 # The compiled kernels (:mod:`topoopt.netsim._dag_kernel`) load numba: they are imported
 # where they are called, so that importing the simulators does not.
 
@@ -265,9 +270,11 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
     dag : DagArrays
     horizon : float
         Stop as soon as the next event lies past it (every unfinished node then ends
-        later, so the makespan does too): :class:`HorizonExceeded` is raised with that
-        event's time. A search that only needs to know whether a candidate beats a
-        bound stops there.
+        later, so the makespan does too), or a rate solve finds that one of the
+        :data:`WATCHED_LINKS` links most loaded for their capacity still has more bits
+        to carry than it can by then (its bits over its capacity, from now):
+        :class:`HorizonExceeded` is raised with that lower bound on the makespan. A
+        search that only needs to know whether a candidate beats a bound stops there.
 
     Returns
     -------
@@ -303,17 +310,41 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
                    dag.class_routes.link[idx], dag.class_routes.weight[idx])
     i64 = (lambda a: np.ascontiguousarray(a, np.int64))
     f64 = (lambda a: np.ascontiguousarray(a, np.float64))
+    watch, watch_bits = _watched_links(cap, dag, flow_class, r, horizon)
     start, finish, tx_end, events, status, value = run_kernel(
         n, np.ascontiguousarray(dag.is_flow, np.bool_), i64(dag.local), i64(dag.flow_node),
         f64(dag.flow_bits), f64(dag.flow_latency), i64(flow_class), i64(dag.counts()),
         i64(r.ptr), i64(r.link), f64(r.weight), i64(node_res), f64(dag.node_duration),
         i64(dag.succ_ptr), i64(dag.succ), i64(dag.pending), table, slot, f64(cap),
-        float(horizon))
+        float(horizon), watch, watch_bits)
     if status == PAST_HORIZON:
         raise HorizonExceeded(value)
     if status == STUCK:
         _stuck(int(value), dag, cap, finish)
     return start, finish, tx_end, events
+
+
+def _watched_links(cap: np.ndarray, dag: DagArrays, flow_class: np.ndarray, r: FlowRoutes,
+                   horizon: float) -> tuple[np.ndarray, np.ndarray]:
+    """The links whose remaining bits the kernel keeps to stop a run that cannot end by
+    ``horizon`` (none without one), with the bits each carries in all: the
+    :data:`WATCHED_LINKS` most loaded for their capacity, the links that bound the
+    makespan (:func:`link_load_bound`) and, as a run falls behind, the first to show
+    it cannot catch up."""
+    none = (np.zeros(0, np.int64), np.zeros(0))
+    if not math.isfinite(horizon) or not r.link.size:
+        return none
+    bits = dag.flow_bits if dag.flow_count is None else dag.flow_bits * dag.flow_count
+    class_bits = np.bincount(flow_class, weights=bits, minlength=r.ptr.size - 1)
+    load = np.bincount(r.link, weights=np.repeat(class_bits, np.diff(r.ptr)) * r.weight,
+                       minlength=cap.size)
+    live = np.flatnonzero((cap > 0) & (load > 0))
+    if not live.size:
+        return none
+    if live.size > WATCHED_LINKS:
+        live = live[np.argpartition(-(load[live] / cap[live]), WATCHED_LINKS - 1)
+                    [:WATCHED_LINKS]]
+    return np.ascontiguousarray(live, np.int64), np.ascontiguousarray(load[live], np.float64)
 
 
 def _stuck(flow: int, dag: DagArrays, cap: np.ndarray, finish: np.ndarray) -> None:
