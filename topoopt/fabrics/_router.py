@@ -10,30 +10,20 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from topoopt.errors import TopoOptError
+from topoopt.netsim.engine import RoutedNetwork
 from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import FlowRoutes
 
 __all__: list[str] = []
 
 
-class Routed(Protocol):
+class Routed(RoutedNetwork, Protocol):
     """What the router reads of its :class:`~topoopt.fabrics.fabric.Fabric` (which
-    imports this module, so it is not imported here)."""
+    imports this module, so it is not imported here): a routed network, and where
+    its servers attach and which routes are given."""
 
     @property
-    def name(self) -> str: ...
-    @property
     def kind(self) -> str: ...
-    @property
-    def servers(self) -> int: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def src(self) -> np.ndarray: ...
-    @property
-    def dst(self) -> np.ndarray: ...
-    @property
-    def latency(self) -> np.ndarray: ...
     @property
     def attach(self) -> np.ndarray: ...
     @property
