@@ -29,7 +29,6 @@ OK, PAST_HORIZON, STUCK = 0, 1, 2
 _WATCH_SLACK = 1e-4
 
 
-
 @njit(cache=True)
 def successor_lists(before, after, n):
     """CSR successor lists of the dependencies ``before[i] -> after[i]`` on nodes

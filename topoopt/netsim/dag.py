@@ -232,17 +232,16 @@ def link_load_bound(cap: np.ndarray, dag: DagArrays) -> float:
     0.002
     """
     r = dag.class_routes
-    classes = r.ptr.size - 1
     if not r.link.size:
         return 0.0
-    bits = dag.flow_bits if dag.flow_count is None else dag.flow_bits * dag.flow_count
-    class_bits = np.bincount(dag.flow_class, weights=bits, minlength=classes)
+    class_bits = np.bincount(dag.flow_class, weights=dag.flow_bits * dag.counts(),
+                             minlength=r.ptr.size - 1)
     # only the classes this graph uses: a builder's route store keeps every class it
     # has met (half a million entries on a 128-server Expander after a search)
     used = np.flatnonzero(class_bits)
     idx, counts = gather_rows(r.ptr, used)
-    entry_bits = np.repeat(class_bits[used], counts) * r.weight[idx]
-    load = np.bincount(r.link[idx], weights=entry_bits, minlength=cap.size)
+    load = _link_bits(class_bits[used], FlowRoutes(np.concatenate([[0], np.cumsum(counts)]),
+                                                   r.link[idx], r.weight[idx]), cap.size)
     live = cap > 0
     return float((load[live] / cap[live]).max()) if live.any() else 0.0
 
@@ -334,10 +333,9 @@ def _watched_links(cap: np.ndarray, dag: DagArrays, flow_class: np.ndarray, r: F
     none = (np.zeros(0, np.int64), np.zeros(0))
     if not math.isfinite(horizon) or not r.link.size:
         return none
-    bits = dag.flow_bits if dag.flow_count is None else dag.flow_bits * dag.flow_count
-    class_bits = np.bincount(flow_class, weights=bits, minlength=r.ptr.size - 1)
-    load = np.bincount(r.link, weights=np.repeat(class_bits, np.diff(r.ptr)) * r.weight,
-                       minlength=cap.size)
+    class_bits = np.bincount(flow_class, weights=dag.flow_bits * dag.counts(),
+                             minlength=r.ptr.size - 1)
+    load = _link_bits(class_bits, r, cap.size)
     live = np.flatnonzero((cap > 0) & (load > 0))
     if not live.size:
         return none
@@ -345,6 +343,12 @@ def _watched_links(cap: np.ndarray, dag: DagArrays, flow_class: np.ndarray, r: F
         live = live[np.argpartition(-(load[live] / cap[live]), WATCHED_LINKS - 1)
                     [:WATCHED_LINKS]]
     return np.ascontiguousarray(live, np.int64), np.ascontiguousarray(load[live], np.float64)
+
+
+def _link_bits(class_bits: np.ndarray, routes: FlowRoutes, links: int) -> np.ndarray:
+    """Bits each link carries: every class's bits spread over its route row's weights."""
+    return np.bincount(routes.link, weights=np.repeat(class_bits, np.diff(routes.ptr))
+                       * routes.weight, minlength=links)
 
 
 def _stuck(flow: int, dag: DagArrays, cap: np.ndarray, finish: np.ndarray) -> None:
