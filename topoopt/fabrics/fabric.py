@@ -143,13 +143,7 @@ class Fabric:
         FlowRoutes
             One row per flow; a flow from a server to itself has an empty route.
         """
-        src = np.asarray(src, np.int64).ravel()
-        dst = np.asarray(dst, np.int64).ravel()
-        if src.shape != dst.shape:
-            raise TopoOptError("route: src and dst need the same length")
-        n = self.servers
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-            raise TopoOptError(f"route: server ids must be in 0..{n - 1}")
+        src, dst = self._server_ids("route", src, dst)
         core = self._core()
         a, b = self.attach[src], self.attach[dst]
         same = src == dst
@@ -167,6 +161,17 @@ class Fabric:
         down = np.where(same, -1, self.downlink[dst])
         core_routes = _blank(core_routes, same)
         return _with_access(core_routes, up, down)
+
+    def _server_ids(self, caller: str, src, dst) -> tuple[np.ndarray, np.ndarray]:
+        """``src`` and ``dst`` as flat int64 arrays of one length, checked to be servers."""
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        if src.shape != dst.shape:
+            raise TopoOptError(f"{caller}: src and dst need the same length")
+        n = self.servers
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            raise TopoOptError(f"{caller}: server ids must be in 0..{n - 1}")
+        return src, dst
 
     def link_bytes(self, src, dst, nbytes) -> np.ndarray:
         """Bytes on each link when flow ``i`` sends ``nbytes[i]`` from ``src[i]`` to
@@ -187,14 +192,10 @@ class Fabric:
         -------
         ndarray of float, shape (links,)
         """
-        src = np.asarray(src, np.int64).ravel()
-        dst = np.asarray(dst, np.int64).ravel()
+        src, dst = self._server_ids("link_bytes", src, dst)
         nbytes = np.asarray(nbytes, float).ravel()
-        if not src.shape == dst.shape == nbytes.shape:
+        if nbytes.shape != src.shape:
             raise TopoOptError("link_bytes: src, dst and nbytes need the same length")
-        n = self.servers
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-            raise TopoOptError(f"link_bytes: server ids must be in 0..{n - 1}")
         off = src != dst                # a server's bytes to itself cross no link
         src, dst, nbytes = src[off], dst[off], nbytes[off]
         core = self._core()
