@@ -44,7 +44,7 @@ from topoopt.strategy import OpConfig, Strategy
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
            "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO",
            "DESCENT_SERVERS", "MIN_DESCENT_SCALE", "DescentLimits", "descent_scale",
-           "descent_limits"]
+           "descent_limits", "SCREENED_SERVERS", "screened_descent"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -73,6 +73,10 @@ MIN_DESCENT_SCALE = 0.5
 SCREENED_FAMILIES = 3
 #: ... if their best start is within this factor of the best start.
 SCREEN_RATIO = 1.3
+#: Above this many servers a screened family's start descent gets a share of the
+#: chains' (:func:`screened_descent`): at 512 servers one such descent (a body split
+#: ``mp4`` over every server, 27,000 flows a candidate) was half the Expander's search.
+SCREENED_SERVERS = 256
 
 #: A timed start: its name, the strategy (the space's config instances) and its time
 #: (or, cut short by a bound, a lower bound of it).
@@ -201,6 +205,29 @@ def descent_limits(servers: int, budget: int, *, start: int = START_DESCENT,
     return DescentLimits(first, last, ahead)
 
 
+def screened_descent(servers: int, start: int) -> int:
+    """Candidates the descent from a screened family's start may try, where a chain's
+    start descent may try ``start`` (:func:`descent_limits`): all of them up to
+    :data:`SCREENED_SERVERS` servers, then ``start x SCREENED_SERVERS / servers``
+    (rounded up), never below :data:`MIN_DESCENT_SCALE` of it.
+
+    A screened family descends only to be judged by its bottom against the chains'
+    families (:func:`_best_bottoms` keeps the best distinct bottoms); its candidates
+    are the costliest to time where its body spans many servers, and the chains'
+    own start descents keep their limit (docs/tuning.md, "Screened descents at 512
+    servers").
+
+    Examples
+    --------
+    >>> screened_descent(256, 100), screened_descent(512, 100), screened_descent(4096, 100)
+    (100, 50, 50)
+    """
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    share = max(MIN_DESCENT_SCALE, min(1.0, SCREENED_SERVERS / servers))
+    return math.ceil(share * start)
+
+
 def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout], *,
                  extra: Sequence[tuple[str, Strategy]] = (), chains: int = 2,
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
@@ -275,7 +302,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
             for c, i in enumerate(candidates)]     # cost(): exact, cut short or not
     family = {id(ch): family_of[starts[i][1].configs] for ch, i in zip(runs, candidates)}
     if first > 0:                     # each chain explores from the bottom of its start's basin
-        runs = _best_bottoms(runs, chains, first, stop)
+        runs = _best_bottoms(runs, chains, first, stop,
+                             screened_descent(space.servers, first))
     stop_reason = _run_blocks(runs, budget, block, tolerance, progress, stop,
                               [family[id(ch)] for ch in runs])
     if descent > 0 and stop_reason != "interrupted":
@@ -429,12 +457,13 @@ def _screened(starts: list[_Start], more: list[int], best_start: float) -> list[
 
 
 def _best_bottoms(runs: list[Chain], chains: int, first: int,
-                  stop: Callable[[], bool]) -> list[Chain]:
-    """Each chain descended (``first`` candidates at most) to the bottom of its start's
-    basin; the ``chains`` with the best distinct bottoms kept (two families may share
-    one), then the others, best first."""
-    for ch in runs:
-        ch.settle(first, stop)
+                  stop: Callable[[], bool], screened_first: int | None = None) -> list[Chain]:
+    """Each chain descended (``first`` candidates at most; the screened families' runs,
+    past the first ``chains``, ``screened_first``) to the bottom of its start's basin;
+    the ``chains`` with the best distinct bottoms kept (two families may share one),
+    then the others, best first."""
+    for k, ch in enumerate(runs):
+        ch.settle(first if k < chains or screened_first is None else screened_first, stop)
     if len(runs) <= chains:
         return runs
     order = sorted(range(len(runs)), key=lambda k: (runs[k].best_t, k))

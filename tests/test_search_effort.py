@@ -97,3 +97,43 @@ def test_a_search_keeps_to_its_sizes_limits(monkeypatch):
                  seed=0, block=10, start_descent=8, descent=12, best_descent=40)
     assert seen and max(seen) <= max(limits.final, limits.best - limits.final)
     assert limits.start in seen and limits.final in seen
+
+
+def test_screened_families_get_a_share_above_the_screened_size():
+    from topoopt.planners.search import SCREENED_SERVERS, screened_descent
+    for start in (0, 1, 7, 50, 100, 200):
+        for n in SIZES:
+            got = screened_descent(n, start)
+            assert got <= start and got >= math.ceil(MIN_DESCENT_SCALE * start)
+            if n <= SCREENED_SERVERS:
+                assert got == start              # 256 servers and below: unchanged
+        values = [screened_descent(n, start) for n in SIZES]
+        assert all(a >= b for a, b in zip(values, values[1:]))
+    assert screened_descent(2 * SCREENED_SERVERS, 100) == 50
+    with pytest.raises(ValueError):
+        screened_descent(0, 100)
+
+
+class _Settling:
+    """A chain as :func:`search._best_bottoms` sees it: settles to a given bottom."""
+
+    def __init__(self, bottom, configs):
+        self.best_t, self._bottom, self.limits = math.inf, bottom, []
+        self.best = type("S", (), {"configs": configs})()
+
+    def settle(self, limit, stop):
+        self.limits.append(limit)
+        self.best_t = self._bottom
+
+
+def test_best_bottoms_gives_the_screened_runs_their_limit_and_keeps_the_best():
+    runs = [_Settling(5.0, "a"), _Settling(3.0, "b"), _Settling(1.0, "c"), _Settling(1.0, "c"),
+            _Settling(2.0, "d")]
+    kept = search._best_bottoms(runs, 2, 10, lambda: False, 4)
+    # the chains' own starts (the first two) descend with the whole limit, the three
+    # screened families with theirs; the best distinct bottoms are kept, best first
+    assert [r.limits for r in runs] == [[10], [10], [4], [4], [4]]
+    assert kept == [runs[2], runs[4]]
+    runs = [_Settling(2.0, "a"), _Settling(1.0, "b"), _Settling(0.5, "c")]
+    search._best_bottoms(runs, 2, 10, lambda: False)          # no share: every run whole
+    assert [r.limits for r in runs] == [[10], [10], [10]]
