@@ -17,6 +17,7 @@ their own TopologyFinder topology, and after every round so do the chains' bests
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -185,8 +186,8 @@ class AlternatingResult:
 def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, seed: int = 0,
                   finder_kwargs: Mapping | None = None, neighbours: bool = True,
                   base: tuple[TopologyPlan, float] | None = None,
-                  cost_of: Callable[[TopologyPlan], IterationCost] | None = None
-                  ) -> tuple[TopologyPlan, float]:
+                  cost_of: Callable[[TopologyPlan], IterationCost] | None = None,
+                  beat: float = math.inf) -> tuple[TopologyPlan, float]:
     """TopologyFinder for ``strategy``, trying Step 1's split and, with ``neighbours``,
     one AllReduce port more and one less.
 
@@ -194,10 +195,11 @@ def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, 
     one port it gets may cost AllReduce more than it saves MP. We let the simulator
     judge between the proportional split and its neighbours. ``base``: Step 1's
     topology and time, when already known; ``cost_of``: the iteration cost on a plan
-    (default a new :class:`~topoopt.planners.cost.IterationCost` per plan).
+    (default a new :class:`~topoopt.planners.cost.IterationCost` per plan); ``beat``:
+    as :func:`split_topologies` (a time at or above it may be a lower bound).
     """
     return split_topologies(model, strategy, cluster, job, seed, finder_kwargs, neighbours,
-                            base, cost_of)[0]
+                            base, cost_of, beat=beat)[0]
 
 
 def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
@@ -205,7 +207,8 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
                      neighbours: bool = True,
                      base: tuple[TopologyPlan, float] | None = None,
                      cost_of: Callable[[TopologyPlan], IterationCost] | None = None,
-                     reference_time: float = 0.0) -> list[tuple[TopologyPlan, float]]:
+                     reference_time: float = 0.0, beat: float = math.inf
+                     ) -> list[tuple[TopologyPlan, float]]:
     """:func:`best_topology`'s candidates, fastest first: ``(plan, strategy's time on
     it)`` for Step 1's split and, with ``neighbours``, those of its neighbours whose
     time may be within :data:`SPLIT_RATIO` of the fastest.
@@ -228,13 +231,21 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     fastest split is one of them) or is passed as ``reference_time`` (a round whose
     chains found nothing new descends from the best so far). ``reference_time=inf``
     times every split.
+
+    ``beat``: only a time below it matters (cross-seeding: the shard's own best, which
+    a strategy must beat to be adopted). A split is timed against it as a bound, so
+    a time at or above it may be a lower bound, and a neighbour whose bound reaches it
+    is not routed. Every split faster than ``beat`` is still timed exactly, so the
+    first of the list is the same as with ``beat=inf`` whenever its time is below
+    ``beat``.
     """
     finder_kwargs = dict(finder_kwargs or {})
 
     def timed(plan: TopologyPlan) -> float:
         if cost_of is not None:
-            return cost_of(plan)(strategy)
-        return IterationCost(model, cluster, job, topoopt_fabric(plan), plan.rings)(strategy)
+            return cost_of(plan)(strategy, beat)
+        return IterationCost(model, cluster, job, topoopt_fabric(plan), plan.rings)(strategy,
+                                                                                    beat)
 
     if base is None:
         plan = plan_topology(model, strategy, cluster, job, seed, **finder_kwargs)
@@ -251,7 +262,7 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     fastest = base[1]
     while drafts:
         bound, d_ar, draft = drafts.pop(0)
-        if bound > SPLIT_RATIO * max(reference_time, fastest):
+        if bound > SPLIT_RATIO * max(reference_time, fastest) or bound >= beat:
             continue
         plan = draft.plan()
         del draft               # (its hop distances)

@@ -15,6 +15,7 @@ fabrics, so the plan does not depend on that order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 
@@ -43,10 +44,13 @@ class Evaluation:
         The time cross-seeding compares: the search's own for a fabric's searched best,
         :func:`~topoopt.planners.alternating.best_topology`'s on the TopoOpt shard,
         else ``estimate.total``.
-    estimate : IterationEstimate
+    estimate : IterationEstimate or None
         On a fabric built afresh (on the TopoOpt shard: the strategy's own topology).
-    cost : CostReport
-        The fabric's (:func:`~topoopt.fabrics.cost.fabric_cost`).
+        None where a :class:`CrossUnit` only showed that the strategy is not faster
+        than its ``beat`` (``time`` is then at or above it: a split's lower bound, not
+        the strategy's time).
+    cost : CostReport or None
+        The fabric's (:func:`~topoopt.fabrics.cost.fabric_cost`); None with ``estimate``.
     topology_plan : TopologyPlan, optional
         The TopoOpt shard's topology for the strategy.
     """
@@ -93,17 +97,29 @@ class CrossUnit:
     finder_kwargs: Mapping = field(default_factory=dict)
     #: the job's start strategy, a baseline fabric's input (found again if None)
     start: Strategy | None = None
+    #: on the TopoOpt shard, the time the strategy must beat to matter: the shard's
+    #: own best (:func:`adopt` keeps a strategy only where it is strictly faster)
+    beat: float = math.inf
 
 
 def cross_time(unit: CrossUnit) -> Evaluation:
     """``unit.strategy`` on ``unit.name``'s fabric from scratch; on the TopoOpt shard on
-    the topology TopologyFinder builds for it (module-level so workers can import it)."""
+    the topology TopologyFinder builds for it (module-level so workers can import it).
+
+    On the TopoOpt shard the splits are timed against ``unit.beat``
+    (:func:`~topoopt.planners.alternating.best_topology`): where none is faster, the
+    evaluation has the fastest split's lower bound and no estimate (it cannot be
+    adopted), and the other splits' routes and the estimate a slower strategy would
+    cost are not spent; where one is, it is the evaluation ``beat=inf`` gives.
+    """
     model = model_of(unit.job)
     plan = None
     time = None
     if unit.name == "topoopt":
         plan, time = best_topology(model, unit.strategy, unit.cluster, unit.job,
-                                   unit.fabric_seed, unit.finder_kwargs)
+                                   unit.fabric_seed, unit.finder_kwargs, beat=unit.beat)
+        if not time < unit.beat:
+            return Evaluation(unit.name, unit.strategy, time, None, None)
     return evaluate(unit.name, model, unit.cluster, unit.job, unit.strategy, unit.prices,
                     unit.fabric_seed, time, plan, unit.start)
 

@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -437,20 +438,24 @@ class _Crossing:
                  make_unit: Callable[..., CrossUnit]) -> None:
         self.names, self.executor, self.make_unit = names, executor, make_unit
         self.strategies: dict[str, Strategy] = {}
+        self.times: dict[str, float] = {}
         self.pending: dict[tuple[str, Hashable], Pending] = {}
 
     def add(self, out: FabricOutcome) -> None:
         """Start the timings ``out``'s search makes possible: its best on the fabrics
         whose searches have ended, and theirs on its fabric."""
         self.strategies[out.name] = out.strategy
+        self.times[out.name] = out.time
         if stop_requested():  # Ctrl-C: no cross-seeding
             return
         new = [(n, self.strategies[m]) for n, m in cross_pairs(self.names, self.strategies)
                if (n, self.strategies[m].configs) not in self.pending]
-        # the costliest first (TopologyFinder on the shard, the Expander's routes)
+        # the costliest first (TopologyFinder on the shard, the Expander's routes); on
+        # the shard a strategy only matters if it beats the shard's own best
         for n, s in sorted(new, key=lambda p: (p[0] != "topoopt", p[0] != "expander")):
+            beat = self.times[n] if n == "topoopt" else math.inf
             self.pending[(n, s.configs)] = self.executor.submit(
-                cross_time, self.make_unit(n, strategy=s))
+                cross_time, self.make_unit(n, strategy=s, beat=beat))
 
     def results(self) -> dict[tuple[str, Hashable], Evaluation] | None:
         """``(fabric, strategy configs)`` -> the timing, once all have ended; None after

@@ -117,3 +117,27 @@ def test_a_timing_does_not_depend_on_the_ones_before():
     cross_time(unit["dp"])
     after = cross_time(unit["hybrid"])
     assert after.time == alone.time and after.estimate == alone.estimate
+
+
+@pytest.mark.parametrize("make", [data_parallel, hybrid])
+def test_a_shard_timing_with_a_time_to_beat_decides_as_the_full_one(make):
+    # the shard's own best is what a strategy must beat to be adopted: below it the
+    # timing is the one without it (topology, time, estimate); at or above it, a lower
+    # bound that says "not faster" without routing the other splits or estimating
+    cluster = Cluster(servers=16, nics=4, link_bandwidth=100e9)
+    job = Job("dlrm", batch_per_gpu=64, size={"tables": 8, "rows": 100_000})
+    from topoopt.fabrics.cost import DEFAULT_PRICES
+    s = make(model_of(job), 16)
+    full = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES))
+    assert full.estimate is not None and full.estimate.total == pytest.approx(full.time)
+    above = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES,
+                                 beat=full.time * 1.5))
+    assert above.time == full.time and above.estimate == full.estimate
+    assert above.topology_plan.topology == full.topology_plan.topology
+    for beat in (full.time, full.time * 0.99, full.time * 0.3):
+        slower = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES, beat=beat))
+        assert slower.estimate is None and slower.cost is None
+        assert slower.time >= beat          # a split's lower bound, at or above beat
+        own = {"topoopt": _eval("topoopt", data_parallel(model_of(job), 16), beat)}
+        # never adopted: adopt keeps a strategy only where it is strictly faster
+        assert not slower.time < own["topoopt"].time
