@@ -18,6 +18,7 @@ import struct
 import warnings
 import zlib
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,6 +51,7 @@ from topoopt.export.ocs import ocs_layout, unit_name
 from topoopt.export.plots import write_plan_plots
 from topoopt.export.report import REPORT, build_report, check_report, report_extras
 from topoopt.export.report_values import extras_kind
+from topoopt.forked import Forked
 from topoopt.jsontext import json_text
 from topoopt.llm import LLMParallel
 from topoopt.plans.check import strategy_of
@@ -63,6 +65,10 @@ from topoopt.workloads import model_of
 __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
            "check_plan_output", "write_plan", "write_report", "check_plan_dir"]
 
+#: Plans of at least this many servers render their ecosystem files (Chakra traces one
+#: per server) in a forked child beside the other exports and the plots
+#: (:class:`~topoopt.forked.Forked`); below, a fork costs more than it saves.
+FORK_SERVERS = 64
 #: Files of a plan folder outside ``ocs/`` (the OCS set is ``ocs/port_map.csv`` and
 #: ``ocs/ocs{u}.{netconf.xml,scpi,tl1,sonic.json}`` per unit).
 PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
@@ -160,6 +166,26 @@ def _doc_text(doc: dict) -> str:
     return json_text(doc)
 
 
+def _write_ecosystem(doc: dict, stage: Path) -> tuple[list[str], dict[str, str]]:
+    """Write :func:`render_ecosystem`'s files of ``doc`` into ``stage``: their paths
+    and the exports skipped."""
+    eco = render_ecosystem(doc)
+    for rel, data in eco.files.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_bytes(data)
+    return list(eco.files), dict(eco.skipped)
+
+
+class _Now:
+    """:class:`~topoopt.forked.Forked`'s interface, the call made at once."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._value = fn(*args)
+
+    def result(self) -> Any:
+        return self._value
+
+
 def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,
                report: bool = True, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
@@ -191,7 +217,10 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     doc = p.to_json()
     files, skipped = ["plan.json"], {}
     with staging_dir(directory, owned) as stage:
-        if exports:
+        eco = None
+        if exports:  # Chakra traces, ASTRA-sim inputs, NCCL graphs: from the document alone
+            big = p.cluster.servers >= FORK_SERVERS
+            eco = (Forked if big else _Now)(_write_ecosystem, doc, stage)
             rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
                                       p.cluster, msccl_runtime=msccl_runtime)
             for rel, text in rendered.files.items():
@@ -207,16 +236,14 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
                     (stage / rel).write_text(text, encoding="utf-8")
                 files += comm.files
                 skipped.update(comm.skipped)
-            eco = render_ecosystem(doc)  # Chakra traces, ASTRA-sim inputs, NCCL graphs
-            for rel, data in eco.files.items():
-                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                (stage / rel).write_bytes(data)
-            files += eco.files
-            skipped.update(eco.skipped)
         if plots and importlib.util.find_spec("matplotlib") is not None:
             files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
             for which, (matrix, _) in p.traffic_heatmaps().items():
                 _label_heatmap(stage / f"traffic_{which}.png", matrix)
+        if eco is not None:
+            eco_files, eco_skipped = eco.result()
+            files += eco_files
+            skipped.update(eco_skipped)
         doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
         if report:  # a new plan: no validation of it yet, so no extras
             (stage / REPORT).write_text(build_report(doc), encoding="utf-8")
