@@ -23,7 +23,7 @@ PACKAGE = ROOT / "topoopt"
 #: Lowest layer first; a module belongs to the longest prefix that names it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("topoopt._frozen", "topoopt.errors", "topoopt.units", "topoopt._require", "topoopt._io",
-     "topoopt.interrupt", "topoopt.executor", "topoopt.cluster", "topoopt.model",
+     "topoopt.interrupt", "topoopt.executor", "topoopt.forked", "topoopt.cluster", "topoopt.model",
      "topoopt.kernels", "topoopt.jsontext"),
     ("topoopt.workloads",),
     ("topoopt.config",),
