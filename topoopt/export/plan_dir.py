@@ -67,8 +67,8 @@ __all__ = ["PLAN_FILES", "PLOTS", "is_plan_file", "plan_files", "owned_files",
 
 #: Plans of at least this many servers render their ecosystem files (Chakra traces one
 #: per server) in a forked child beside the other exports and the plots
-#: (:class:`~topoopt.forked.Forked`); below, a fork costs more than it saves.
-FORK_SERVERS = 64
+#: (:class:`~topoopt.forked.Forked`); below, a fork costs about what it saves.
+FORK_SERVERS = 256
 #: Files of a plan folder outside ``ocs/`` (the OCS set is ``ocs/port_map.csv`` and
 #: ``ocs/ocs{u}.{netconf.xml,scpi,tl1,sonic.json}`` per unit).
 PLAN_FILES = ("plan.json", "patch_panel.csv", "rank_order.txt", "hostfile",
