@@ -158,9 +158,10 @@ class DescentLimits:
     best: int
 
 
-def descent_scale(servers: int) -> float:
+def descent_scale(servers: int, reference: int | None = None) -> float:
     """The share of the descent limits a search on ``servers`` servers gets:
-    ``DESCENT_SERVERS / servers``, at most 1 and at least :data:`MIN_DESCENT_SCALE`.
+    ``reference / servers`` (default :data:`DESCENT_SERVERS`), at most 1 and at least
+    :data:`MIN_DESCENT_SCALE`.
 
     At most :data:`DESCENT_SERVERS` servers it is 1: the limits as they were chosen
     there. Above, each candidate costs more to time (a simulation's flows grow with the
@@ -172,7 +173,8 @@ def descent_scale(servers: int) -> float:
     """
     if servers < 1:
         raise ValueError(f"servers must be >= 1, got {servers}")
-    return max(MIN_DESCENT_SCALE, min(1.0, DESCENT_SERVERS / servers))
+    at = DESCENT_SERVERS if reference is None else reference
+    return max(MIN_DESCENT_SCALE, min(1.0, at / servers))
 
 
 def descent_limits(servers: int, budget: int, *, start: int = START_DESCENT,
@@ -207,9 +209,10 @@ def descent_limits(servers: int, budget: int, *, start: int = START_DESCENT,
 
 def screened_descent(servers: int, start: int) -> int:
     """Candidates the descent from a screened family's start may try, where a chain's
-    start descent may try ``start`` (:func:`descent_limits`): all of them up to
-    :data:`SCREENED_SERVERS` servers, then ``start x SCREENED_SERVERS / servers``
-    (rounded up), never below :data:`MIN_DESCENT_SCALE` of it.
+    start descent may try ``start`` (:func:`descent_limits`): ``start`` times
+    :func:`descent_scale` with :data:`SCREENED_SERVERS` as its reference (rounded up),
+    so all of them up to that size, then ``start x SCREENED_SERVERS / servers``, never
+    below :data:`MIN_DESCENT_SCALE` of it.
 
     A screened family descends only to be judged by its bottom against the chains'
     families (:func:`_best_bottoms` keeps the best distinct bottoms); its candidates
@@ -222,10 +225,7 @@ def screened_descent(servers: int, start: int) -> int:
     >>> screened_descent(256, 100), screened_descent(512, 100), screened_descent(4096, 100)
     (100, 50, 50)
     """
-    if servers < 1:
-        raise ValueError(f"servers must be >= 1, got {servers}")
-    share = max(MIN_DESCENT_SCALE, min(1.0, SCREENED_SERVERS / servers))
-    return math.ceil(share * start)
+    return math.ceil(descent_scale(servers, SCREENED_SERVERS) * start)
 
 
 def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout], *,

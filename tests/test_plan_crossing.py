@@ -134,10 +134,12 @@ def test_a_shard_timing_with_a_time_to_beat_decides_as_the_full_one(make):
                                  beat=full.time * 1.5))
     assert above.time == full.time and above.estimate == full.estimate
     assert above.topology_plan.topology == full.topology_plan.topology
+    other = (hybrid if make is data_parallel else data_parallel)(model_of(job), 16)
     for beat in (full.time, full.time * 0.99, full.time * 0.3):
         slower = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES, beat=beat))
         assert slower.estimate is None and slower.cost is None
         assert slower.time >= beat          # a split's lower bound, at or above beat
-        own = {"topoopt": _eval("topoopt", data_parallel(model_of(job), 16), beat)}
-        # never adopted: adopt keeps a strategy only where it is strictly faster
-        assert not slower.time < own["topoopt"].time
+        # never adopted when the shard's own best is the time to beat
+        own = {"topoopt": _eval("topoopt", other, beat), "ideal": _eval("ideal", s, 1.0)}
+        timed = {("topoopt", s.configs): slower, ("ideal", other.configs): _eval("ideal", other, 2.0)}
+        assert adopt(("topoopt", "ideal"), own, timed)["topoopt"] == (own["topoopt"], "")

@@ -29,8 +29,8 @@ class Forked(Generic[T]):
     way in; its return value is pickled back through a pipe. Whatever goes wrong in
     the child (an exception, a result that cannot be pickled, the child killed),
     :meth:`result` runs ``fn(*args)`` again in the caller, so the caller gets the
-    result or the exception a plain call gives. Where :func:`fork_available` is false
-    it is that plain call.
+    result or the exception a plain call gives. With ``fork`` false, or where
+    :func:`fork_available` is, :meth:`result` is that plain call.
 
     Examples
     --------
@@ -38,10 +38,10 @@ class Forked(Generic[T]):
     6
     """
 
-    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+    def __init__(self, fn: Callable[..., T], *args: Any, fork: bool = True) -> None:
         self._fn, self._args = fn, args
         self._process: Any = None
-        if not fork_available():
+        if not (fork and fork_available()):
             return
         ctx = multiprocessing.get_context("fork")
         self._recv, send = ctx.Pipe(duplex=False)

@@ -18,7 +18,6 @@ import struct
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -176,16 +175,6 @@ def _write_ecosystem(doc: dict, stage: Path) -> tuple[list[str], dict[str, str]]
     return list(eco.files), dict(eco.skipped)
 
 
-class _Now:
-    """:class:`~topoopt.forked.Forked`'s interface, the call made at once."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._value = fn(*args)
-
-    def result(self) -> Any:
-        return self._value
-
-
 def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: bool = True,
                report: bool = True, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
     """Write ``plan.json``, the exports, (with matplotlib) the plots and the report
@@ -219,8 +208,8 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     with staging_dir(directory, owned) as stage:
         eco = None
         if exports:  # Chakra traces, ASTRA-sim inputs, NCCL graphs: from the document alone
-            big = p.cluster.servers >= FORK_SERVERS
-            eco = (Forked if big else _Now)(_write_ecosystem, doc, stage)
+            eco = Forked(_write_ecosystem, doc, stage,
+                         fork=p.cluster.servers >= FORK_SERVERS)
             rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
                                       p.cluster, msccl_runtime=msccl_runtime)
             for rel, text in rendered.files.items():
