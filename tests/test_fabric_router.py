@@ -6,6 +6,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from topoopt.errors import PlanCheckError
+from topoopt.fabrics import _router
 from topoopt.fabrics import Fabric, check_fabric, direct_connect, expander, fat_tree
 from topoopt.topology import Routes, Topology
 
@@ -76,12 +77,25 @@ def _explicit_ring(n: int) -> Fabric:
     return direct_connect(topo, routes)
 
 
+def _long_ring(n: int) -> Fabric:
+    """A two-way ring with a chord every 40 nodes: a BFS of ~n/4 thin layers, like a
+    pipeline's chain of stages."""
+    s = [i for i in range(n)] + [(i + 1) % n for i in range(n)] + list(range(0, n, 40))
+    d = [(i + 1) % n for i in range(n)] + [i for i in range(n)] + [(i + n // 2) % n
+                                                                   for i in range(0, n, 40)]
+    s, d = np.array(s), np.array(d)
+    ar = np.arange(n)
+    return Fabric("long", n, n, s, d, np.full(s.size, G), np.full(s.size, 1e-6), "direct",
+                  "none", G, ar, np.full(n, -1), np.full(n, -1))
+
+
 BUILDS = {
     "fattree": lambda: fat_tree(16, 10 * G),
     "oversub": lambda: fat_tree(20, 10 * G, oversubscription=2),
     "expander": lambda: expander(24, 3, 10 * G, seed=5),
     "parallel": lambda: _parallel_direct(13, 1),
     "explicit": lambda: _explicit_ring(9),
+    "long": lambda: _long_ring(150),
 }
 
 
@@ -127,6 +141,18 @@ def test_lazy_tables_and_routes_match_dense(name):
         if (x, y) not in f.explicit and x != y:
             s, t = int(core.local[f.attach[x]]), int(core.local[f.attach[y]])
             assert len(paths) == sigma[s, t]
+
+
+@pytest.mark.parametrize("thin", [1, 16, 10 ** 12])
+@pytest.mark.parametrize("name", ["expander", "fattree", "long"])
+def test_thin_and_wide_bfs_layers_give_the_same_tables(name, thin, monkeypatch):
+    """Every layer pushed as sparse entries (1), the default switch, or every layer after
+    the roots' as a dense product: the brute-force tables, to the bit."""
+    monkeypatch.setattr(_router, "_THIN_LAYER", thin)
+    f, core, D, sigma, _ = _built(name, 0)
+    rows = core.from_.slots(np.arange(core.c))
+    np.testing.assert_array_equal(core.from_.dist[rows], D)
+    np.testing.assert_array_equal(core.from_.count[rows], sigma)
 
 
 @pytest.mark.parametrize("name", sorted(BUILDS))

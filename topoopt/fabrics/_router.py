@@ -32,6 +32,9 @@ class Routed(RoutedNetwork, Protocol):
     def links(self) -> int: ...
 
 _PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
+#: A BFS layer holding under 1 / _THIN_LAYER of the (roots x nodes) table is pushed as
+#: sparse entries, a wider one as a dense product (docs/tuning.md, "Thin BFS layers").
+_THIN_LAYER = 16
 #: Route entries handled at a time where every pair's could be: explicit routes
 #: loaded (:meth:`_CoreRouter._load_explicit`) and link loads summed
 #: (:meth:`_CoreRouter.row_bytes`).
@@ -389,6 +392,8 @@ class _Layers:
 
     def __init__(self, adj: csr_matrix) -> None:
         self.adj_t = adj.T.tocsr()  # (to, from): one product pushes a frontier one hop
+        self.adj = csr_matrix(adj, copy=True)  # (from, to): pushes a thin one's entries
+        self.adj.sort_indices()
         self.c = adj.shape[0]
         self.slot = np.full(self.c, -1, np.int64)
         self.size = 0
@@ -416,20 +421,42 @@ class _Layers:
         return self.slot[roots]
 
     def _search(self, roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # A layer is pushed as entries while it is thin (on a long graph, a ring or a
+        # pipeline's chain, most of the BFS's 10-100 layers) and as one dense product
+        # once it is wide. Either way a node's count sums its in-neighbours' counts in
+        # ascending order (sorted CSR indices), so the tables are the same to the bit.
         m, c = roots.size, self.c
         dist = np.full((m, c), np.inf)
         count = np.zeros((m, c))
-        idx = np.arange(m)
-        dist[idx, roots] = 0.0
-        count[idx, roots] = 1.0
-        frontier = count.copy()
+        rows, cols, vals = np.arange(m), roots, np.ones(m)
+        dist[rows, cols] = 0.0
+        count[rows, cols] = 1.0
+        frontier: np.ndarray | None = None     # dense, once a layer is wide
         k = 0
         while True:
             k += 1
-            pushed = (self.adj_t @ frontier.T).T      # sum over in-links of the layer's counts
-            reached = (pushed > 0) & np.isinf(dist)
-            if not reached.any():
-                return dist, count
-            dist[reached] = k
-            frontier = np.where(reached, pushed, 0.0)
-            count[reached] = pushed[reached]
+            if frontier is None:
+                layer = csr_matrix((vals, (rows, cols)), shape=(m, c))
+                layer.sort_indices()
+                pushed = (layer @ self.adj).tocoo()
+                new = np.isinf(dist[pushed.row, pushed.col]) & (pushed.data > 0)
+                rows, cols, vals = pushed.row[new], pushed.col[new], pushed.data[new]
+                if not rows.size:
+                    return dist, count
+                dist[rows, cols] = k
+                count[rows, cols] = vals
+                if rows.size * _THIN_LAYER >= m * c:
+                    frontier = np.zeros((m, c))
+                    frontier[rows, cols] = vals
+            else:
+                wide = (self.adj_t @ frontier.T).T      # sum over in-links of the counts
+                reached = (wide > 0) & np.isinf(dist)
+                if not reached.any():
+                    return dist, count
+                dist[reached] = k
+                frontier = np.where(reached, wide, 0.0)
+                count[reached] = wide[reached]
+                if np.count_nonzero(reached) * _THIN_LAYER < m * c:
+                    rows, cols = np.nonzero(reached)
+                    vals = wide[rows, cols]
+                    frontier = None
