@@ -61,6 +61,7 @@ from topoopt.llm import (
     llm_traffic,
     memory_per_gpu,
 )
+from topoopt.llm.parallel import stage_layers
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
 from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_order, launch_preserves_traffic
@@ -68,8 +69,8 @@ from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape
 
 __all__ = ["LLMCandidate", "LLMFabricResult", "LLMPlan", "enumerate_parallel", "rank_parallel",
-           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "check_fixed",
-           "CP_MIN_SEQ"]
+           "evaluate_fabric", "plan_llm", "time_on_fabric", "TOP", "FIXABLE", "SWITCHES",
+           "check_fixed", "CP_MIN_SEQ"]
 
 #: Candidates of the degree search timed on every fabric.
 TOP = 6
@@ -116,10 +117,13 @@ VIRTUALS = (1, 2, 3, 4, 6, 8)
 
 
 def enumerate_parallel(shape: TransformerShape, cluster: Cluster, global_batch: int,
-                       virtuals: Sequence[int] = VIRTUALS) -> list[LLMParallel]:
+                       virtuals: Sequence[int] = VIRTUALS, edge_layers: int = 0
+                       ) -> list[LLMParallel]:
     """Every valid parallelism (:func:`~topoopt.llm.check_parallel`) of the search
     space (module notes), ZeRO-1 off; ``cp > 1`` only for sequences of at least
-    :data:`CP_MIN_SEQ` tokens."""
+    :data:`CP_MIN_SEQ` tokens. With ``edge_layers``, every pipelined layout (``pp >
+    1``) has that many layers fewer on its first and last stage (Llama 3 §3.3.2), and
+    its chunks are counted over ``layers + 2 edge_layers``."""
     g, total = cluster.gpus_per_server, cluster.servers * cluster.gpus_per_server
     out = []
     for tp in _divisors(g):
@@ -130,18 +134,23 @@ def enumerate_parallel(shape: TransformerShape, cluster: Cluster, global_batch: 
                 dp = total // tp // cp // pp
                 if global_batch % dp:
                     continue
-                out += _layouts(shape, tp, cp, pp, dp, global_batch, virtuals)
+                out += _layouts(shape, tp, cp, pp, dp, global_batch, virtuals,
+                                edge_layers if pp > 1 else 0)
     return out
 
 
 def _layouts(shape: TransformerShape, tp: int, cp: int, pp: int, dp: int,
-             global_batch: int, virtuals: Sequence[int]) -> list[LLMParallel]:
+             global_batch: int, virtuals: Sequence[int], edge: int = 0) -> list[LLMParallel]:
     """The candidates of one ``(tp, cp, pp, dp)``: every ``v``, ``ep``, ``m``,
-    recomputation and rank order."""
+    recomputation and rank order (``edge`` layers fewer on the edge stages)."""
     out = []
+    layers = shape.layers + 2 * edge
     for v in virtuals:
-        if pp * v > shape.layers or (v > 1 and (pp == 1 or shape.layers % (pp * v))):
+        if pp * v > layers or (v > 1 and (pp == 1 or layers % (pp * v))):
             continue
+        if edge and (min(stage_layers(shape.layers, pp, v, edge)) < 1
+                     or layers // (pp * v) < edge):
+            continue       # an edge chunk may be empty, a stage may not
         for ep in (_divisors(dp) if shape.moe else [1]):
             if shape.moe and shape.experts % ep:
                 continue
@@ -149,16 +158,19 @@ def _layouts(shape: TransformerShape, tp: int, cp: int, pp: int, dp: int,
                 for recompute in ("none", "full"):
                     for order in (ORDERS if pp > 1 and dp > 1 else ORDERS[:1]):
                         out.append(LLMParallel(tp, pp, dp, ep, m, False, recompute,
-                                               order, v, cp=cp))
+                                               order, v, cp=cp, edge_layers=edge))
     return out
 
 
-def _fits(shape, par, batch, dtype, memory) -> list[tuple[LLMParallel, MemoryBreakdown]]:
-    """``par`` with ZeRO-1 off and on (dp > 1), those that fit: with the overlapped
-    reduce-scatter and all-gather ZeRO-1 can also be the faster one."""
+def _fits(shape, par, batch, dtype, memory, zero1: bool | None = None
+          ) -> list[tuple[LLMParallel, MemoryBreakdown]]:
+    """``par`` with ZeRO-1 off and on (dp > 1; only ``zero1`` when given), those that
+    fit: with the overlapped reduce-scatter and all-gather ZeRO-1 can also be the
+    faster one."""
     out = []
-    for zero1 in ((False, True) if par.dp > 1 else (False,)):
-        z = replace(par, zero1=zero1)
+    tried = (False, True) if par.dp > 1 else (False,)
+    for z1 in (tried if zero1 is None else [z for z in tried if z == zero1]):
+        z = replace(par, zero1=z1)
         mem = memory_per_gpu(shape, z, batch, dtype, memory)
         if mem.fits:
             out.append((z, mem))
@@ -177,10 +189,16 @@ def time_on_fabric(shape: TransformerShape, par: LLMParallel, cluster: Cluster, 
 
 #: What ``[plan] parallel = {...}`` may fix (the rest is searched).
 FIXABLE = ("tp", "pp", "dp", "ep", "micro_batches", "virtual", "recompute", "order", "cp")
+#: What ``[plan] parallel`` may switch on for every layout: memory savings the search
+#: leaves off (:class:`~topoopt.llm.LLMParallel` has what each does), and ``zero1``,
+#: which it otherwise tries both ways. ``edge_layers`` applies to pipelined layouts
+#: only (``pp > 1``; Llama 3 405B: ``{edge_layers = 1, shard_grads = true}``).
+SWITCHES = ("zero1", "shard_grads", "edge_layers", "recompute_norms", "recompute_act")
 
 
 def check_fixed(fixed: Mapping | None) -> dict:
-    """Validate ``[plan] parallel``: degrees the search must keep.
+    """Validate ``[plan] parallel``: degrees the search must keep (:data:`FIXABLE`) and
+    switches every layout gets (:data:`SWITCHES`).
 
     Raises
     ------
@@ -190,12 +208,19 @@ def check_fixed(fixed: Mapping | None) -> dict:
     fixed = dict(fixed or {})
     for key, value in fixed.items():
         where = f"plan.parallel.{key}"
-        if key not in FIXABLE:
-            raise ConfigError(where, value, f"unknown key; fix some of {', '.join(FIXABLE)}")
+        if key not in FIXABLE + SWITCHES:
+            raise ConfigError(where, value, f"unknown key; fix some of {', '.join(FIXABLE)} "
+                                            f"or switch {', '.join(SWITCHES)}")
         if key in ("recompute", "order"):
             allowed = ("none", "full") if key == "recompute" else ORDERS
             if value not in allowed:
                 raise ConfigError(where, value, f"use one of {', '.join(allowed)}")
+        elif key == "edge_layers":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(where, value, "must be 0 or a positive integer")
+        elif key in SWITCHES:
+            if not isinstance(value, bool):
+                raise ConfigError(where, value, "must be true or false")
         elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(where, value, "must be a positive integer")
     return fixed
@@ -214,18 +239,24 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
     """
     batch = job.global_batch(cluster)
     fixed = check_fixed(fixed)
-    # the job's attention kernel (``[job] attention``) is what every layout runs
-    space = [replace(p, attention=job.attention) for p in enumerate_parallel(shape, cluster, batch)
-             if all(getattr(p, k) == v for k, v in fixed.items())]
+    degrees = {k: v for k, v in fixed.items() if k in FIXABLE}
+    # every layout runs the job's attention kernel (``[job] attention``) and the switches
+    switches = {k: v for k, v in fixed.items() if k in SWITCHES and k not in ("zero1",
+                                                                             "edge_layers")}
+    space = [replace(p, attention=job.attention, **switches)
+             for p in enumerate_parallel(shape, cluster, batch,
+                                         edge_layers=fixed.get("edge_layers", 0))
+             if all(getattr(p, k) == v for k, v in degrees.items())]
     if not space:
         raise ConfigError("plan.parallel", fixed,
                           f"no parallelism of {job.model} on {cluster.servers} x "
                           f"{cluster.gpus_per_server} GPUs has these values; relax some")
     fitting, least = [], None
     for par in space:
-        found = _fits(shape, par, batch, job.dtype_bytes, cluster.gpu.memory)
+        found = _fits(shape, par, batch, job.dtype_bytes, cluster.gpu.memory,
+                      fixed.get("zero1"))
         if not found:
-            z = replace(par, zero1=par.dp > 1)
+            z = replace(par, zero1=fixed.get("zero1", par.dp > 1))
             mem = memory_per_gpu(shape, z, batch, job.dtype_bytes, cluster.gpu.memory)
             if least is None or mem.total < least[1].total:
                 least = (z, mem)

@@ -473,6 +473,11 @@ def _check_llm_shard(doc: dict, llm: dict, par: LLMParallel, s: _Setting) -> _Sh
     return _Shard(topo, rings, routes, t)
 
 
+#: ``[plan] parallel``'s switches as :meth:`LLMParallel.to_dict` leaves them out.
+_SWITCHED_OFF = {"shard_grads": False, "edge_layers": 0, "recompute_norms": False,
+                 "recompute_act": False, "cp": 1}
+
+
 def _check_llm_search(llm: dict, fabrics: dict, times: dict) -> int:
     """``llm.fabrics`` those of ``iteration_time_s``, ``topoopt`` among them; the search
     record's keys, and every fabric keeping the values it was told to keep; returns the
@@ -485,8 +490,12 @@ def _check_llm_search(llm: dict, fabrics: dict, times: dict) -> int:
     seed = as_int(search["fabric_seed"], "llm.search.fabric_seed", 0)
     for key, value in as_table(search["fixed"], "llm.search.fixed").items():
         for name, f in llm["fabrics"].items():
-            got = as_table(as_table(f, f"llm.fabrics.{name}").get("parallel"),
-                           f"llm.fabrics.{name}.parallel").get(key)
+            par = as_table(as_table(f, f"llm.fabrics.{name}").get("parallel"),
+                           f"llm.fabrics.{name}.parallel")
+            # to_dict leaves out a switch that is off; an unpipelined layout has no edges
+            got = par.get(key, _SWITCHED_OFF.get(key))
+            if key == "edge_layers" and par.get("pp") == 1:
+                value = 0
             if got != value:
                 raise bad_field(f"llm.fabrics.{name}.parallel.{key}", got,
                                 f"but the search was told to keep {key} = {value!r}")
