@@ -261,7 +261,12 @@ def rank_parallel(shape: TransformerShape, cluster: Cluster, job: Job,
             if least is None or mem.total < least[1].total:
                 least = (z, mem)
             continue
-        timed = [(time_on_fabric(shape, z, cluster, job)[0], z.zero1, z, m) for z, m in found]
+        # ZeRO-1 moves the same bytes: one traffic and its times for both
+        t = llm_traffic(shape, par, cluster.servers, cluster.gpus_per_server, batch,
+                        job.dtype_bytes)
+        comm = ideal_comm_times(t, cluster)
+        timed = [(llm_iteration(shape, z, cluster, batch, job.precision, t, comm), z.zero1, z, m)
+                 for z, m in found]
         it, _, par, mem = min(timed, key=lambda x: (x[0].total, x[1]))
         fitting.append(LLMCandidate(par, mem, it))
     if not fitting:

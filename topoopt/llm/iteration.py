@@ -160,10 +160,15 @@ class CommTimes:
 
 
 def _event(matrix: np.ndarray, bandwidth: float, latency: float) -> float:
-    if not matrix.any():
-        return 0.0
-    load = max(matrix.sum(axis=1).max(), matrix.sum(axis=0).max())
-    return float(load * 8.0 / bandwidth + latency)
+    """An event's time on the Ideal Switch: its busiest server's sends or receives,
+    plus a hop; nothing when no byte moves (bytes are never negative)."""
+    return _busiest(matrix.sum(axis=1), matrix.sum(axis=0), bandwidth, latency)
+
+
+def _busiest(sent: np.ndarray, received: np.ndarray, bandwidth: float,
+             latency: float) -> float:
+    load = max(sent.max(initial=0.0), received.max(initial=0.0))
+    return float(load * 8.0 / bandwidth + latency) if load > 0 else 0.0
 
 
 def ideal_comm_times(traffic: LLMTraffic, cluster: Cluster) -> CommTimes:
@@ -176,12 +181,12 @@ def ideal_comm_times(traffic: LLMTraffic, cluster: Cluster) -> CommTimes:
     (equal on the Ideal Switch: a test).
     """
     bw, lat = cluster.server_bandwidth, cluster.link_latency
-    ring = traffic.dp_matrix()
     steps = max((2 * (len(g.members) - 1) for g in traffic.dp_groups), default=0)
-    dp = _event(ring, bw, 0.0) + steps * lat if traffic.dp_groups else 0.0
+    dp = _busiest(*traffic.dp_loads(), bw, 0.0) + steps * lat if traffic.dp_groups else 0.0
     cp = _event(traffic.cp_step, bw, lat) if traffic.cp_steps_per_micro_batch else 0.0
+    ep = _event(traffic.ep_step, bw, lat) if traffic.ep_steps_per_micro_batch else 0.0
     return CommTimes(_event(traffic.pp_step, bw, lat), _event(traffic.pp_step.T, bw, lat),
-                     _event(traffic.ep_step, bw, lat), dp, cp)
+                     ep, dp, cp)
 
 
 def nvlink_rate(cluster: Cluster) -> float:

@@ -27,6 +27,8 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Mapping
 
 from topoopt._require import require_choice, require_int
@@ -319,7 +321,16 @@ def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...],
     >>> g["tp"][:2], g["dp"][:2], g["pp"][0]
     (((0, 1), (2, 3)), ((0, 2), (1, 3)), (0, 4, 8, 12))
     """
-    tp, pp, dp, ep, cp = par.tp, par.pp, par.dp, par.ep, par.cp
+    return _groups(par.tp, par.pp, par.dp, par.ep, par.cp, par.order)
+
+
+@lru_cache(maxsize=64)
+def _groups(tp: int, pp: int, dp: int, ep: int, cp: int,
+            order: str) -> Mapping[str, tuple[tuple[int, ...], ...]]:
+    """:func:`communicator_groups` of the degrees and order alone, which is all they
+    depend on: a planner's layouts share them over micro-batches, chunks, recomputation
+    and memory switches (read-only, so one copy serves them all)."""
+    par = LLMParallel(tp, pp, dp, ep, order=order, cp=cp)
     r = _rank
     groups = {
         "tp": tuple(tuple(r(par, t, p, d, c) for t in range(tp)) for p in range(pp)
@@ -339,5 +350,5 @@ def communicator_groups(par: LLMParallel) -> Mapping[str, tuple[tuple[int, ...],
                      for p in range(pp) for t in range(tp) for e in range(ep))
         if 1 < ep < dp else (),
     }
-    return {k: tuple(sorted(tuple(sorted(x)) for x in v)) if k != "pp" else
-            tuple(sorted(v)) for k, v in groups.items()}
+    return MappingProxyType({k: tuple(sorted(tuple(sorted(x)) for x in v)) if k != "pp"
+                             else tuple(sorted(v)) for k, v in groups.items()})
