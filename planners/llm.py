@@ -61,9 +61,9 @@ from topoopt.llm import (
     llm_traffic,
     memory_per_gpu,
 )
-from topoopt.llm.parallel import stage_layers
 from topoopt.llm.fabric import fabric_comm_times
 from topoopt.llm.iteration import CommTimes
+from topoopt.llm.parallel import stage_layers
 from topoopt.plans.llm import LLMFabricResult, LLMPlan, launch_order, launch_preserves_traffic
 from topoopt.workloads import model_of
 from topoopt.workloads.gpt import TransformerShape, transformer_shape

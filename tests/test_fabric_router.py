@@ -6,8 +6,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from topoopt.errors import PlanCheckError
-from topoopt.fabrics import _router
-from topoopt.fabrics import Fabric, check_fabric, direct_connect, expander, fat_tree
+from topoopt.fabrics import Fabric, _router, check_fabric, direct_connect, expander, fat_tree
 from topoopt.topology import Routes, Topology
 
 G = 1e9
