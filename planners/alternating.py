@@ -644,10 +644,9 @@ def _first_start(p: _Shard, screened: list[Screened]
     for i in [0, *order]:
         name, strategy, plan_c, t_c = screened[i]
         screened[i] = (name, strategy, None, t_c)     # held here alone from now
-        stop = stop_requested()
-        if plan_c is None and stop:
+        if plan_c is None and stop_requested():
             continue            # (dropped by the screen: not built again after Ctrl-C)
-        if not stop:            # Ctrl-C: no more descents, but the timed ones compete
+        if not stop_requested():  # Ctrl-C: no more descents, but the timed ones compete
             plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
                                         p.finder_kwargs, cost_of=p.cost,
                                         base=None if plan_c is None else (plan_c, t_c))
