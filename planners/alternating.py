@@ -199,7 +199,7 @@ def best_topology(model: Model, strategy: Strategy, cluster: Cluster, job: Job, 
     as :func:`split_topologies` (a time at or above it may be a lower bound).
     """
     return split_topologies(model, strategy, cluster, job, seed, finder_kwargs, neighbours,
-                            base, cost_of, beat=beat, fastest_only=True)[0]
+                            base, cost_of, beat=beat)[0]
 
 
 def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Job,
@@ -207,8 +207,8 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
                      neighbours: bool = True,
                      base: tuple[TopologyPlan, float] | None = None,
                      cost_of: Callable[[TopologyPlan], IterationCost] | None = None,
-                     reference_time: float = 0.0, beat: float = math.inf,
-                     fastest_only: bool = False) -> list[tuple[TopologyPlan, float]]:
+                     reference_time: float = 0.0, beat: float = math.inf
+                     ) -> list[tuple[TopologyPlan, float]]:
     """:func:`best_topology`'s candidates, fastest first: ``(plan, strategy's time on
     it)`` for Step 1's split and, with ``neighbours``, those of its neighbours whose
     time may be within :data:`SPLIT_RATIO` of the fastest.
@@ -238,10 +238,6 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
     is not routed. Every split faster than ``beat`` is still timed exactly, so the
     first of the list is the same as with ``beat=inf`` whenever its time is below
     ``beat``.
-
-    ``fastest_only``: the list is its first entry alone, and a slower split's topology
-    goes as soon as a faster one is timed (:func:`best_topology`: at 1024 servers a
-    split's routes and routing tables are over a GB).
     """
     finder_kwargs = dict(finder_kwargs or {})
 
@@ -273,9 +269,6 @@ def split_topologies(model: Model, strategy: Strategy, cluster: Cluster, job: Jo
         t = timed(plan)
         fastest = min(fastest, t)
         scored.append((t, 1, d_ar, plan))
-        del plan
-        if fastest_only:
-            scored = [min(scored, key=lambda s: s[:3])]
     return [(plan, t) for t, _, _, plan in sorted(scored, key=lambda s: s[:3])]
 
 
@@ -553,12 +546,6 @@ def _stage_progress(progress: Callable[[str, int, float], None] | None, stage: s
 Screened = tuple[str, Strategy, TopologyPlan | None, float]
 #: Screened strategies besides the start that :func:`_first_start` tries.
 _RANKED = 2
-#: From this many servers the screen keeps no topology but the start's: the first
-#: start builds the best others' again (the same plans and times: TopologyFinder and
-#: the simulation are deterministic), trading one TopologyFinder run and one
-#: simulation each for holding them through the screen (docs/limits.md, "Memory of a
-#: DLRM plan": 1.2-1.5 GB each at 1024 servers).
-REBUILD_SERVERS = 1024
 
 
 def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
@@ -614,18 +601,17 @@ def _screen(p: _Shard, start: Strategy, seeds: Mapping[str, Strategy] | None,
         screened.append((name, strategy, plan_c, p.cost(plan_c)(strategy)))
         timed.append(screened[-1][3])
         del plan_c              # (the list decides whether it is kept)
-        _keep_ranked_plans(screened, _RANKED if p.cluster.servers < REBUILD_SERVERS else 0)
+        _keep_ranked_plans(screened)
     return screened, frozenset(refused)
 
 
-def _keep_ranked_plans(screened: list[Screened], keep: int = _RANKED) -> None:
+def _keep_ranked_plans(screened: list[Screened]) -> None:
     """Drop the topology (and with it its cost) of every screened strategy but the
-    start and the ``keep`` fastest others (the first of equal times): the only ones
-    :func:`_first_start` reads (it builds a dropped one again). A large shard's
-    topologies and their routing tables are gigabytes each, and the screen makes up
-    to ``2 x screen + 1``."""
+    start and the :data:`_RANKED` fastest others (the first of equal times): the only
+    ones :func:`_first_start` reads. A large shard's topologies and their routing
+    tables are gigabytes each, and the screen makes up to ``2 x screen + 1``."""
     held = [i for i in range(1, len(screened)) if screened[i][2] is not None]
-    for i in sorted(held, key=lambda i: (screened[i][3], i))[keep:]:
+    for i in sorted(held, key=lambda i: (screened[i][3], i))[_RANKED:]:
         name, strategy, _, t = screened[i]
         screened[i] = (name, strategy, None, t)
 
@@ -639,17 +625,13 @@ def _first_start(p: _Shard, screened: list[Screened]
     and the start's own (topology, time)."""
     _, start, start_plan, start_t = screened[0]
     assert start_plan is not None
-    order = sorted(range(1, len(screened)), key=lambda i: (screened[i][3], i))[:_RANKED]
+    ranked = [screened[0]] + sorted(screened[1:], key=lambda c: c[3])[:_RANKED]
     best_strategy, best_plan, best_t, origin = start, start_plan, start_t, "start"
-    for i in [0, *order]:
-        name, strategy, plan_c, t_c = screened[i]
-        screened[i] = (name, strategy, None, t_c)     # held here alone from now
-        if plan_c is None and stop_requested():
-            continue            # (dropped by the screen: not built again after Ctrl-C)
+    for name, strategy, plan_c, t_c in ranked:
+        assert plan_c is not None        # (kept by _keep_ranked_plans)
         if not stop_requested():  # Ctrl-C: no more descents, but the timed ones compete
             plan_c, t_c = best_topology(p.model, strategy, p.cluster, p.job, p.tseed,
-                                        p.finder_kwargs, cost_of=p.cost,
-                                        base=None if plan_c is None else (plan_c, t_c))
+                                        p.finder_kwargs, base=(plan_c, t_c), cost_of=p.cost)
         if name == "start":
             start_plan, start_t = plan_c, t_c
             best_plan, best_t = plan_c, t_c

@@ -185,47 +185,10 @@ def test_the_screen_keeps_only_the_plans_the_first_round_reads(monkeypatch):
                                         rounds=1, budget=4, chains=2, layouts=layouts)
 
     lean = run()
-    monkeypatch.setattr(alternating, "_keep_ranked_plans", lambda screened, keep: None)
+    monkeypatch.setattr(alternating, "_keep_ranked_plans", lambda screened: None)
     whole = run()
     assert (lean.strategy.configs, lean.time, lean.origin, lean.screened, lean.history) == (
         whole.strategy.configs, whole.time, whole.origin, whole.screened, whole.history)
-
-
-def test_a_large_shard_builds_the_first_starts_again_to_the_same_plan(monkeypatch):
-    # from REBUILD_SERVERS on the screen holds the start's topology alone, and the first
-    # start builds the fastest others' again: the same first start, rounds and plan
-    cluster, job, model, space = small(8)
-    layouts = structured_strategies(model, space)
-    start = start_strategy(model, cluster, job)
-
-    def run():
-        return alternating_optimization(model, cluster, job, start, rounds=1, budget=4,
-                                        chains=2, layouts=layouts)
-
-    built = []
-    split = alternating.split_topologies
-
-    def spy(*args, **kwargs):
-        base = kwargs["base"] if "base" in kwargs else (args[7] if len(args) > 7 else None)
-        built.append(base is None)
-        return split(*args, **kwargs)
-
-    monkeypatch.setattr(alternating, "split_topologies", spy)
-    held = run()
-    held_builds = built.count(True)
-    monkeypatch.setattr(alternating, "REBUILD_SERVERS", cluster.servers)
-    p = alternating._Shard(model, cluster, job, space, 0, {})
-    screened, _ = alternating._screen(p, start_strategy(model, cluster, job, space), None,
-                                      layouts, (), 4)
-    assert screened[0][2] is not None and all(c[2] is None for c in screened[1:])
-    assert len(p.costs) == 1                                        # the start's alone
-    built.clear()
-    again = run()
-    assert built.count(True) == held_builds + alternating._RANKED  # built again: not vacuous
-    assert (again.strategy.configs, again.time, again.origin, again.screened,
-            again.history) == (held.strategy.configs, held.time, held.origin, held.screened,
-                               held.history)
-    assert again.topology_plan.topology == held.topology_plan.topology
 
 
 def test_the_screen_does_not_route_what_its_bound_puts_behind(monkeypatch):
