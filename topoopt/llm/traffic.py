@@ -155,16 +155,14 @@ class LLMTraffic:
         rings: the row and column sums of :meth:`dp_matrix`, without its ``n x n``
         array (the Ideal Switch's closed form needs no more; 32 MB at 2,048 servers)."""
         n = self.servers
-        sent, received = np.zeros(n), np.zeros(n)
         hops = [(np.asarray(g.members, dtype=np.int64), g.ring_bytes_per_pair)
                 for g in self.dp_groups if len(g.members) > 1]
-        if hops:
-            src = np.concatenate([o for o, _ in hops])
-            nbytes = np.concatenate([np.full(o.size, b) for o, b in hops])
-            sent = np.bincount(src, nbytes, minlength=n)
-            received = np.bincount(np.concatenate([np.roll(o, -1) for o, _ in hops]),
-                                   nbytes, minlength=n)
-        return sent, received
+        if not hops:
+            return np.zeros(n), np.zeros(n)
+        src = np.concatenate([o for o, _ in hops])
+        nbytes = np.concatenate([np.full(o.size, b) for o, b in hops])
+        dst = np.concatenate([np.roll(o, -1) for o, _ in hops])
+        return np.bincount(src, nbytes, minlength=n), np.bincount(dst, nbytes, minlength=n)
 
     def mp_matrix(self) -> np.ndarray:
         """PP, EP and CP bytes per iteration between servers (TopologyFinder's MP demand)."""
