@@ -136,7 +136,24 @@ class LLMTraffic:
         """Server-to-server bytes of the DP AllReduces as rings (``rings``: a group's
         members -> its ring orders, the bytes split evenly; member order by default)."""
         # every ring hop gathered first and added at once: one n x n array, not one per ring
-        src, dst, nbytes = [], [], []
+        total = np.zeros((self.servers, self.servers))
+        src, dst, nbytes = self._dp_hops(rings)
+        if src.size:
+            np.add.at(total, (src, dst), nbytes)
+        return total
+
+    def dp_loads(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes each server sends and receives in the DP AllReduces as member-order
+        rings: the row and column sums of :meth:`dp_matrix`, without its ``n x n``
+        array (the Ideal Switch's closed form needs no more; 32 MB at 2,048 servers)."""
+        n = self.servers
+        src, dst, nbytes = self._dp_hops()
+        return np.bincount(src, nbytes, minlength=n), np.bincount(dst, nbytes, minlength=n)
+
+    def _dp_hops(self, rings: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every DP ring hop: sender, receiver and bytes, ring by ring in group order."""
+        src, dst, nbytes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
         for grp in self.dp_groups:
             orders = (rings or {}).get(grp.members, [grp.members])
             for order in orders:
@@ -145,24 +162,7 @@ class LLMTraffic:
                     src.append(o)
                     dst.append(np.roll(o, -1))
                     nbytes.append(np.full(o.size, grp.ring_bytes_per_pair / len(orders)))
-        total = np.zeros((self.servers, self.servers))
-        if src:
-            np.add.at(total, (np.concatenate(src), np.concatenate(dst)), np.concatenate(nbytes))
-        return total
-
-    def dp_loads(self) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes each server sends and receives in the DP AllReduces as member-order
-        rings: the row and column sums of :meth:`dp_matrix`, without its ``n x n``
-        array (the Ideal Switch's closed form needs no more; 32 MB at 2,048 servers)."""
-        n = self.servers
-        hops = [(np.asarray(g.members, dtype=np.int64), g.ring_bytes_per_pair)
-                for g in self.dp_groups if len(g.members) > 1]
-        if not hops:
-            return np.zeros(n), np.zeros(n)
-        src = np.concatenate([o for o, _ in hops])
-        nbytes = np.concatenate([np.full(o.size, b) for o, b in hops])
-        dst = np.concatenate([np.roll(o, -1) for o, _ in hops])
-        return np.bincount(src, nbytes, minlength=n), np.bincount(dst, nbytes, minlength=n)
+        return np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes)
 
     def mp_matrix(self) -> np.ndarray:
         """PP, EP and CP bytes per iteration between servers (TopologyFinder's MP demand)."""

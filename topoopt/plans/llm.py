@@ -15,7 +15,7 @@ by :mod:`topoopt.plans.common`. :class:`LLMPlan` offers what every plan does
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -320,6 +320,10 @@ _OPTIONAL_PARALLEL = {"attention": "str", "cp": "int", "edge_layers": "count",
                       "shard_grads": "bool", "recompute_norms": "bool", "recompute_act": "bool"}
 
 
+#: :class:`LLMParallel`'s defaults: what a field :meth:`LLMParallel.to_dict` leaves out is.
+_PARALLEL_DEFAULTS = {f.name: f.default for f in fields(LLMParallel)}
+
+
 def _parallel_of(value: Any, where: str) -> LLMParallel:
     t = as_table(value, where, ("tp", "pp", "dp", "ep", "micro_batches", "zero1", "recompute",
                                 "order", "virtual", "flash_attention"), tuple(_OPTIONAL_PARALLEL))
@@ -473,11 +477,6 @@ def _check_llm_shard(doc: dict, llm: dict, par: LLMParallel, s: _Setting) -> _Sh
     return _Shard(topo, rings, routes, t)
 
 
-#: ``[plan] parallel``'s switches as :meth:`LLMParallel.to_dict` leaves them out.
-_SWITCHED_OFF = {"shard_grads": False, "edge_layers": 0, "recompute_norms": False,
-                 "recompute_act": False, "cp": 1}
-
-
 def _check_llm_search(llm: dict, fabrics: dict, times: dict) -> int:
     """``llm.fabrics`` those of ``iteration_time_s``, ``topoopt`` among them; the search
     record's keys, and every fabric keeping the values it was told to keep; returns the
@@ -492,8 +491,8 @@ def _check_llm_search(llm: dict, fabrics: dict, times: dict) -> int:
         for name, f in llm["fabrics"].items():
             par = as_table(as_table(f, f"llm.fabrics.{name}").get("parallel"),
                            f"llm.fabrics.{name}.parallel")
-            # to_dict leaves out a switch that is off; an unpipelined layout has no edges
-            got = par.get(key, _SWITCHED_OFF.get(key))
+            # to_dict leaves out a field at its default; an unpipelined layout has no edges
+            got = par.get(key, _PARALLEL_DEFAULTS.get(key))
             if key == "edge_layers" and par.get("pp") == 1:
                 value = 0
             if got != value:
