@@ -76,11 +76,19 @@ def evaluate(name: str, model: Model, cluster: Cluster, job: Job, strategy: Stra
         fabric = topoopt_fabric(topology_plan)
         est = IterationCost(model, cluster, job, fabric, topology_plan.rings).estimate(strategy)
     else:
-        fabric = build_fabric(name, cluster, prices, fabric_seed, job=job, model=model,
-                              strategy=start or start_strategy(model, cluster, job))
-        est = IterationCost(model, cluster, job, fabric, seed=fabric_seed).estimate(strategy)
+        fabric, cost = _baseline_cost(name, model, cluster, job, prices, fabric_seed, start)
+        est = cost.estimate(strategy)
     return Evaluation(name, strategy, est.total if time is None else time, est,
                       fabric_cost(fabric, prices), topology_plan)
+
+
+def _baseline_cost(name: str, model: Model, cluster: Cluster, job: Job, prices: PriceTable,
+                   fabric_seed: int, start: Strategy | None):
+    """Baseline fabric ``name`` built afresh (from the job's start strategy, as its
+    search built it) and a new iteration cost on it."""
+    fabric = build_fabric(name, cluster, prices, fabric_seed, job=job, model=model,
+                          strategy=start or start_strategy(model, cluster, job))
+    return fabric, IterationCost(model, cluster, job, fabric, seed=fabric_seed)
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,8 @@ class CrossUnit:
     finder_kwargs: Mapping = field(default_factory=dict)
     #: the job's start strategy, a baseline fabric's input (found again if None)
     start: Strategy | None = None
-    #: on the TopoOpt shard, the time the strategy must beat to matter: the shard's
-    #: own best (:func:`adopt` keeps a strategy only where it is strictly faster)
+    #: the time the strategy must beat to matter: the fabric's own best (:func:`adopt`
+    #: keeps a strategy only where it is strictly faster)
     beat: float = math.inf
 
 
@@ -106,11 +114,13 @@ def cross_time(unit: CrossUnit) -> Evaluation:
     """``unit.strategy`` on ``unit.name``'s fabric from scratch; on the TopoOpt shard on
     the topology TopologyFinder builds for it (module-level so workers can import it).
 
-    On the TopoOpt shard the splits are timed against ``unit.beat``
-    (:func:`~topoopt.planners.alternating.best_topology`): where none is faster, the
-    evaluation has the fastest split's lower bound and no estimate (it cannot be
-    adopted), and the other splits' routes and the estimate a slower strategy would
-    cost are not spent; where one is, it is the evaluation ``beat=inf`` gives.
+    The strategy is timed against ``unit.beat`` first (on the TopoOpt shard each split,
+    :func:`~topoopt.planners.alternating.best_topology`; on a baseline one simulation
+    cut at it): where it is not faster, the evaluation has a lower bound at or above
+    ``beat`` and no estimate (it cannot be adopted), and the shard's other splits'
+    routes and the estimate a slower strategy would cost are not spent; where it is,
+    it is the evaluation ``beat=inf`` gives (a baseline's estimated on a fabric and cost
+    built afresh again, so its sums are the same to the bit).
     """
     model = model_of(unit.job)
     plan = None
@@ -118,8 +128,14 @@ def cross_time(unit: CrossUnit) -> Evaluation:
     if unit.name == "topoopt":
         plan, time = best_topology(model, unit.strategy, unit.cluster, unit.job,
                                    unit.fabric_seed, unit.finder_kwargs, beat=unit.beat)
-        if not time < unit.beat:
-            return Evaluation(unit.name, unit.strategy, time, None, None)
+    elif unit.beat < math.inf:
+        _, cost = _baseline_cost(unit.name, model, unit.cluster, unit.job, unit.prices,
+                                 unit.fabric_seed, unit.start)
+        time = cost(unit.strategy, unit.beat)
+    if time is not None and not time < unit.beat:
+        return Evaluation(unit.name, unit.strategy, time, None, None)
+    if unit.name != "topoopt":
+        time = None             # the estimate's total, from scratch
     return evaluate(unit.name, model, unit.cluster, unit.job, unit.strategy, unit.prices,
                     unit.fabric_seed, time, plan, unit.start)
 

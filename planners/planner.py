@@ -30,7 +30,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -450,12 +449,11 @@ class _Crossing:
             return
         new = [(n, self.strategies[m]) for n, m in cross_pairs(self.names, self.strategies)
                if (n, self.strategies[m].configs) not in self.pending]
-        # the costliest first (TopologyFinder on the shard, the Expander's routes); on
-        # the shard a strategy only matters if it beats the shard's own best
+        # the costliest first (TopologyFinder on the shard, the Expander's routes); a
+        # strategy only matters where it beats the fabric's own best
         for n, s in sorted(new, key=lambda p: (p[0] != "topoopt", p[0] != "expander")):
-            beat = self.times[n] if n == "topoopt" else math.inf
             self.pending[(n, s.configs)] = self.executor.submit(
-                cross_time, self.make_unit(n, strategy=s, beat=beat))
+                cross_time, self.make_unit(n, strategy=s, beat=self.times[n]))
 
     def results(self) -> dict[tuple[str, Hashable], Evaluation] | None:
         """``(fabric, strategy configs)`` -> the timing, once all have ended; None after

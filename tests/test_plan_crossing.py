@@ -119,27 +119,31 @@ def test_a_timing_does_not_depend_on_the_ones_before():
     assert after.time == alone.time and after.estimate == alone.estimate
 
 
+@pytest.mark.parametrize("fabric", ["topoopt", "expander", "fattree"])
 @pytest.mark.parametrize("make", [data_parallel, hybrid])
-def test_a_shard_timing_with_a_time_to_beat_decides_as_the_full_one(make):
-    # the shard's own best is what a strategy must beat to be adopted: below it the
-    # timing is the one without it (topology, time, estimate); at or above it, a lower
-    # bound that says "not faster" without routing the other splits or estimating
+def test_a_timing_with_a_time_to_beat_decides_as_the_full_one(make, fabric):
+    # the fabric's own best is what a strategy must beat to be adopted: below it the
+    # timing is the one without it (time, estimate; the shard's topology); at or above
+    # it, a lower bound that says "not faster" without the shard's other splits' routes
+    # or an estimate
     cluster = Cluster(servers=16, nics=4, link_bandwidth=100e9)
     job = Job("dlrm", batch_per_gpu=64, size={"tables": 8, "rows": 100_000})
     from topoopt.fabrics.cost import DEFAULT_PRICES
     s = make(model_of(job), 16)
-    full = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES))
+    full = cross_time(CrossUnit(fabric, cluster, job, s, DEFAULT_PRICES))
     assert full.estimate is not None and full.estimate.total == pytest.approx(full.time)
-    above = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES,
+    above = cross_time(CrossUnit(fabric, cluster, job, s, DEFAULT_PRICES,
                                  beat=full.time * 1.5))
     assert above.time == full.time and above.estimate == full.estimate
-    assert above.topology_plan.topology == full.topology_plan.topology
+    assert above.cost == full.cost
+    if fabric == "topoopt":
+        assert above.topology_plan.topology == full.topology_plan.topology
     other = (hybrid if make is data_parallel else data_parallel)(model_of(job), 16)
     for beat in (full.time, full.time * 0.99, full.time * 0.3):
-        slower = cross_time(CrossUnit("topoopt", cluster, job, s, DEFAULT_PRICES, beat=beat))
+        slower = cross_time(CrossUnit(fabric, cluster, job, s, DEFAULT_PRICES, beat=beat))
         assert slower.estimate is None and slower.cost is None
-        assert slower.time >= beat          # a split's lower bound, at or above beat
-        # never adopted when the shard's own best is the time to beat
-        own = {"topoopt": _eval("topoopt", other, beat), "ideal": _eval("ideal", s, 1.0)}
-        timed = {("topoopt", s.configs): slower, ("ideal", other.configs): _eval("ideal", other, 2.0)}
-        assert adopt(("topoopt", "ideal"), own, timed)["topoopt"] == (own["topoopt"], "")
+        assert slower.time >= beat          # a lower bound, at or above beat
+        # never adopted when the fabric's own best is the time to beat
+        own = {fabric: _eval(fabric, other, beat), "ideal": _eval("ideal", s, 1.0)}
+        timed = {(fabric, s.configs): slower, ("ideal", other.configs): _eval("ideal", other, 2.0)}
+        assert adopt((fabric, "ideal"), own, timed)[fabric] == (own[fabric], "")
