@@ -6,6 +6,7 @@ in a child or not."""
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def _files(d: Path) -> dict[str, bytes]:
 
 @needs_fork
 def test_a_plan_folder_is_the_same_written_with_a_child(tmp_path, monkeypatch):
+    """The ecosystem files, the plots and the report in children: the same bytes."""
     pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+    pytest.importorskip("matplotlib")
     cfg = load_config(Path(__file__).parents[1] / "configs/dlrm-16.toml")
     p = plan(cfg.cluster, cfg.job, budget=2, rounds=1, chains=1, seed=0, baselines=("ideal",))
     out = {}
@@ -61,8 +64,38 @@ def test_a_plan_folder_is_the_same_written_with_a_child(tmp_path, monkeypatch):
         monkeypatch.setattr(plan_dir, "FORK_SERVERS", at)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plan_dir.write_plan(p, tmp_path / name, plots=False)
+            plan_dir.write_plan(p, tmp_path / name)
         out[name] = _files(tmp_path / name)
     assert any(k.startswith("chakra/") for k in out["child"])
+    assert {"topology.png", "traffic_after.png", "report.html"} <= set(out["child"])
     assert out["child"] == out["here"]
     assert "plan.json" in plan_dir.check_plan_dir(tmp_path / "child", simulate=False)  # raises if not
+
+
+def _slow(path):
+    time.sleep(30)
+    path.write_text("late")
+
+
+@needs_fork
+def test_a_cancelled_child_writes_nothing_after(tmp_path):
+    """A caller that fails first stops its children (the staging folder is removed)."""
+    child = Forked(_slow, tmp_path / "late.txt")
+    child.cancel()
+    assert child._process is None and not (tmp_path / "late.txt").exists()
+
+
+@needs_fork
+def test_a_failed_write_leaves_no_staging_folder(tmp_path, monkeypatch):
+    cfg = load_config(Path(__file__).parents[1] / "configs/dlrm-16.toml")
+    p = plan(cfg.cluster, cfg.job, budget=2, rounds=1, chains=1, seed=0, baselines=("ideal",))
+    monkeypatch.setattr(plan_dir, "FORK_SERVERS", 1)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("exports broke")
+
+    monkeypatch.setattr(plan_dir, "render_exports", broken)
+    with pytest.raises(RuntimeError, match="exports broke"):
+        plan_dir.write_plan(p, tmp_path / "out")
+    out = tmp_path / "out"
+    assert not out.exists() or not any(out.iterdir())    # no staging folder, no file

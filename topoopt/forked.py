@@ -65,6 +65,17 @@ class Forked(Generic[T]):
                     return value
         return self._fn(*self._args)
 
+    def cancel(self) -> None:
+        """Stop the child if it still runs and wait for it (a caller that fails before
+        it asks for the result: the child must not go on writing where the caller is
+        cleaning up)."""
+        if self._process is not None and self._process.is_alive():
+            self._process.terminate()
+        if self._process is not None:
+            self._process.join()
+            self._recv.close()
+            self._process = None
+
 
 def _child(send: Any, fn: Callable, args: tuple) -> None:
     try:

@@ -201,45 +201,78 @@ def write_plan(p: PlanLike, directory: str | Path, exports: bool = True, plots: 
 
 def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
                 report: bool, msccl_runtime: str = DEFAULT_RUNTIME) -> list[Path]:
-    """:func:`write_plan` with the folder's lock held."""
+    """:func:`write_plan` with the folder's lock held.
+
+    From :data:`FORK_SERVERS` servers the steps that need no other's output run in
+    forked children beside the planner (:class:`~topoopt.forked.Forked`): the plots
+    from the start, the ecosystem files once the document exists, the report beside
+    ``plan.json``'s text once every file is known."""
     owned = owned_files(directory)
-    doc = p.to_json()
+    fork = p.cluster.servers >= FORK_SERVERS
     files, skipped = ["plan.json"], {}
+    children: list[Forked] = []
     with staging_dir(directory, owned) as stage:
-        eco = None
-        if exports:  # Chakra traces, ASTRA-sim inputs, NCCL graphs: from the document alone
-            eco = Forked(_write_ecosystem, doc, stage,
-                         fork=p.cluster.servers >= FORK_SERVERS)
-            rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
-                                      p.cluster, msccl_runtime=msccl_runtime)
-            for rel, text in rendered.files.items():
-                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                (stage / rel).write_text(text, encoding="utf-8")
-            files += rendered.files
-            skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
-            if p.llm_parallel is not None:  # every communicator: communicators.json, msccl/
-                comm = communicator_exports(p.llm_parallel, p.topology_plan.rings, p.cluster,
-                                            msccl_runtime=msccl_runtime)
-                for rel, text in comm.files.items():
-                    (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (stage / rel).write_text(text, encoding="utf-8")
-                files += comm.files
-                skipped.update(comm.skipped)
-        if plots and importlib.util.find_spec("matplotlib") is not None:
-            files += [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
-            for which, (matrix, _) in p.traffic_heatmaps().items():
-                _label_heatmap(stage / f"traffic_{which}.png", matrix)
-        if eco is not None:
-            eco_files, eco_skipped = eco.result()
-            files += eco_files
-            skipped.update(eco_skipped)
-        doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
-        if report:  # a new plan: no validation of it yet, so no extras
-            (stage / REPORT).write_text(build_report(doc), encoding="utf-8")
-        (stage / "plan.json").write_text(_doc_text(doc), encoding="utf-8")
+        try:
+            drawn = None
+            if plots and importlib.util.find_spec("matplotlib") is not None:
+                drawn = Forked(_write_plots, p, stage, fork=fork)
+                children.append(drawn)
+            doc = p.to_json()
+            eco = None
+            if exports:  # Chakra traces, ASTRA-sim inputs, NCCL graphs: from the document
+                eco = Forked(_write_ecosystem, doc, stage, fork=fork)
+                children.append(eco)
+                rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
+                                          p.cluster, msccl_runtime=msccl_runtime)
+                _write_texts(stage, rendered.files)
+                files += rendered.files
+                skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
+                if p.llm_parallel is not None:  # every communicator: communicators.json, msccl/
+                    comm = communicator_exports(p.llm_parallel, p.topology_plan.rings,
+                                                p.cluster, msccl_runtime=msccl_runtime)
+                    _write_texts(stage, comm.files)
+                    files += comm.files
+                    skipped.update(comm.skipped)
+            if drawn is not None:
+                files += drawn.result()
+            if eco is not None:
+                eco_files, eco_skipped = eco.result()
+                files += eco_files
+                skipped.update(eco_skipped)
+            doc["files"], doc["skipped"] = sorted(files + [REPORT] * report), skipped
+            # a new plan's report: no validation of it yet, so no extras
+            written = Forked(_render_report, doc, stage, fork=fork) if report else None
+            children += [written] if written is not None else []
+            (stage / "plan.json").write_text(_doc_text(doc), encoding="utf-8")
+            if written is not None:
+                written.result()
+        finally:  # no child goes on writing into a staging folder that is removed
+            for child in children:
+                child.cancel()
     for what, reason in skipped.items():
         warnings.warn(f"{what} not written: {reason}", ExportSkipped, stacklevel=2)
     return [directory / rel for rel in doc["files"]]
+
+
+def _write_texts(stage: Path, texts: dict[str, str]) -> None:
+    """Write ``{relative path: text}`` into ``stage``."""
+    for rel, text in texts.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_text(text, encoding="utf-8")
+
+
+def _write_plots(p: PlanLike, stage: Path) -> list[str]:
+    """Draw the plan's pictures into ``stage``, the traffic heatmaps labelled for
+    ``plan --check``: their paths relative to ``stage``."""
+    files = [str(q.relative_to(stage)) for q in write_plan_plots(p, stage)]
+    for which, (matrix, _) in p.traffic_heatmaps().items():
+        _label_heatmap(stage / f"traffic_{which}.png", matrix)
+    return files
+
+
+def _render_report(doc: dict, stage: Path) -> None:
+    """Write ``report.html`` of the plan ``doc`` (its ``files`` listed) into ``stage``."""
+    (stage / REPORT).write_text(build_report(doc), encoding="utf-8")
 
 
 def check_plan_dir(directory: str | Path, simulate: bool = True) -> list[str]:
