@@ -72,7 +72,7 @@ def route_dicts(draw):
     return out
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(route_dicts(), route_dicts())
 def test_route_arrays_round_trip_and_merge(a, b):
     ra, rb = Routes(a), Routes(b)
@@ -89,6 +89,7 @@ def test_route_arrays_round_trip_and_merge(a, b):
     assert pickle.loads(pickle.dumps(ra)) == ra
     merged = ra.merge(rb)
     assert merged == Routes({**a, **b})
+    assert merged.arrays() == Routes({**a, **b}).arrays()   # spliced as sorted from scratch
     assert Routes.from_arrays(arr).merge(Routes.from_arrays(rb.arrays())) == merged
     # dropping zero fractions keeps the rest in order
     zero = np.where(np.arange(arr.fraction.size) % 2 == 0, 0.0, arr.fraction)
@@ -438,3 +439,35 @@ def test_revisits_agrees_with_a_set_per_path(paths):
     node_ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
     want = any(len(set(p)) != len(p) for p in paths)
     assert revisits(nodes, node_ptr, 7) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=6), min_size=0,
+                max_size=8),
+       st.sets(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=30))
+def test_hop_kernels_agree_with_a_loop_over_hops(paths, links):
+    from topoopt.topology._route_kernel import hop_links, unlinked_hop
+
+    n = 7
+    nodes = np.array([x for p in paths for x in p], np.int32)
+    node_ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
+    hops = [(u, v) for p in paths for u, v in zip(p, p[1:])]
+    linked = np.zeros(n * n, bool)
+    link_of = np.full(n * n, -1, np.int32)
+    for i, (u, v) in enumerate(sorted(links)):
+        linked[u * n + v] = True
+        link_of[u * n + v] = i
+    assert unlinked_hop(nodes, node_ptr, linked, n) == any(h not in links for h in hops)
+    got = hop_links(nodes, node_ptr, link_of, n)
+    assert got.dtype == np.int32
+    assert got.tolist() == [sorted(links).index(h) if h in links else -1 for h in hops]
+
+
+def test_a_large_side_merged_into_a_small_one_keeps_the_other_sides_routes():
+    """``merge`` splices the smaller side into the larger either way round; ``other``
+    wins for the pairs both route."""
+    big = {(s, t): (((s, t), 1.0),) for s in range(6) for t in range(6) if s != t}
+    small = {(0, 1): (((0, 2, 1), 1.0),), (5, 4): (((5, 3, 4), 0.5), ((5, 2, 4), 0.5))}
+    for a, b in ((big, small), (small, big)):
+        merged = Routes(a).merge(Routes(b))
+        assert merged.arrays() == Routes({**a, **b}).arrays()

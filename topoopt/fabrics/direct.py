@@ -171,17 +171,21 @@ class LinkPaths(Mapping):
 def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:
     """Per pair (in the routes' order), its paths as bundled-link ids with their fractions.
 
-    Vectorized over :meth:`Routes.arrays` (a million pairs at n = 1024); the routes
-    passed :func:`check_routes`, so every hop is one of the links ``uniq`` (sorted).
+    One compiled pass over :meth:`Routes.arrays` (a million pairs and ~10^8 nodes at
+    n = 1024: no array per hop); the routes passed :func:`check_routes`, so every hop
+    is one of the links ``uniq`` (sorted).
     """
+    # numba is loaded with the first explicit routes only (import topoopt stays light)
+    from topoopt.topology._route_kernel import hop_links
     arr = routes.arrays()
-    keys = np.array(list(routes.paths), np.int64).reshape(-1, 2)
-    index = arr.find(keys[:, 0], keys[:, 1])
-    starts_hop = np.ones(arr.nodes.size, bool)
-    starts_hop[arr.node_ptr[1:] - 1] = False
-    at = np.flatnonzero(starts_hop)
-    link = np.searchsorted(uniq[:, 0] * n + uniq[:, 1], arr.nodes[at] * n + arr.nodes[at + 1])
-    return LinkPaths(arr, link, index.astype(np.int64))
+    if routes.array_backed:
+        index = None        # the routes iterate in their arrays' order
+    else:
+        keys = np.array(list(routes.paths), np.int64).reshape(-1, 2)
+        index = arr.find(keys[:, 0], keys[:, 1]).astype(np.int64)
+    link_of = np.full(n * n, -1, np.int32)
+    link_of[uniq[:, 0] * n + uniq[:, 1]] = np.arange(len(uniq), dtype=np.int32)
+    return LinkPaths(arr, hop_links(arr.nodes, arr.node_ptr, link_of, n), index)
 
 
 def expander(servers: int, ports: int, link_bandwidth: float, link_latency: float = 1e-6,

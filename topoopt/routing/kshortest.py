@@ -191,7 +191,7 @@ def equal_cost_path_arrays(neighbours: np.ndarray, dist: np.ndarray, sources: np
     path_ptr : ndarray of int64, shape (m + 1,)
         Paths of input pair ``i``: ``path_ptr[i]:path_ptr[i + 1]``.
     node_ptr : ndarray of int64, shape (P + 1,)
-    nodes : ndarray of int64
+    nodes : ndarray of int32
 
     Notes
     -----
@@ -283,7 +283,7 @@ def _walk_dag(on: np.ndarray, succ: np.ndarray, src: np.ndarray, dst: np.ndarray
         if done.any():
             rows = np.flatnonzero(done)
             depth = len(level_node) - 1
-            path = np.empty((rows.size, depth + 1), np.int64)
+            path = np.empty((rows.size, depth + 1), succ.dtype)  # int32 up to 46,340 servers
             for lev in range(depth, 0, -1):  # walk back up the parents
                 path[:, lev] = level_node[lev][rows]
                 rows = level_parent[lev][rows]

@@ -1,12 +1,15 @@
-"""The compiled pass of :func:`topoopt.topology.topology.check_routes` (numba, cached on
-disk): whether a path visits a server twice, in one pass over the nodes."""
+"""The compiled passes over a plan's route nodes (numba, cached on disk): whether a path
+visits a server twice (:func:`topoopt.topology.topology.check_routes`), and each hop's
+link. One pass each, with no array per hop: at 1024 servers a ring-like topology's
+routes hold ~10^8 nodes, and a vectorized hop table (int64 pairs, their keys) took
+gigabytes for a moment."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["revisits"]
+__all__ = ["revisits", "unlinked_hop", "hop_links", "splice_runs"]
 
 
 @njit(cache=True)
@@ -25,3 +28,50 @@ def revisits(nodes: np.ndarray, node_ptr: np.ndarray, n: int) -> bool:
                 return True
             stamp[x] = p
     return False
+
+
+@njit(cache=True)
+def unlinked_hop(nodes: np.ndarray, node_ptr: np.ndarray, linked: np.ndarray, n: int) -> bool:
+    """Whether a hop ``u -> v`` of a path is not a link: ``linked[u * n + v]`` false.
+    Node ids must be in ``0..n - 1``."""
+    for p in range(node_ptr.size - 1):
+        for i in range(node_ptr[p], node_ptr[p + 1] - 1):
+            if not linked[np.int64(nodes[i]) * n + nodes[i + 1]]:
+                return True
+    return False
+
+
+@njit(cache=True)
+def hop_links(nodes: np.ndarray, node_ptr: np.ndarray, link_of: np.ndarray,
+              n: int) -> np.ndarray:
+    """The link of every hop, path after path (a path of k nodes has k - 1 hops):
+    ``link_of[u * n + v]`` for the hop ``u -> v``, an int32 table with -1 where there is
+    no link. Node ids must be in ``0..n - 1``."""
+    paths = node_ptr.size - 1
+    hops = 0
+    for p in range(paths):
+        hops += max(node_ptr[p + 1] - node_ptr[p] - 1, 0)
+    out = np.empty(hops, np.int32)
+    k = 0
+    for p in range(paths):
+        for i in range(node_ptr[p], node_ptr[p + 1] - 1):
+            out[k] = link_of[np.int64(nodes[i]) * n + nodes[i + 1]]
+            k += 1
+    return out
+
+
+@njit(cache=True)
+def splice_runs(mine: np.ndarray, theirs: np.ndarray, a: np.ndarray, b: np.ndarray,
+                c: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` with ``mine[a[0]:b[0]]``, ``theirs[c[0]:d[0]]``, ``mine[a[1]:b[1]]``,
+    ... ``mine[a[-1]:b[-1]]`` (``a``, ``b`` one longer than ``c``, ``d``): the
+    merge of two route tables, run by run."""
+    k = 0
+    for r in range(a.size):
+        for i in range(a[r], b[r]):
+            out[k] = mine[i]
+            k += 1
+        if r < c.size:
+            for i in range(c[r], d[r]):
+                out[k] = theirs[i]
+                k += 1

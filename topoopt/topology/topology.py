@@ -95,6 +95,42 @@ def _segments(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return new_ptr, flat
 
 
+def _positions(keys: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of the sorted keys ``new`` goes among the sorted ``keys``, and whether
+    it is there already."""
+    at = np.searchsorted(keys, new)
+    return at, (at < keys.size) & (keys[np.minimum(at, keys.size - 1)] == new)
+
+
+def _splice(base: RouteArrays, few: RouteArrays, take: np.ndarray, at: np.ndarray,
+            drop: np.ndarray) -> RouteArrays:
+    """``base``'s pairs with ``few``'s pairs ``take`` (ascending) put before ``base``'s
+    pairs ``at``, dropping ``base``'s pair ``at[k]`` where ``drop[k]``: runs of each
+    array copied whole (:func:`~topoopt.topology._route_kernel.splice_runs`)."""
+    # numba is loaded with the first merge only (import topoopt stays light)
+    from topoopt.topology._route_kernel import splice_runs
+    pairs = ((np.r_[0, at + drop], np.r_[at, base.pairs]), (take, take + 1))
+
+    def through(ptr_base: np.ndarray, ptr_few: np.ndarray, runs: tuple) -> tuple:
+        (a, b), (c, d) = runs
+        return (ptr_base[a], ptr_base[b]), (ptr_few[c], ptr_few[d])
+
+    def spliced(mine: np.ndarray, theirs: np.ndarray, runs: tuple) -> np.ndarray:
+        (a, b), (c, d) = runs
+        out = np.empty(int((b - a).sum() + (d - c).sum()), mine.dtype)
+        splice_runs(mine, theirs, a, b, c, d, out)
+        return out
+
+    paths = through(base.path_ptr, few.path_ptr, pairs)
+    nodes = through(base.node_ptr, few.node_ptr, paths)
+    counts = spliced(np.diff(base.path_ptr), np.diff(few.path_ptr), pairs)
+    lens = spliced(np.diff(base.node_ptr), np.diff(few.node_ptr), paths)
+    return RouteArrays(spliced(base.src, few.src, pairs), spliced(base.dst, few.dst, pairs),
+                       np.r_[0, np.cumsum(counts)], np.r_[0, np.cumsum(lens)],
+                       spliced(base.nodes, few.nodes, nodes),
+                       spliced(base.fraction, few.fraction, paths))
+
+
 @dataclass(frozen=True, eq=False)
 class RouteArrays:
     """Routes in compressed sparse row form: ordered pairs -> paths -> nodes.
@@ -201,18 +237,22 @@ class RouteArrays:
                            self.fraction[paths])
 
     def merge(self, other: RouteArrays) -> RouteArrays:
-        """These routes with ``other``'s pairs added, replacing the pairs both have."""
+        """These routes with ``other``'s pairs added, replacing the pairs both have.
+
+        Spliced (:func:`_splice`): the pairs of the smaller side are put between runs
+        of the larger side's, copied whole, so the only array as large as the nodes is
+        the result (a ring-like 1024-server shard's MP routes hold ~10^8 nodes and are
+        merged with a few ring-hop pairs)."""
         if not other.pairs:
             return self
         if not self.pairs:
             return other
-        hit = self.find(other.src, other.dst)
-        mine = np.ones(self.pairs, bool)
-        mine[hit[hit >= 0]] = False
-        both = RouteArrays._concat(self, other)
-        rows = np.r_[np.flatnonzero(mine), self.pairs + np.arange(other.pairs)]
-        order = rows[np.argsort((both.src[rows] << 32) + both.dst[rows], kind="stable")]
-        return both._reorder(order)
+        if other.pairs <= self.pairs:   # all of other's, into these (replacing)
+            at, hit = _positions(self.keys, other.keys)
+            return _splice(self, other, np.arange(other.pairs), at, hit)
+        at, hit = _positions(other.keys, self.keys)   # these that other lacks, into other's
+        keep = np.flatnonzero(~hit)
+        return _splice(other, self, keep, at[keep], np.zeros(keep.size, bool))
 
     def reweighted(self, fraction) -> RouteArrays:
         """The same paths with new fractions; paths whose fraction is 0 are dropped."""
@@ -225,26 +265,6 @@ class RouteArrays:
         node_ptr, flat = _segments(self.node_ptr, keep)
         return RouteArrays(self.src, self.dst, np.r_[0, np.cumsum(counts)], node_ptr,
                            self.nodes[flat], fraction[keep])
-
-    @staticmethod
-    def _concat(a: RouteArrays, b: RouteArrays) -> RouteArrays:
-        """Pairs of ``a`` then of ``b`` (not sorted: internal, before ``_reorder``)."""
-        out = object.__new__(RouteArrays)
-        for name, val in (
-                ("src", np.concatenate([a.src, b.src])),
-                ("dst", np.concatenate([a.dst, b.dst])),
-                ("path_ptr", np.concatenate([a.path_ptr, a.path_ptr[-1] + b.path_ptr[1:]])),
-                ("node_ptr", np.concatenate([a.node_ptr, a.node_ptr[-1] + b.node_ptr[1:]])),
-                ("nodes", np.concatenate([a.nodes, b.nodes])),
-                ("fraction", np.concatenate([a.fraction, b.fraction]))):
-            object.__setattr__(out, name, val)
-        return out
-
-    def _reorder(self, order: np.ndarray) -> RouteArrays:
-        path_ptr, paths = _segments(self.path_ptr, order)
-        node_ptr, flat = _segments(self.node_ptr, paths)
-        return RouteArrays(self.src[order], self.dst[order], path_ptr, node_ptr,
-                           self.nodes[flat], self.fraction[paths])
 
     @classmethod
     def from_mapping(cls, paths: Mapping) -> RouteArrays:
@@ -396,6 +416,12 @@ class Routes:
             object.__setattr__(self, "_arrays", cached)
         return cached
 
+    @property
+    def array_backed(self) -> bool:
+        """Whether the routes are :class:`RouteArrays` (:meth:`from_arrays`): then they
+        iterate in the arrays' pair order."""
+        return isinstance(self.paths, _PathTable)
+
     def merge(self, other: Routes) -> Routes:
         """These routes with ``other``'s added; ``other`` wins for pairs both route."""
         if not len(other):
@@ -465,19 +491,15 @@ def _routes_valid(topology: Topology, arr: RouteArrays, tol: float) -> bool:
     if np.any(first != arr.src[pair]) or np.any(last != arr.dst[pair]):
         return False
     # numba is loaded on the first check only (import topoopt stays light)
-    from topoopt.topology._route_kernel import revisits
+    from topoopt.topology._route_kernel import revisits, unlinked_hop
     if revisits(arr.nodes, arr.node_ptr, n):
         return False
-    hop = np.ones(arr.nodes.size, bool)
-    hop[arr.node_ptr[1:] - 1] = False  # a path's last node starts no hop
-    at = np.flatnonzero(hop)
-    u, v = arr.nodes[at], arr.nodes[at + 1]
     linked = np.zeros(n * n, bool)
     if topology.links:
         ends = np.array([(a, b) for a, _, b, _ in topology.links], np.int64)
         ok = (ends >= 0).all(axis=1) & (ends < n).all(axis=1)
         linked[ends[ok, 0] * n + ends[ok, 1]] = True
-    return bool(linked[u * n + v].all()) if u.size else True
+    return not unlinked_hop(arr.nodes, arr.node_ptr, linked, n)
 
 
 def check_routes(topology: Topology, routes: Routes, tol: float = 1e-9) -> None:
