@@ -81,6 +81,35 @@ def test_explicit_arrays_equal_those_of_the_same_routes_as_tuples():
         assert np.array_equal(getattr(a, name), getattr(b, name))
 
 
+def test_explicit_routes_load_the_same_in_runs_of_pairs(monkeypatch):
+    """The router reads an array-backed mapping a run of pairs at a time (no table of
+    every hop's link at once): the runs join to the whole, and the routes are the same
+    whatever the run's length."""
+    import topoopt.fabrics._router as router
+    import topoopt.fabrics.direct as direct
+
+    *_, plan = shard()
+    fabric = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    whole = fabric.explicit.link_arrays()
+    for hops, table in ((1, True), (7, False), (50, True), (10 ** 9, False)):
+        # the hops' links read from a dense table, or searched for
+        monkeypatch.setattr(direct, "_TABLE_ENTRIES", 1 << 24 if table else 0)
+        runs = list(fabric.explicit.link_chunks(hops))
+        assert len(runs) > 1 or hops == 10 ** 9
+        for got, want in zip(zip(*runs), whole):
+            assert np.array_equal(np.concatenate(got), want)
+    monkeypatch.undo()
+    n = fabric.servers
+    src, dst = np.divmod(np.arange(n * n), n)
+    keep = src != dst
+    want = fabric.route(src[keep], dst[keep])
+    monkeypatch.setattr(router, "_EXPLICIT_CHUNK", 5)
+    again = direct_connect(plan.topology, plan.routes, rings=plan.rings)
+    got = again.route(src[keep], dst[keep])
+    for name in ("ptr", "link", "weight"):
+        assert np.array_equal(getattr(got, name), getattr(want, name))
+
+
 def test_a_released_cost_gives_the_same_times_and_keeps_its_memo():
     cluster, job, model, space, plan = shard()
     strategies = [lay.strategy for lay in structured_strategies(model, space)][:4]

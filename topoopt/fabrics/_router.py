@@ -4,7 +4,7 @@ store of per-pair routes."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterator, Mapping, Protocol
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -120,7 +120,13 @@ class _CoreRouter:
         """Store the explicit routes: per pair, the weights of its paths summed per link."""
         if not len(fabric.explicit):
             return
-        src, dst, per_pair, plen, fracs, links = _explicit_arrays(fabric.explicit)
+        for part in _explicit_chunks(fabric.explicit, _EXPLICIT_CHUNK):
+            self._load_explicit_block(fabric, *part)
+
+    def _load_explicit_block(self, fabric: Routed, src: np.ndarray, dst: np.ndarray,
+                             per_pair: np.ndarray, plen: np.ndarray, fracs: np.ndarray,
+                             links: np.ndarray) -> None:
+        """:meth:`_load_explicit` of some pairs (:func:`_explicit_arrays`' arrays)."""
         path_ptr = np.concatenate([[0], np.cumsum(per_pair)])
         link_ptr = np.concatenate([[0], np.cumsum(plen)])
         L = max(self.fabric.links, 1)
@@ -361,6 +367,16 @@ class _CoreRouter:
 
         walk(s, [])
         return [(p, 1.0 / len(out)) for p in out]
+
+
+def _explicit_chunks(explicit: Mapping, hops: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """:func:`_explicit_arrays` in runs of pairs of about ``hops`` hops (an array-backed
+    mapping: without its whole table of hop links at once; another: in one run)."""
+    chunks = getattr(explicit, "link_chunks", None)
+    if chunks is not None:
+        yield from chunks(hops)
+    else:
+        yield _explicit_arrays(explicit)
 
 
 def _explicit_arrays(explicit: Mapping) -> tuple[np.ndarray, ...]:

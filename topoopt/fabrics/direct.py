@@ -15,6 +15,11 @@ from topoopt.topology.topology import RouteArrays, Routes, Topology, check_route
 
 __all__ = ["direct_connect", "expander", "LinkPaths"]
 
+#: Up to this many server pairs (n^2: 4,096 servers) a direct fabric's router reads its
+#: explicit routes' hop links from a dense table (int32, 64 MB at most, made for the
+#: read); above, by a binary search of the links.
+_TABLE_ENTRIES = 1 << 24
+
 
 def direct_connect(topology: Topology, routes: Routes | None = None,
                    optics: str = "patch_panel", name: str = "topoopt",
@@ -90,30 +95,51 @@ def direct_connect(topology: Topology, routes: Routes | None = None,
 class LinkPaths(Mapping):
     """A direct fabric's explicit routes, ``(src, dst) -> ((bundled-link ids,
     fraction), ...)`` in the routes' order, kept as arrays: the routes'
-    :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), each hop's
-    bundled link and, unless it is theirs, the pairs' order. A pair's tuple is built
-    when it is looked up; as Python objects every pair of a plan (n^2 of them for a job
-    whose tables span the shard) would cost a fabric hundreds of bytes each
-    (docs/limits.md, "Memory of a DLRM plan").
+    :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), the table
+    of bundled links by their ends and, unless it is theirs, the pairs' order. A pair's
+    tuple is built when it is looked up, and a hop's link when it is read (a link per
+    hop would be another 0.35 GB for a ring-like 1024-server shard); as Python objects
+    every pair of a plan (n^2 of them for a job whose tables span the shard) would cost
+    a fabric hundreds of bytes each (docs/limits.md, "Memory of a DLRM plan").
 
     Parameters
     ----------
     arr : RouteArrays
-    link : ndarray of int
-        Bundled link of every hop, path after path (a path of k nodes has k - 1 hops,
-        so path ``j``'s start at ``arr.node_ptr[j] - j``).
+        Every hop ``u -> v`` of its paths is one of the links.
+    ends : ndarray of int64
+        ``u * n + v`` of every bundled link ``u -> v``, ascending: link ``i`` is the
+        ``i``-th.
+    n : int
+        Servers.
     order : ndarray of int, optional
         Pair indices of ``arr`` in the order the mapping iterates them (default
         ``arr``'s own).
     """
 
-    def __init__(self, arr: RouteArrays, link: np.ndarray,
+    def __init__(self, arr: RouteArrays, ends: np.ndarray, n: int,
                  order: np.ndarray | None = None) -> None:
         if order is not None and np.array_equal(order, np.arange(arr.src.size)):
             order = None
-        self.arr, self.order = arr, order
-        small = link.size == 0 or int(link.max()) < 2 ** 31
-        self.link = np.asarray(link, np.int32 if small else np.int64)
+        self.arr, self.order, self.n = arr, order, int(n)
+        self.ends = np.asarray(ends, np.int64)
+        self._hash: int | None = None
+
+    def _links(self, starts: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+        """The links (int64) of the hops that start at node indices ``starts``, from
+        ``table`` (:meth:`_table`) or by a search of :attr:`ends`."""
+        nodes = self.arr.nodes
+        key = nodes[starts].astype(np.int64) * self.n + nodes[starts + 1]
+        found = table[key] if table is not None else np.searchsorted(self.ends, key)
+        return found.astype(np.int64)
+
+    def _table(self) -> np.ndarray | None:
+        """The link of ``u -> v`` at ``u * n + v`` (int32), for reading many hops; None
+        above :data:`_TABLE_ENTRIES` (the search is used instead)."""
+        if self.n * self.n > _TABLE_ENTRIES:
+            return None
+        table = np.full(self.n * self.n, -1, np.int32)
+        table[self.ends] = np.arange(self.ends.size, dtype=np.int32)
+        return table
 
     def _index(self, key: object) -> int:
         if not isinstance(key, tuple) or len(key) != 2:
@@ -135,8 +161,8 @@ class LinkPaths(Mapping):
             raise KeyError(key)
         nptr, fraction, out = self.arr.node_ptr, self.arr.fraction, []
         for j in range(int(self.arr.path_ptr[i]), int(self.arr.path_ptr[i + 1])):
-            hops = self.link[int(nptr[j]) - j:int(nptr[j + 1]) - j - 1]
-            out.append((hops.astype(np.int64), float(fraction[j])))
+            out.append((self._links(np.arange(int(nptr[j]), int(nptr[j + 1]) - 1)),
+                        float(fraction[j])))
         return tuple(out)
 
     def __contains__(self, key: object) -> bool:
@@ -150,9 +176,12 @@ class LinkPaths(Mapping):
         return int(self.arr.src.size)
 
     def __hash__(self) -> int:
-        return hash((self.arr.src.tobytes(), self.arr.dst.tobytes(),
-                     self._order().tobytes(), self.link.tobytes(),
-                     self.arr.fraction.tobytes()))
+        if self._hash is None:   # (the links are a function of the nodes and the table)
+            self._hash = hash((self.arr.src.tobytes(), self.arr.dst.tobytes(),
+                               self._order().tobytes(), self.arr.node_ptr.tobytes(),
+                               self.arr.nodes.tobytes(), self.ends.tobytes(),
+                               self.arr.fraction.tobytes()))
+        return self._hash
 
     def __repr__(self) -> str:
         return f"<explicit routes of {len(self)} pairs as arrays>"
@@ -160,32 +189,43 @@ class LinkPaths(Mapping):
     def link_arrays(self) -> tuple[np.ndarray, ...]:
         """``(src, dst, paths per pair, hops per path, fraction per path, links)`` in
         the mapping's order: what iterating its items gives, without the tuples."""
-        order = self._order()
-        paths, per_pair = gather_rows(self.arr.path_ptr, order)
-        hop_ptr = self.arr.node_ptr - np.arange(self.arr.node_ptr.size)
-        hops, plen = gather_rows(hop_ptr, paths)
-        return (self.arr.src[order], self.arr.dst[order], per_pair, plen,
-                self.arr.fraction[paths], self.link[hops].astype(np.int64))
+        return next(self.link_chunks(None))
+
+    def link_chunks(self, hops: int | None) -> Iterator[tuple[np.ndarray, ...]]:
+        """:meth:`link_arrays` in runs of pairs of about ``hops`` hops each (at least
+        one pair; all in one for None): their concatenation is :meth:`link_arrays`'s,
+        and no array is as large as the whole table's hops."""
+        arr, order, table = self.arr, self._order(), self._table()
+        hop_ptr = arr.node_ptr - np.arange(arr.node_ptr.size)
+        upto = hop_ptr[arr.path_ptr[order + 1]] - hop_ptr[arr.path_ptr[order]]
+        np.cumsum(upto, out=upto)        # hops up to and with each pair, in order
+        lo = 0
+        while True:     # (an empty table: one empty run)
+            before = int(upto[lo - 1]) if lo else 0
+            hi = order.size if hops is None else min(max(
+                int(np.searchsorted(upto, before + hops, side="right")), lo + 1), order.size)
+            idx = order[lo:hi]
+            paths, per_pair = gather_rows(arr.path_ptr, idx)
+            at, plen = gather_rows(hop_ptr, paths)
+            at += np.repeat(paths, plen)           # hop index -> its first node's
+            yield (arr.src[idx], arr.dst[idx], per_pair, plen, arr.fraction[paths],
+                   self._links(at, table))
+            lo = hi
+            if lo >= order.size:
+                return
 
 
 def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:
-    """Per pair (in the routes' order), its paths as bundled-link ids with their fractions.
-
-    One compiled pass over :meth:`Routes.arrays` (a million pairs and ~10^8 nodes at
-    n = 1024: no array per hop); the routes passed :func:`check_routes`, so every hop
-    is one of the links ``uniq`` (sorted).
-    """
-    # numba is loaded with the first explicit routes only (import topoopt stays light)
-    from topoopt.topology._route_kernel import hop_links
+    """The explicit routes of :func:`direct_connect` as a :class:`LinkPaths` over
+    ``routes``' arrays and the ends of the bundled links ``uniq`` (sorted); the routes
+    passed :func:`check_routes`, so every hop is one of them."""
     arr = routes.arrays()
     if routes.array_backed:
         index = None        # the routes iterate in their arrays' order
     else:
         keys = np.array(list(routes.paths), np.int64).reshape(-1, 2)
         index = arr.find(keys[:, 0], keys[:, 1]).astype(np.int64)
-    link_of = np.full(n * n, -1, np.int32)
-    link_of[uniq[:, 0] * n + uniq[:, 1]] = np.arange(len(uniq), dtype=np.int32)
-    return LinkPaths(arr, hop_links(arr.nodes, arr.node_ptr, link_of, n), index)
+    return LinkPaths(arr, uniq[:, 0] * n + uniq[:, 1], n, index)
 
 
 def expander(servers: int, ports: int, link_bandwidth: float, link_latency: float = 1e-6,

@@ -1,15 +1,16 @@
 """The compiled passes over a plan's route nodes (numba, cached on disk): whether a path
-visits a server twice (:func:`topoopt.topology.topology.check_routes`), and each hop's
-link. One pass each, with no array per hop: at 1024 servers a ring-like topology's
-routes hold ~10^8 nodes, and a vectorized hop table (int64 pairs, their keys) took
-gigabytes for a moment."""
+visits a server twice or takes a hop that is not a link
+(:func:`topoopt.topology.topology.check_routes`), and the merge of two route tables.
+One pass each, with no array per node: at 1024 servers a ring-like topology's routes
+hold ~10^8 nodes, and a vectorized hop table (int64 pairs, their keys) or gather index
+took gigabytes for a moment."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["revisits", "unlinked_hop", "hop_links", "splice_runs"]
+__all__ = ["revisits", "unlinked_hop", "splice_runs"]
 
 
 @njit(cache=True)
@@ -39,25 +40,6 @@ def unlinked_hop(nodes: np.ndarray, node_ptr: np.ndarray, linked: np.ndarray, n:
             if not linked[np.int64(nodes[i]) * n + nodes[i + 1]]:
                 return True
     return False
-
-
-@njit(cache=True)
-def hop_links(nodes: np.ndarray, node_ptr: np.ndarray, link_of: np.ndarray,
-              n: int) -> np.ndarray:
-    """The link of every hop, path after path (a path of k nodes has k - 1 hops):
-    ``link_of[u * n + v]`` for the hop ``u -> v``, an int32 table with -1 where there is
-    no link. Node ids must be in ``0..n - 1``."""
-    paths = node_ptr.size - 1
-    hops = 0
-    for p in range(paths):
-        hops += max(node_ptr[p + 1] - node_ptr[p] - 1, 0)
-    out = np.empty(hops, np.int32)
-    k = 0
-    for p in range(paths):
-        for i in range(node_ptr[p], node_ptr[p + 1] - 1):
-            out[k] = link_of[np.int64(nodes[i]) * n + nodes[i + 1]]
-            k += 1
-    return out
 
 
 @njit(cache=True)
