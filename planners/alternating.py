@@ -73,8 +73,9 @@ SPLIT_RATIO = 1.3
 #: as n^2 (docs/limits.md, "Memory of a DLRM plan"; docs/tuning.md, "Warm topologies").
 WARM_COSTS = 4
 #: Bytes of routing tables the warm costs may hold together (the most recent one kept
-#: whatever its size): at 1024 servers one TopoOpt topology's are ~0.5 GB.
-WARM_BYTES = 1 << 30
+#: whatever its size): at 1024 servers one ring-like TopoOpt topology's are ~0.6 GB, so
+#: there only the most recent stays warm (docs/tuning.md, "Warm topologies").
+WARM_BYTES = 1 << 29
 
 
 def start_strategy(model: Model, cluster: Cluster, job: Job,

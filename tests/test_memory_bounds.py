@@ -102,12 +102,21 @@ def test_explicit_routes_load_the_same_in_runs_of_pairs(monkeypatch):
     n = fabric.servers
     src, dst = np.divmod(np.arange(n * n), n)
     keep = src != dst
-    want = fabric.route(src[keep], dst[keep])
+    group = np.arange(keep.sum()) % 7          # coflows: the store as a matrix too
+    share = np.linspace(0.5, 1.0, keep.sum())
+
+    def routed(f):
+        return f.route(src[keep], dst[keep]), f.coupled_route(src[keep], dst[keep], group,
+                                                              share, 7)
+
+    want, (want_c, want_lat) = routed(fabric)
     monkeypatch.setattr(router, "_EXPLICIT_CHUNK", 5)
-    again = direct_connect(plan.topology, plan.routes, rings=plan.rings)
-    got = again.route(src[keep], dst[keep])
+    got, (got_c, got_lat) = routed(direct_connect(plan.topology, plan.routes,
+                                                  rings=plan.rings))
     for name in ("ptr", "link", "weight"):
         assert np.array_equal(getattr(got, name), getattr(want, name))
+        assert np.array_equal(getattr(got_c, name), getattr(want_c, name))
+    assert np.array_equal(got_lat, want_lat)      # the rows' latencies summed in runs
 
 
 def test_a_released_cost_gives_the_same_times_and_keeps_its_memo():

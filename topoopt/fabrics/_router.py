@@ -265,10 +265,20 @@ class _CoreRouter:
         latency (weight x link latency summed); rebuilt when the store has grown."""
         if self._matrix is None:
             ptr, links, weights = self._store()
-            owner = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
-            lat = np.bincount(owner, weights=self.fabric.latency[links] * weights,
-                              minlength=ptr.size - 1)
-            mat = csr_matrix((weights, links, ptr), shape=(ptr.size - 1, self.fabric.links))
+            rows = ptr.size - 1
+            lat = np.zeros(rows)
+            # a run of rows of about _EXPLICIT_CHUNK entries at a time: each row's sum is
+            # over its own entries in order either way, and the work arrays stay small
+            lo = 0
+            while lo < rows:
+                hi = min(max(int(np.searchsorted(ptr, ptr[lo] + _EXPLICIT_CHUNK,
+                                                 side="right")) - 1, lo + 1), rows)
+                a, b = ptr[lo], ptr[hi]
+                owner = np.repeat(np.arange(hi - lo), np.diff(ptr[lo:hi + 1]))
+                lat[lo:hi] = np.bincount(owner, weights=self.fabric.latency[links[a:b]]
+                                         * weights[a:b], minlength=hi - lo)
+                lo = hi
+            mat = csr_matrix((weights, links, ptr), shape=(rows, self.fabric.links))
             self._matrix = (mat, lat)
         return self._matrix
 

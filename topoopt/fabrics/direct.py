@@ -95,8 +95,8 @@ def direct_connect(topology: Topology, routes: Routes | None = None,
 class LinkPaths(Mapping):
     """A direct fabric's explicit routes, ``(src, dst) -> ((bundled-link ids,
     fraction), ...)`` in the routes' order, kept as arrays: the routes'
-    :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), the table
-    of bundled links by their ends and, unless it is theirs, the pairs' order. A pair's
+    :class:`~topoopt.topology.topology.RouteArrays` (shared with the plan), the ends
+    of the bundled links and, unless it is theirs, the pairs' order. A pair's
     tuple is built when it is looked up, and a hop's link when it is read (a link per
     hop would be another 0.35 GB for a ring-like 1024-server shard); as Python objects
     every pair of a plan (n^2 of them for a job whose tables span the shard) would cost
