@@ -17,6 +17,7 @@ import re
 import struct
 import warnings
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -254,7 +255,7 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     return [directory / rel for rel in doc["files"]]
 
 
-def _write_texts(stage: Path, texts: dict[str, str]) -> None:
+def _write_texts(stage: Path, texts: Mapping[str, str]) -> None:
     """Write ``{relative path: text}`` into ``stage``."""
     for rel, text in texts.items():
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
