@@ -251,7 +251,6 @@ class _CoreRouter:
     def _store(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._flat is None:
             def join(blocks: list[np.ndarray], dtype: type) -> np.ndarray:
-                whole: np.ndarray
                 if len(blocks) == 1:
                     whole = np.asarray(blocks[0], dtype)
                 else:
