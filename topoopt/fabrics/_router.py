@@ -251,19 +251,10 @@ class _CoreRouter:
     def _store(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._flat is None:
             def join(blocks: list[np.ndarray], dtype: type) -> np.ndarray:
-                if len(blocks) == 1:
-                    whole = np.asarray(blocks[0], dtype)
-                else:
-                    # block by block into pages not yet touched, each block freed once
-                    # copied: the store and one block at a time, not the store twice
-                    whole = np.empty(sum(b.size for b in blocks), dtype)
-                    at = 0
-                    for k in range(len(blocks)):
-                        block, blocks[k] = blocks[k], whole[:0]
-                        whole[at:at + block.size] = block
-                        at += block.size
-                        del block
-                blocks[:] = [whole]     # one copy of the routes
+                whole: np.ndarray = (np.empty(0, dtype) if not blocks else
+                                     np.asarray(blocks[0] if len(blocks) == 1
+                                                else np.concatenate(blocks), dtype))
+                blocks[:] = [whole]     # the blocks go: one copy of the routes
                 return whole
             self._flat = (join(self._ptr, np.int64), join(self._links, np.int64),
                           join(self._weights, float))
