@@ -82,6 +82,9 @@ class _CoreRouter:
         self._rows = self._entries = 0
         self._ptr: list[np.ndarray] = [np.zeros(1, np.int64)]
         self._links: list[np.ndarray] = []
+        # link ids in 4 bytes where they fit: the store's largest part, and the matrix's
+        # int32 indices are then the store's own (scipy copies int64 ones that fit)
+        self._link_dtype = np.int32 if fabric.links <= np.iinfo(np.int32).max else np.int64
         self._weights: list[np.ndarray] = []
         self._flat: tuple | None = None
         self._matrix: tuple | None = None
@@ -107,7 +110,7 @@ class _CoreRouter:
         self._ptr.append(self._entries + np.cumsum(counts, dtype=np.int64))
         self._rows += counts.size
         self._entries += int(counts.sum())
-        self._links.append(np.asarray(links, np.int64))
+        self._links.append(np.asarray(links, self._link_dtype))
         self._weights.append(np.asarray(weights, float))
         self._flat = self._matrix = None    # (neither holds the old store)
         rows = np.arange(first, first + counts.size)
@@ -256,7 +259,7 @@ class _CoreRouter:
                                                 else np.concatenate(blocks), dtype))
                 blocks[:] = [whole]     # the blocks go: one copy of the routes
                 return whole
-            self._flat = (join(self._ptr, np.int64), join(self._links, np.int64),
+            self._flat = (join(self._ptr, np.int64), join(self._links, self._link_dtype),
                           join(self._weights, float))
         return self._flat
 
