@@ -75,6 +75,13 @@ class IterationCost:
             builder.reset_configs()
 
     @property
+    def work(self) -> int:
+        """Entry-events of every simulation it has run (:func:`~topoopt.netsim.dag.
+        run_work`; 0 on the reference path and for an estimator that keeps no count):
+        what a descent's work limit counts (:func:`~topoopt.planners.mcmc.descend`)."""
+        return 0 if self.reference else int(getattr(self.fast, "work", 0))
+
+    @property
     def supports_bound(self) -> bool:
         """Whether ``cost(strategy, bound)`` may stop early (the fast path does)."""
         return not self.reference

@@ -24,13 +24,20 @@ from topoopt.planners.space import StrategySpace
 from topoopt.strategy import Strategy
 
 __all__ = ["SearchResult", "Chain", "mcmc_search", "descend", "DEFAULT_ALPHA", "RESTART_EVERY",
-           "REVISIT_WITHIN"]
+           "REVISIT_WITHIN", "CANDIDATE_WORK"]
 
 #: Metropolis temperature on the *relative* change: a move 5% worse than the current
 #: state is accepted with probability exp(-20 x 0.05) = 0.37, 20% worse with 0.018.
 DEFAULT_ALPHA = 20.0
 #: Moves between jumps back to the chain's best state.
 RESTART_EVERY = 40
+#: Entry-events (:func:`topoopt.netsim.dag.run_work`) a descent may spend per candidate
+#: of its limit (:func:`descend`): 25x what any descent of a 256-server DLRM plan spends
+#: over its limit, 4x what every 512-server descent does but one screened family's (7.7e9
+#: for a 2 % gain, to a bottom 1.5x the fabric's result); one run of a 1024-server
+#: Expander candidate of the costliest families is ~1e11-5e11 (docs/tuning.md,
+#: "Descents limited by their work").
+CANDIDATE_WORK = 2e9
 #: :meth:`Chain.revisit` descends from the chain's earlier bests within this factor of
 #: the best its moves reached.
 REVISIT_WITHIN = 1.02
@@ -286,7 +293,8 @@ def mcmc_search(space: StrategySpace, cost: Callable[[Strategy], float], start: 
 def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: float,
             moves: MoveSet, limit: int = 400,
             stop: Callable[[], bool] = stop_requested,
-            neighbourhood: Callable | None = None) -> tuple[Strategy, float, int]:
+            neighbourhood: Callable | None = None,
+            candidate_work: float = CANDIDATE_WORK) -> tuple[Strategy, float, int]:
     """Steepest descent over :meth:`MoveSet.neighbourhood` (or ``neighbourhood``: a
     function of ``(strategy, memory)`` that yields ``(candidate, memory)``) until no
     neighbour is faster (or ``limit`` candidates were tried): the chains explore, this
@@ -297,10 +305,20 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     improvement would follow whichever change the neighbourhood lists first (a stage
     boundary) even where another (splitting the stage ``dp x mp``) opens a deeper basin.
     Candidates are timed against the sweep's best so far as a bound (a cost that supports
-    it stops there). Returns ``(strategy, time, candidates tried)``."""
+    it stops there). Returns ``(strategy, time, candidates tried)``.
+
+    A cost that counts its simulations' work (``cost.work``, entry-events: :func:`~
+    topoopt.netsim.dag.run_work`) also ends the descent once it has spent ``limit x
+    candidate_work`` (as when ``limit`` candidates are tried: the sweep's best so far is
+    taken). The limit in candidates was chosen where a candidate costs about the same
+    in every family; at 1024 servers one family's candidates cost a thousand times
+    another's, and its descent would spend the search's time on a fraction of a percent
+    (docs/tuning.md, "Descents limited by their work")."""
     bounded = bool(getattr(cost, "supports_bound", False))
     around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
+    counted = hasattr(cost, "work")
+    work_end = cost.work + limit * candidate_work if counted else math.inf
     tried = 0
     improved = True
     while improved and tried < limit and not stop():
@@ -312,7 +330,8 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
             t = cost(candidate, best_t) if bounded else cost(candidate)
             if t < best_t * (1.0 - 1e-12):
                 best, best_t = (candidate, moved), t
-            if tried >= limit or stop():
+            if tried >= limit or stop() or (counted and cost.work >= work_end):
+                limit = tried   # (the work ends the descent here, as the limit would)
                 break
         if best is not None:
             (strategy, memory), time, improved = best, best_t, True

@@ -9,6 +9,7 @@ from test_plan import tiny_job, tiny_search  # the two-operator job of the MCMC 
 
 from topoopt.cluster import Cluster, Job
 from topoopt.fabrics import ideal_switch
+from topoopt.netsim.dag import run_dag, run_work
 from topoopt.planners.alternating import start_strategy
 from topoopt.planners.cost import IterationCost
 from topoopt.planners.mcmc import Chain, descend
@@ -280,6 +281,71 @@ def test_descent_never_gets_worse_and_ends_in_a_local_minimum():
     s, t, tried = descend(space, cost, start, cost(start), moves, limit=10_000)
     assert t <= cost(start) and t == cost(s) and tried > 0
     assert all(cost(c) >= t * (1 - 1e-12) for c, _ in moves.neighbourhood(s, space.memory(s)))
+
+
+class _Recorded:
+    """A cost that records its ``work`` after every call (the descent's own count)."""
+
+    def __init__(self, cost):
+        self.cost, self.after = cost, []
+        self.supports_bound = cost.supports_bound
+
+    @property
+    def work(self):
+        return self.cost.work
+
+    def __call__(self, strategy, bound=float("inf")):
+        t = self.cost(strategy, bound)
+        self.after.append(self.cost.work)
+        return t
+
+
+def test_a_descent_ends_where_its_work_runs_out_as_a_limit_there_would_end_it():
+    # on a switch whose links are the bottleneck, so the simulations' work counts
+    cluster, job, model, space = small(link_bandwidth=10e9)
+    net = ideal_switch(8, cluster.server_bandwidth)
+    moves = MoveSet(space)
+    start = hybrid(model, 8)
+
+    def fresh():
+        c = IterationCost(model, cluster, job, net)
+        return c, c(start)
+
+    cost, t0 = fresh()
+    rec = _Recorded(cost)
+    w0 = cost.work
+    whole = descend(space, rec, start, t0, moves, limit=10_000)
+    spent = [w - w0 for w in rec.after]
+    assert spent[-1] > 0 and spent == sorted(spent)
+    # a work limit that runs out at the first candidate past half the work
+    k = next(i for i, w in enumerate(spent) if w >= spent[-1] / 2)
+    limit = whole[2]
+    cut_cost, _ = fresh()
+    cut = descend(space, cut_cost, start, t0, moves, limit=limit,
+                  candidate_work=spent[k] / limit)
+    assert cut[2] == k + 1 < whole[2]
+    by_count, _ = fresh()
+    assert descend(space, by_count, start, t0, moves, limit=k + 1)[:2] == cut[:2]
+    # no work limit: the same descent as before it existed
+    free_cost, _ = fresh()
+    assert descend(space, free_cost, start, t0, moves, limit=10_000,
+                   candidate_work=float("inf")) == whole
+
+
+def test_the_cost_counts_the_work_of_every_simulation_it_runs():
+    cluster, job, model, space = small(link_bandwidth=10e9)
+    net = ideal_switch(8, cluster.server_bandwidth)
+    cost = IterationCost(model, cluster, job, net)
+    assert cost.work == 0
+    t = cost(hybrid(model, 8))
+    graph = cost.fast.graph(hybrid(model, 8))
+    events = run_dag(net.capacity, graph.dag)[3]
+    assert cost.work == run_work(graph.dag, events) > 0
+    cost(hybrid(model, 8))                      # memoized: no run, no work
+    assert cost.work == run_work(graph.dag, events)
+    assert t > 0
+    # the reference path keeps no count
+    assert IterationCost(model, cluster, job, net, reference=True).work == 0
 
 
 def first_improvement(space, cost, moves, s, t):

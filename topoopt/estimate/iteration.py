@@ -26,7 +26,7 @@ from topoopt.estimate.iteration_graph import FLOW_ALLREDUCE, FLOW_MP, IterationG
 from topoopt.estimate.segments import EstimateCache
 from topoopt.fabrics.fabric import Fabric
 from topoopt.model import Model
-from topoopt.netsim.dag import HorizonExceeded, run_dag
+from topoopt.netsim.dag import HorizonExceeded, run_dag, run_work
 from topoopt.netsim.engine import simulate
 from topoopt.strategy import Strategy
 
@@ -120,6 +120,7 @@ class FastEstimator:
                                              mp_flows, cache, merge_flows=True)
         self.fabric = fabric
         self.rejected = 0       # candidates bounded_total rejected without a graph
+        self.work = 0           # entry-events of its runs (run_work), cut ones included
         self._path_rate = 1.0   # recent share of critical-path bounds that rejected
         self._path_skipped = 0
 
@@ -164,9 +165,11 @@ class FastEstimator:
                 self._path_skipped += 1
         graph = self.graph(strategy)
         try:
-            _, finish, _, _ = run_dag(self.fabric.capacity, graph.dag, bound)
+            _, finish, _, events = run_dag(self.fabric.capacity, graph.dag, bound)
         except HorizonExceeded as past:
+            self.work += run_work(graph.dag, past.events)
             return past.time, False
+        self.work += run_work(graph.dag, events)
         return _makespan(finish), True
 
 

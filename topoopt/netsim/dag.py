@@ -17,7 +17,7 @@ from topoopt.netsim.maxmin import gather_rows
 from topoopt.netsim.workload import CompiledWorkload, FlowRoutes, Workload, check_workload
 
 __all__ = ["DagArrays", "HorizonExceeded", "dag_arrays", "route_classes", "run_dag",
-           "simulate_dag", "link_load_bound", "successor_lists"]
+           "simulate_dag", "link_load_bound", "successor_lists", "run_work"]
 
 #: Links whose remaining bits a run with a horizon keeps (:func:`run_dag`): a few dozen
 #: cost the kernel ~nothing per rate solve, and the bottleneck that makes a run miss
@@ -103,12 +103,38 @@ class DagArrays:
         return self.flow_count
 
 
-class HorizonExceeded(Exception):
-    """:func:`run_dag` stopped: the makespan is at least ``time``, past the horizon."""
+def run_work(dag: DagArrays, events: int) -> int:
+    """A run's work in entry-events: ``events`` (event times processed) times the route
+    entries of the classes its flows use (the rows its rate solves read).
 
-    def __init__(self, time: float) -> None:
+    A count, the same on every machine, that grows with a run's CPU time (each event
+    re-solves rates over some of those entries): what a search can budget where the
+    number of runs says little (at 1024 servers one run of a strategy may cost a
+    thousand times another's).
+
+    Examples
+    --------
+    >>> routes = FlowRoutes(np.array([0, 2, 3]), np.array([0, 1, 1]), np.ones(3))
+    >>> two = np.zeros(2, np.int64)
+    >>> dag = DagArrays(2, np.ones(2, bool), np.arange(2), np.arange(2), np.full(2, 8e6),
+    ...                 np.zeros(2), two, routes, np.full(2, -1), np.zeros(2),
+    ...                 np.zeros(3, np.int64), np.zeros(0, np.int64), two)
+    >>> run_work(dag, 3)    # both flows in class 0, 2 entries: 3 events x 2
+    6
+    """
+    cls = np.unique(dag.flow_class)
+    ptr = dag.class_routes.ptr
+    return int(events) * int((ptr[cls + 1] - ptr[cls]).sum())
+
+
+class HorizonExceeded(Exception):
+    """:func:`run_dag` stopped: the makespan is at least ``time``, past the horizon,
+    after ``events`` event times."""
+
+    def __init__(self, time: float, events: int = 0) -> None:
         super().__init__(f"makespan >= {time!r}")
         self.time = time
+        self.events = events
 
 
 def route_classes(routes: FlowRoutes) -> tuple[np.ndarray, FlowRoutes]:
@@ -317,7 +343,7 @@ def run_dag(cap: np.ndarray, dag: DagArrays, horizon: float = math.inf
         i64(dag.succ_ptr), i64(dag.succ), i64(dag.pending), table, slot, f64(cap),
         float(horizon), watch, watch_bits)
     if status == PAST_HORIZON:
-        raise HorizonExceeded(value)
+        raise HorizonExceeded(value, int(events))
     if status == STUCK:
         _stuck(int(value), dag, cap, finish)
     return start, finish, tx_end, events
