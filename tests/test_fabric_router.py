@@ -214,3 +214,19 @@ def test_explicit_routes_loaded_in_chunks_equal_one_block(monkeypatch):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(whole.row_of, chunked.row_of)
     np.testing.assert_array_equal(whole.explicit_row, chunked.explicit_row)
+
+
+def test_the_route_matrix_shares_the_stores_arrays_and_is_counted_once():
+    # the store's link ids in 4 bytes are the matrix's indices (scipy copies int64 ones
+    # to int32): routes_nbytes, what keeps a topology warm, counts the routes once
+    fabric = expander(64, 4, 100 * G)
+    src, dst = np.divmod(np.arange(64 * 64), 64)
+    fabric.route(src, dst)
+    core = fabric._core()
+    mat, _ = core.matrix()
+    ptr, links, weights = core._store()
+    assert links.dtype == np.int32
+    assert np.shares_memory(mat.indices, links) and np.shares_memory(mat.data, weights)
+    layers = sum(x.dist.nbytes + x.count.nbytes for x in (core.from_, core.to))
+    held = (ptr, links, weights, mat.indptr, core.row_of, core.explicit_row)
+    assert fabric.routes_nbytes == sum(a.nbytes for a in held) + layers

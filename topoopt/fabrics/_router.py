@@ -98,8 +98,12 @@ class _CoreRouter:
         the shortest-path layers."""
         blocks = sum(a.nbytes for part in (self._ptr, self._links, self._weights)
                      for a in part)
-        matrix = (self._matrix[0].indices.nbytes + self._matrix[0].indptr.nbytes
-                  if self._matrix is not None else 0)
+        matrix = 0
+        if self._matrix is not None:    # its data, and its indices where int32, the store's
+            mat = self._matrix[0]
+            matrix = mat.indptr.nbytes + sum(
+                a.nbytes for a in (mat.indices, mat.data)
+                if not any(np.may_share_memory(a, b) for b in (*self._links, *self._weights)))
         layers = sum(x.dist.nbytes + x.count.nbytes for x in (self.from_, self.to))
         return blocks + matrix + layers + self.row_of.nbytes + self.explicit_row.nbytes
 
