@@ -134,10 +134,10 @@ def cross_time(unit: CrossUnit) -> Evaluation:
         time = cost(unit.strategy, unit.beat)
     if time is not None and not time < unit.beat:
         return Evaluation(unit.name, unit.strategy, time, None, None)
-    if unit.name != "topoopt":
-        time = None             # the estimate's total, from scratch
+    # a baseline's time is the estimate's total, from scratch; the shard's, its split's
     return evaluate(unit.name, model, unit.cluster, unit.job, unit.strategy, unit.prices,
-                    unit.fabric_seed, time, plan, unit.start)
+                    unit.fabric_seed, time if unit.name == "topoopt" else None, plan,
+                    unit.start)
 
 
 def cross_pairs(names: Sequence[str], strategies: Mapping[str, Strategy]

@@ -170,9 +170,7 @@ def _write_ecosystem(doc: dict, stage: Path) -> tuple[list[str], dict[str, str]]
     """Write :func:`render_ecosystem`'s files of ``doc`` into ``stage``: their paths
     and the exports skipped."""
     eco = render_ecosystem(doc)
-    for rel, data in eco.files.items():
-        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stage / rel).write_bytes(data)
+    _write_files(stage, eco.files)
     return list(eco.files), dict(eco.skipped)
 
 
@@ -225,13 +223,13 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
                 children.append(eco)
                 rendered = render_exports(p.topology_plan.topology, p.topology_plan.rings,
                                           p.cluster, msccl_runtime=msccl_runtime)
-                _write_texts(stage, rendered.files)
+                _write_files(stage, rendered.files)
                 files += rendered.files
                 skipped = {_SKIPPED[what]: reason for what, reason in rendered.skipped.items()}
                 if p.llm_parallel is not None:  # every communicator: communicators.json, msccl/
                     comm = communicator_exports(p.llm_parallel, p.topology_plan.rings,
                                                 p.cluster, msccl_runtime=msccl_runtime)
-                    _write_texts(stage, comm.files)
+                    _write_files(stage, comm.files)
                     files += comm.files
                     skipped.update(comm.skipped)
             if drawn is not None:
@@ -255,11 +253,15 @@ def _write_plan(p: PlanLike, directory: Path, exports: bool, plots: bool,
     return [directory / rel for rel in doc["files"]]
 
 
-def _write_texts(stage: Path, texts: Mapping[str, str]) -> None:
-    """Write ``{relative path: text}`` into ``stage``."""
-    for rel, text in texts.items():
-        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stage / rel).write_text(text, encoding="utf-8")
+def _write_files(stage: Path, files: Mapping[str, str] | Mapping[str, bytes]) -> None:
+    """Write ``{relative path: text or bytes}`` into ``stage`` (text as UTF-8)."""
+    for rel, data in files.items():
+        path = stage / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data, encoding="utf-8")
 
 
 def _write_plots(p: PlanLike, stage: Path) -> list[str]:
