@@ -317,8 +317,8 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     bounded = bool(getattr(cost, "supports_bound", False))
     around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
-    counted = hasattr(cost, "work")
-    work_end = cost.work + limit * candidate_work if counted else math.inf
+    start_work = getattr(cost, "work", None)
+    work_end = math.inf if start_work is None else start_work + limit * candidate_work
     tried = 0
     improved = True
     while improved and tried < limit and not stop():
@@ -330,7 +330,7 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
             t = cost(candidate, best_t) if bounded else cost(candidate)
             if t < best_t * (1.0 - 1e-12):
                 best, best_t = (candidate, moved), t
-            if tried >= limit or stop() or (counted and cost.work >= work_end):
+            if tried >= limit or stop() or getattr(cost, "work", 0) >= work_end:
                 limit = tried   # (the work ends the descent here, as the limit would)
                 break
         if best is not None:
