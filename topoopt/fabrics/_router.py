@@ -11,7 +11,7 @@ from scipy.sparse import csr_matrix
 
 from topoopt.errors import TopoOptError
 from topoopt.netsim.engine import RoutedNetwork
-from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.maxmin import gather_rows, row_runs
 from topoopt.netsim.workload import FlowRoutes
 
 __all__: list[str] = []
@@ -140,11 +140,7 @@ class _CoreRouter:
         # in chunks of pairs: the sort's temporaries are a few times the chunk's links,
         # not the whole table's (the blocks' rows follow on, as one block's would)
         pair_link = link_ptr[path_ptr]          # each pair's first link
-        lo = 0
-        while lo < src.size:
-            hi = int(np.searchsorted(pair_link, pair_link[lo] + _EXPLICIT_CHUNK,
-                                     side="right")) - 1
-            hi = min(max(hi, lo + 1), src.size)
+        for lo, hi in row_runs(pair_link, _EXPLICIT_CHUNK):
             p0, p1 = path_ptr[lo], path_ptr[hi]
             l0, l1 = link_ptr[p0], link_ptr[p1]
             weights = np.repeat(fracs[p0:p1], plen[p0:p1])
@@ -162,7 +158,6 @@ class _CoreRouter:
             self.row_of[self.local[fabric.attach[src[lo:hi]]],
                         self.local[fabric.attach[dst[lo:hi]]]] = rows
             self.explicit_row[rows] = True
-            lo = hi
 
     def pair_rows(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Store rows of routing-node pairs (global ids), computing missing ones."""
@@ -276,15 +271,11 @@ class _CoreRouter:
             lat = np.zeros(rows)
             # a run of rows of about _EXPLICIT_CHUNK entries at a time: each row's sum is
             # over its own entries in order either way, and the work arrays stay small
-            lo = 0
-            while lo < rows:
-                hi = min(max(int(np.searchsorted(ptr, ptr[lo] + _EXPLICIT_CHUNK,
-                                                 side="right")) - 1, lo + 1), rows)
+            for lo, hi in row_runs(ptr, _EXPLICIT_CHUNK):
                 a, b = ptr[lo], ptr[hi]
                 owner = np.repeat(np.arange(hi - lo), np.diff(ptr[lo:hi + 1]))
                 lat[lo:hi] = np.bincount(owner, weights=self.fabric.latency[links[a:b]]
                                          * weights[a:b], minlength=hi - lo)
-                lo = hi
             mat = csr_matrix((weights, links, ptr), shape=(rows, self.fabric.links))
             self._matrix = (mat, lat)
         return self._matrix
@@ -295,18 +286,12 @@ class _CoreRouter:
         arrays stay a few times that, whatever the rows."""
         ptr, links, weights = self._store()
         load = np.zeros(self.fabric.links)
-        counts = ptr[rows + 1] - ptr[rows]
-        ends = np.cumsum(counts)
-        lo = 0
-        while lo < rows.size:
-            hi = int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + _EXPLICIT_CHUNK,
-                                     side="right"))
-            hi = min(max(hi, lo + 1), rows.size)
+        gathered = np.concatenate([[0], np.cumsum(ptr[rows + 1] - ptr[rows])])
+        for lo, hi in row_runs(gathered, _EXPLICIT_CHUNK):
             idx, c = gather_rows(ptr, rows[lo:hi])
             part = np.bincount(links[idx], weights=np.repeat(nbytes[lo:hi], c) * weights[idx],
                                minlength=load.size)
             load += part     # (onto 0.0 for the first: the same sums)
-            lo = hi
         return load
 
     def rows(self, rows: np.ndarray) -> FlowRoutes:

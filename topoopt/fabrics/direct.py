@@ -9,7 +9,7 @@ import numpy as np
 from topoopt._require import require_choice
 from topoopt.errors import PlanCheckError
 from topoopt.fabrics.fabric import OPTICS, Fabric
-from topoopt.netsim.maxmin import gather_rows
+from topoopt.netsim.maxmin import gather_rows, row_runs
 from topoopt.topology.expander import expander_topology
 from topoopt.topology.topology import RouteArrays, Routes, Topology, check_routes, check_topology
 
@@ -198,21 +198,17 @@ class LinkPaths(Mapping):
         arr, order, table = self.arr, self._order(), self._table()
         hop_ptr = arr.node_ptr - np.arange(arr.node_ptr.size)
         upto = hop_ptr[arr.path_ptr[order + 1]] - hop_ptr[arr.path_ptr[order]]
-        np.cumsum(upto, out=upto)        # hops up to and with each pair, in order
-        lo = 0
-        while True:     # (an empty table: one empty run)
-            before = int(upto[lo - 1]) if lo else 0
-            hi = order.size if hops is None else min(max(
-                int(np.searchsorted(upto, before + hops, side="right")), lo + 1), order.size)
+        upto = np.concatenate([[0], np.cumsum(upto)])   # hops before each pair, in order
+        # (an empty table: one empty run)
+        runs = (row_runs(upto, hops) if hops is not None and order.size
+                else iter([(0, order.size)]))
+        for lo, hi in runs:
             idx = order[lo:hi]
             paths, per_pair = gather_rows(arr.path_ptr, idx)
             at, plen = gather_rows(hop_ptr, paths)
             at += np.repeat(paths, plen)           # hop index -> its first node's
             yield (arr.src[idx], arr.dst[idx], per_pair, plen, arr.fraction[paths],
                    self._links(at, table))
-            lo = hi
-            if lo >= order.size:
-                return
 
 
 def _explicit(routes: Routes, uniq: np.ndarray, n: int) -> LinkPaths:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-__all__ = ["max_min_rates", "gather_rows", "sum_by_key"]
+__all__ = ["max_min_rates", "gather_rows", "row_runs", "sum_by_key"]
 
 
 def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -37,6 +39,28 @@ def gather_rows(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return np.empty(0, np.int64), counts
     offsets = np.repeat(starts - (np.cumsum(counts) - counts), counts)
     return np.arange(total, dtype=np.int64) + offsets, counts
+
+
+def row_runs(ptr: np.ndarray, size: int) -> Iterator[tuple[int, int]]:
+    """Runs ``(lo, hi)`` of consecutive CSR rows holding about ``size`` entries each: each
+    run ends at the last row whose end is within ``size`` entries of the run's start, and
+    holds at least one row. Together they cover rows ``0 .. len(ptr) - 2`` in order.
+
+    What a pass over a large table takes at a time, so that its work arrays are a few
+    times ``size`` whatever the table's length.
+
+    Examples
+    --------
+    >>> list(row_runs(np.array([0, 2, 3, 9, 10]), 3))
+    [(0, 2), (2, 3), (3, 4)]
+    """
+    rows = ptr.size - 1
+    lo = 0
+    while lo < rows:
+        hi = min(max(int(np.searchsorted(ptr, ptr[lo] + size, side="right")) - 1, lo + 1),
+                 rows)
+        yield lo, hi
+        lo = hi
 
 
 def sum_by_key(keys: np.ndarray, weights: np.ndarray, size: int
