@@ -32,11 +32,11 @@ DEFAULT_ALPHA = 20.0
 #: Moves between jumps back to the chain's best state.
 RESTART_EVERY = 40
 #: Entry-events (:func:`topoopt.netsim.dag.run_work`) a descent may spend per candidate
-#: of its limit (:func:`descend`): 25x what any descent of a 256-server DLRM plan spends
-#: over its limit, 4x what every 512-server descent does but one screened family's (7.7e9
-#: for a 2 % gain, to a bottom 1.5x the fabric's result); one run of a 1024-server
-#: Expander candidate of the costliest families is ~1e11-5e11 (docs/tuning.md,
-#: "Descents limited by their work").
+#: of its limit (:func:`descend`), and a chain per move of a block (:meth:`Chain.run`):
+#: 25x what any descent of a 256-server DLRM plan spends over its limit, 4x what every
+#: 512-server descent does but one screened family's (7.7e9 for a 2 % gain, to a bottom
+#: 1.5x the fabric's result); one run of a 1024-server Expander candidate of the
+#: costliest families is ~1e11-5e11 (docs/tuning.md, "Descents limited by their work").
 CANDIDATE_WORK = 2e9
 #: :meth:`Chain.revisit` descends from the chain's earlier bests within this factor of
 #: the best its moves reached.
@@ -153,13 +153,21 @@ class Chain:
             self.current, self.current_t = self.best, self.best_t
             self.memory = self.space.memory(self.best)
 
-    def run(self, count: int, stop: Callable[[], bool] = stop_requested) -> None:
-        """Advance ``count`` moves (fewer when ``stop()`` turns true)."""
+    def run(self, count: int, stop: Callable[[], bool] = stop_requested,
+            move_work: float = math.inf) -> None:
+        """Advance ``count`` moves (fewer when ``stop()`` turns true, or once a cost that
+        counts its simulations' work, ``cost.work``, has spent ``count x move_work``
+        entry-events on them: the block ends there, as :func:`descend` does on its
+        work)."""
+        start_work = getattr(self.cost, "work", None)
+        work_end = math.inf if start_work is None else start_work + count * move_work
         for _ in range(count):
             if stop():
                 self.interrupted = True
                 return
             self.step()
+            if getattr(self.cost, "work", 0) >= work_end:
+                return
 
     def settle(self, limit: int, stop: Callable[[], bool] = stop_requested,
                neighbourhood: Callable | None = None) -> bool:

@@ -13,13 +13,17 @@ the chains agree.
    agree -- every chain's best within ``tolerance`` of the best of all, none of them
    lower by more than ``tolerance`` than a block before -- (after at least half the
    budget) the search has converged; else it stops after ``budget`` moves per chain.
+   Above :data:`SCREENED_SERVERS` servers the blocks and that wait are halved
+   (:func:`stop_checks`); at every size a chain's block also ends once its moves have
+   spent their work (:meth:`~topoopt.planners.mcmc.Chain.run`).
 4. Each chain's best descends to the bottom of its basin
    (:func:`~topoopt.planners.mcmc.descend`), is polished
    (:meth:`~topoopt.planners.mcmc.Chain.polish`), and each chain descends again from its
    earlier bests close to the best any chain's moves reached
    (:meth:`~topoopt.planners.mcmc.Chain.revisit`): a descent from a faster point may
    end in a slower basin, and this keeps a longer search from ending worse than a
-   shorter one.
+   shorter one. Above :data:`SCREENED_SERVERS` servers a chain far behind does not
+   descend and no chain is polished (:func:`_final_descents`).
 
 Chains that start apart and end within ``tolerance`` of each other are the evidence of
 convergence a single chain cannot give (Gelman and Rubin's multiple-chain check, in
@@ -35,7 +39,7 @@ from dataclasses import astuple, dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 from topoopt.interrupt import stop_requested
-from topoopt.planners.mcmc import DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
+from topoopt.planners.mcmc import CANDIDATE_WORK, DEFAULT_ALPHA, RESTART_EVERY, Chain, SearchResult
 from topoopt.planners.moves import MoveSet
 from topoopt.planners.space import StrategySpace
 from topoopt.planners.structure import Layout
@@ -44,7 +48,8 @@ from topoopt.strategy import OpConfig, Strategy
 __all__ = ["FabricSearch", "search_space", "DEFAULT_TOLERANCE", "BLOCK", "DESCENT",
            "BEST_DESCENT", "START_DESCENT", "SCREENED_FAMILIES", "SCREEN_RATIO",
            "DESCENT_SERVERS", "MIN_DESCENT_SCALE", "DescentLimits", "descent_scale",
-           "descent_limits", "SCREENED_SERVERS", "screened_descent"]
+           "descent_limits", "SCREENED_SERVERS", "screened_descent", "stop_checks",
+           "TRAILING_RATIO"]
 
 #: Chains agree when their bests are within this fraction of the best of all.
 DEFAULT_TOLERANCE = 0.01
@@ -76,7 +81,17 @@ SCREEN_RATIO = 1.3
 #: Above this many servers a screened family's start descent gets a share of the
 #: chains' (:func:`screened_descent`): at 512 servers one such descent (a body split
 #: ``mp4`` over every server, 27,000 flows a candidate) was half the Expander's search.
+#: It is also the largest size the search's quality was measured at against four times
+#: its effort; above it the chains are compared sooner (:func:`stop_checks`) and the
+#: end of a search descends only the chains that may be its answer, unpolished
+#: (:func:`_final_descents`).
 SCREENED_SERVERS = 256
+#: Above :data:`SCREENED_SERVERS`, a chain whose best after the moves is past this factor
+#: of the chain ahead's does not descend at the end (its revisits stay): of the chains
+#: that trailed by 1.08-5.7x in 512- and 1024-server plans, none ended ahead of the
+#: chain ahead, their final descents gaining 1.4-12.9 % for up to 135 CPU s
+#: (docs/tuning.md, "The end of a search above 256 servers").
+TRAILING_RATIO = 1.1
 
 #: A timed start: its name, the strategy (the space's config instances) and its time
 #: (or, cut short by a bound, a lower bound of it).
@@ -228,6 +243,33 @@ def screened_descent(servers: int, start: int) -> int:
     return math.ceil(descent_scale(servers, SCREENED_SERVERS) * start)
 
 
+def stop_checks(servers: int, budget: int, block: int = BLOCK) -> tuple[int, int]:
+    """The moves per chain between two comparisons of the chains, and the fewest moves
+    per chain before they may stop converged, of a search on ``servers`` servers at
+    ``budget`` moves per chain: ``block`` and ``max(2 x block, budget / 2)``, both times
+    :func:`descent_scale` with :data:`SCREENED_SERVERS` as its reference (rounded up).
+
+    Up to :data:`SCREENED_SERVERS` servers, where the search's quality was measured
+    against four times its effort, they are as they were chosen; at 512 servers and
+    above, half: there a move costs up to a second, and chains that start from the
+    bottoms of two families' basins and agree within the tolerance for a block, neither
+    descending, have met where the longer wait found them too (docs/tuning.md, "The end
+    of a search above 256 servers").
+
+    Examples
+    --------
+    >>> stop_checks(256, 100), stop_checks(256, 200)
+    ((40, 80), (40, 100))
+    >>> stop_checks(1024, 100), stop_checks(1024, 200)
+    ((20, 40), (20, 50))
+    """
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    scale = descent_scale(servers, SCREENED_SERVERS)
+    every = math.ceil(scale * block)
+    return every, max(2 * every, math.ceil(scale * (budget // 2)))
+
+
 def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout], *,
                  extra: Sequence[tuple[str, Strategy]] = (), chains: int = 2,
                  budget: int = 200, seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
@@ -258,7 +300,8 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     tolerance : float
         The chains' agreement that ends the search early.
     block : int
-        Moves per chain between comparisons.
+        Moves per chain between comparisons (a share of them above
+        :data:`SCREENED_SERVERS` servers: :func:`stop_checks`).
     alpha, restart_every
         As :class:`~topoopt.planners.mcmc.Chain`.
     descent : int
@@ -288,6 +331,7 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
     if chains < 1:
         raise ValueError(f"chains must be >= 1, got {chains}")
     moveset = MoveSet(space, tuple(layouts))
+    block, least = stop_checks(space.servers, budget, block)
     # the descents try up to two (into the start's basin) and four (the last, which
     # finishes the plan) times as many candidates as the chain makes moves (most are
     # cut short by the bound), a share of them above 128 servers
@@ -305,9 +349,10 @@ def search_space(space: StrategySpace, cost: Callable, layouts: Sequence[Layout]
         runs = _best_bottoms(runs, chains, first, stop,
                              screened_descent(space.servers, first))
     stop_reason = _run_blocks(runs, budget, block, tolerance, progress, stop,
-                              [family[id(ch)] for ch in runs])
+                              [family[id(ch)] for ch in runs], least)
     if descent > 0 and stop_reason != "interrupted":
-        _final_descents(runs, descent, best_descent, stop)
+        _final_descents(runs, descent, best_descent, stop,
+                        focused=space.servers > SCREENED_SERVERS)
     results = tuple(ch.result() for ch in runs)
     best = min(results, key=lambda r: (r.best_time, r.seed))
     times = [r.best_time for r in results]
@@ -477,27 +522,32 @@ def _best_bottoms(runs: list[Chain], chains: int, first: int,
 
 def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
                 progress: Callable[[int, float], None] | None,
-                stop: Callable[[], bool], families: Sequence[Hashable] | None = None
-                ) -> str:
+                stop: Callable[[], bool], families: Sequence[Hashable] | None = None,
+                least: int | None = None) -> str:
     """Advance the chains ``block`` moves at a time until they have converged
-    (:func:`_converged`, after at least half the budget and two blocks), a stop, or
-    ``budget`` moves each; the stop reason. ``families``: each chain's start's family
-    (default: all different)."""
+    (:func:`_converged`, after at least ``least`` moves each, by default half the budget
+    and two blocks), a stop, or ``budget`` moves each; the stop reason. ``families``:
+    each chain's start's family (default: all different).
+
+    A block also ends for a chain once it has spent ``block x``
+    :data:`~topoopt.planners.mcmc.CANDIDATE_WORK` entry-events, as a descent does on
+    its limit: at 1024 servers one Expander family's moves cost up to a thousand times
+    another's (docs/tuning.md, "The end of a search above 256 servers")."""
     families = list(range(len(runs))) if families is None else list(families)
+    least = max(2 * block, budget // 2) if least is None else least
     done = 0
     while done < budget:
         k = min(block, budget - done)
         before = [ch.best_t for ch in runs]
         for ch in runs:
-            ch.run(k, stop)
+            ch.run(k, stop, CANDIDATE_WORK)
         done += k
         bests = [ch.best_t for ch in runs]
         if progress is not None:
             progress(done * len(runs), min(bests))
         if any(ch.interrupted for ch in runs):
             return "interrupted"
-        if done >= max(2 * block, budget // 2) and _converged(before, bests, families,
-                                                              tolerance):
+        if done >= least and _converged(before, bests, families, tolerance):
             return "converged"
     return "budget"
 
@@ -518,16 +568,28 @@ def _converged(before: Sequence[float], bests: Sequence[float], families: Sequen
 
 
 def _final_descents(runs: list[Chain], descent: int, best_descent: int,
-                    stop: Callable[[], bool]) -> None:
+                    stop: Callable[[], bool], focused: bool = False) -> None:
     """Each chain's best descended (``descent`` candidates) and polished; the chain ahead
     descends on (to ``best_descent`` in all); then each chain descends from its earlier
     bests close to the best the moves reached, so a longer search still tries where a
-    shorter one's descent started."""
+    shorter one's descent started.
+
+    ``focused`` (a search above :data:`SCREENED_SERVERS` servers): a chain past
+    :data:`TRAILING_RATIO` of the chain ahead does not descend (it still revisits),
+    and no chain is polished. There a polish candidate splits an operator over up to every server
+    (about a second to time at 1024 servers, up to 150 CPU s a polish) and no polish
+    of a 512- or 1024-server plan gained 1 % (docs/tuning.md, "The end of a search
+    above 256 servers")."""
+    ahead = min(ch.best_t for ch in runs)
     for ch in runs:
+        if focused and ch.best_t > TRAILING_RATIO * ahead:
+            continue
         ch.settle(descent, stop)
-        ch.polish(descent, stop)
+        if not focused:
+            ch.polish(descent, stop)
     lead = min(runs, key=lambda ch: (ch.best_t, ch.seed))
-    if best_descent > descent and lead.settle(best_descent - descent, stop):
+    if (best_descent > descent and lead.settle(best_descent - descent, stop)
+            and not focused):
         lead.polish(descent, stop)
     reached = min(ch.reached for ch in runs)
     for ch in runs:

@@ -332,6 +332,45 @@ def test_a_descent_ends_where_its_work_runs_out_as_a_limit_there_would_end_it():
                    candidate_work=float("inf")) == whole
 
 
+def test_a_chains_block_ends_where_its_work_runs_out_as_fewer_moves_would_end_it():
+    cluster, job, model, space = small(link_bandwidth=10e9)
+    net = ideal_switch(8, cluster.server_bandwidth)
+    start = hybrid(model, 8)
+
+    def chain():
+        c = IterationCost(model, cluster, job, net)
+        rec = _Recorded(c)
+        return Chain(space, rec, start, seed=3, moves=MoveSet(space)), rec
+
+    whole, rec = chain()
+    w0 = rec.work
+    whole.run(60)
+    # the work after each move (a move whose candidate was memoized adds none)
+    after = []
+    probe, prec = chain()
+    for _ in range(60):
+        probe.run(1)
+        after.append(prec.work - w0)
+    assert after[-1] > 0 and after == sorted(after)
+    k = next(i for i, w in enumerate(after) if w >= after[-1] / 2)
+    cut, _ = chain()
+    cut.run(60, move_work=after[k] / 60)
+    assert cut.moves == k + 1 < 60
+    fewer, _ = chain()
+    fewer.run(k + 1)
+    assert (cut.best_t, cut.current_t, cut.accepted) == (fewer.best_t, fewer.current_t,
+                                                         fewer.accepted)
+    # no work limit: the chain as before; a cost that does not count work: no limit
+    free, _ = chain()
+    free.run(60, move_work=float("inf"))
+    assert (free.moves, free.best_t, free.accepted) == (whole.moves, whole.best_t,
+                                                        whole.accepted)
+    plain = Chain(space, IterationCost(model, cluster, job, net).__call__, start, seed=3,
+                  moves=MoveSet(space))
+    plain.run(60, move_work=0.0)
+    assert plain.moves == 60
+
+
 def test_the_cost_counts_the_work_of_every_simulation_it_runs():
     cluster, job, model, space = small(link_bandwidth=10e9)
     net = ideal_switch(8, cluster.server_bandwidth)

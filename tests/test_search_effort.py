@@ -137,3 +137,89 @@ def test_best_bottoms_gives_the_screened_runs_their_limit_and_keeps_the_best():
     runs = [_Settling(2.0, "a"), _Settling(1.0, "b"), _Settling(0.5, "c")]
     search._best_bottoms(runs, 2, 10, lambda: False)          # no share: every run whole
     assert [r.limits for r in runs] == [[10], [10], [10]]
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_the_chains_are_compared_as_chosen_up_to_the_screened_size_then_sooner(budget):
+    from topoopt.planners.search import BLOCK, SCREENED_SERVERS, stop_checks
+    for block in (1, 5, BLOCK):
+        checks = [stop_checks(n, budget, block) for n in SIZES]
+        for n, (every, least) in zip(SIZES, checks):
+            if n <= SCREENED_SERVERS:     # as the search was measured: unchanged
+                assert (every, least) == (block, max(2 * block, budget // 2))
+            else:                         # a share, never below half, and never no block
+                assert 1 <= every <= block and every >= math.ceil(block / 2)
+                assert least >= 2 * every and least <= max(2 * block, budget // 2)
+        for a, b in zip(checks, checks[1:]):
+            assert a[0] >= b[0] and a[1] >= b[1]
+    assert stop_checks(2 * SCREENED_SERVERS, 100) == (20, 40)
+    with pytest.raises(ValueError):
+        stop_checks(512, 100, 0)
+
+
+class _Moving:
+    """A chain as :func:`search._run_blocks` sees it: its best after each block."""
+
+    def __init__(self, bests):
+        self._bests, self.best_t, self.moves, self.interrupted = list(bests), bests[0], 0, False
+
+    def run(self, k, stop, move_work):
+        self.moves += k
+        self.best_t = self._bests[min(self.moves // 10, len(self._bests) - 1)]
+
+
+def test_chains_that_agree_stop_at_the_first_comparison_their_size_allows():
+    def run(least):
+        chains = [_Moving([1.0]), _Moving([1.005])]
+        return search._run_blocks(chains, 100, 10, 0.01, None, lambda: False, ["a", "b"],
+                                  least), chains[0].moves
+    # the default waits for half the budget; a share of it stops at the first block
+    assert run(None) == ("converged", 50)
+    assert run(10) == ("converged", 10)
+    # chains still descending by more than the tolerance go on, whatever the least
+    chains = [_Moving([2.0, 1.5, 1.2, 1.0]), _Moving([2.0, 1.5, 1.2, 1.005])]
+    assert search._run_blocks(chains, 100, 10, 0.01, None, lambda: False, ["a", "b"],
+                              10) == "converged"
+    assert chains[0].moves == 40
+
+
+class _Ending:
+    """A chain as :func:`search._final_descents` sees it: each descent lowers its best by
+    ``gain`` (a fraction), and every call is recorded."""
+
+    def __init__(self, best, seed, gain=0.0):
+        self.best_t, self.seed, self.gain, self.calls = best, seed, gain, []
+        self.reached = best
+
+    def settle(self, limit, stop, neighbourhood=None):
+        self.calls.append(("settle", limit))
+        self.best_t *= 1.0 - self.gain
+        return self.gain > 0
+
+    def polish(self, limit, stop):
+        self.calls.append(("polish", limit))
+
+    def revisit(self, limit, stop, reached=None):
+        self.calls.append(("revisit", limit))
+
+
+def test_above_the_screened_size_the_end_spends_on_the_answer():
+    from topoopt.planners.search import TRAILING_RATIO
+    lead, near, far = (_Ending(1.0, 0, 0.01), _Ending(TRAILING_RATIO, 1),
+                       _Ending(TRAILING_RATIO * 1.01, 2))
+    search._final_descents([far, near, lead], 20, 80, lambda: False, focused=True)
+    # the chain past the ratio only revisits; the one within it descends; the chain
+    # ahead descends on; none is polished, though the longer descent helped
+    assert far.calls == [("revisit", 20)]
+    assert near.calls == [("settle", 20), ("revisit", 20)]
+    assert lead.calls == [("settle", 20), ("settle", 60), ("revisit", 20)]
+    # at or below that size every chain descends and is polished, the chain ahead
+    # again only if its longer descent helped
+    lead, far = _Ending(1.0, 0), _Ending(2.0, 1)
+    search._final_descents([lead, far], 20, 80, lambda: False)
+    assert far.calls == [("settle", 20), ("polish", 20), ("revisit", 20)]
+    assert lead.calls == [("settle", 20), ("polish", 20), ("settle", 60), ("revisit", 20)]
+    lead = _Ending(1.0, 0, 0.01)
+    search._final_descents([lead, _Ending(2.0, 1)], 20, 80, lambda: False)
+    assert lead.calls == [("settle", 20), ("polish", 20), ("settle", 60), ("polish", 20),
+                          ("revisit", 20)]
