@@ -522,19 +522,18 @@ def _best_bottoms(runs: list[Chain], chains: int, first: int,
 
 def _run_blocks(runs: list[Chain], budget: int, block: int, tolerance: float,
                 progress: Callable[[int, float], None] | None,
-                stop: Callable[[], bool], families: Sequence[Hashable] | None = None,
-                least: int | None = None) -> str:
+                stop: Callable[[], bool], families: Sequence[Hashable] | None,
+                least: int) -> str:
     """Advance the chains ``block`` moves at a time until they have converged
-    (:func:`_converged`, after at least ``least`` moves each, by default half the budget
-    and two blocks), a stop, or ``budget`` moves each; the stop reason. ``families``:
-    each chain's start's family (default: all different).
+    (:func:`_converged`, after at least ``least`` moves each: :func:`stop_checks`), a
+    stop, or ``budget`` moves each; the stop reason. ``families``: each chain's start's
+    family (None: all different).
 
     A block also ends for a chain once it has spent ``block x``
     :data:`~topoopt.planners.mcmc.CANDIDATE_WORK` entry-events, as a descent does on
     its limit: at 1024 servers one Expander family's moves cost up to a thousand times
     another's (docs/tuning.md, "The end of a search above 256 servers")."""
     families = list(range(len(runs))) if families is None else list(families)
-    least = max(2 * block, budget // 2) if least is None else least
     done = 0
     while done < budget:
         k = min(block, budget - done)

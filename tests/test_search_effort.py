@@ -173,8 +173,9 @@ def test_chains_that_agree_stop_at_the_first_comparison_their_size_allows():
         chains = [_Moving([1.0]), _Moving([1.005])]
         return search._run_blocks(chains, 100, 10, 0.01, None, lambda: False, ["a", "b"],
                                   least), chains[0].moves
-    # the default waits for half the budget; a share of it stops at the first block
-    assert run(None) == ("converged", 50)
+    # up to 256 servers the chains wait for half the budget; above, a share of it
+    # stops them at the first block
+    assert run(search.stop_checks(256, 100, 10)[1]) == ("converged", 50)
     assert run(10) == ("converged", 10)
     # chains still descending by more than the tolerance go on, whatever the least
     chains = [_Moving([2.0, 1.5, 1.2, 1.0]), _Moving([2.0, 1.5, 1.2, 1.005])]
