@@ -159,8 +159,7 @@ class Chain:
         counts its simulations' work, ``cost.work``, has spent ``count x move_work``
         entry-events on them: the block ends there, as :func:`descend` does on its
         work)."""
-        start_work = getattr(self.cost, "work", None)
-        work_end = math.inf if start_work is None else start_work + count * move_work
+        work_end = _work_end(self.cost, count * move_work)
         for _ in range(count):
             if stop():
                 self.interrupted = True
@@ -325,8 +324,7 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
     bounded = bool(getattr(cost, "supports_bound", False))
     around = moves.neighbourhood if neighbourhood is None else neighbourhood
     memory = space.memory(strategy)
-    start_work = getattr(cost, "work", None)
-    work_end = math.inf if start_work is None else start_work + limit * candidate_work
+    work_end = _work_end(cost, limit * candidate_work)
     tried = 0
     improved = True
     while improved and tried < limit and not stop():
@@ -344,6 +342,13 @@ def descend(space: StrategySpace, cost: Callable, strategy: Strategy, time: floa
         if best is not None:
             (strategy, memory), time, improved = best, best_t, True
     return strategy, time, tried
+
+
+def _work_end(cost: Callable, allowance: float) -> float:
+    """The ``cost.work`` at which ``allowance`` more entry-events are spent (inf for a
+    cost that does not count its work)."""
+    start = getattr(cost, "work", None)
+    return math.inf if start is None else start + allowance
 
 
 def _threshold(current_t: float, draw: float, alpha: float) -> float:

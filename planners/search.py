@@ -575,10 +575,10 @@ def _final_descents(runs: list[Chain], descent: int, best_descent: int,
 
     ``focused`` (a search above :data:`SCREENED_SERVERS` servers): a chain past
     :data:`TRAILING_RATIO` of the chain ahead does not descend (it still revisits),
-    and no chain is polished. There a polish candidate splits an operator over up to every server
-    (about a second to time at 1024 servers, up to 150 CPU s a polish) and no polish
-    of a 512- or 1024-server plan gained 1 % (docs/tuning.md, "The end of a search
-    above 256 servers")."""
+    and no chain is polished. There a polish candidate splits an operator over up to
+    every server (about a second to time at 1024 servers, up to 150 CPU s a polish)
+    and no polish of a 512- or 1024-server plan gained 1 % (docs/tuning.md, "The end
+    of a search above 256 servers")."""
     ahead = min(ch.best_t for ch in runs)
     for ch in runs:
         if focused and ch.best_t > TRAILING_RATIO * ahead:
