@@ -526,11 +526,19 @@ class _Shard:
     def _forget(self, key: int) -> Callable[[weakref.ref], None]:
         """What drops the cost of the plan ``key`` once nothing else holds the plan
         (it cannot be timed again, and its id may be reused)."""
+        # the shard weakly: it holds this callback (through the plan's weak reference in
+        # its costs), and a cycle would keep every cost of a finished alternation, with
+        # their fabrics' routes, until Python's cyclic collector ran
+        shard = weakref.ref(self)
+
         def forget(ref: weakref.ref) -> None:
-            hit = self.costs.get(key)
+            me = shard()
+            if me is None:
+                return
+            hit = me.costs.get(key)
             if hit is not None and hit[0] is ref:
-                del self.costs[key]
-                self.warm.pop(key, None)
+                del me.costs[key]
+                me.warm.pop(key, None)
         return forget
 
 

@@ -12,6 +12,7 @@ configs' tokens (:class:`~topoopt.estimate.templates.ConfigTable`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Iterable, NamedTuple, Protocol
 
 import numpy as np
@@ -92,7 +93,9 @@ class GraphBounds:
     held_bytes = 1 << 26
 
     def __init__(self, builder: BuilderCaches) -> None:
-        self.builder = builder
+        # a proxy: the builder keeps its bounds, and a cycle between them would hold a
+        # dropped builder's fabric and route classes until Python's cyclic collector ran
+        self.builder = weakref.proxy(builder)
         fabric, n = builder.fabric, builder.n
         src, dst, cap = fabric.src, fabric.dst, fabric.capacity
         self.out_bps = np.bincount(src[src < n], weights=cap[src < n], minlength=n)

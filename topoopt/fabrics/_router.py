@@ -4,6 +4,7 @@ store of per-pair routes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol
 
 import numpy as np
@@ -31,6 +32,31 @@ class Routed(RoutedNetwork, Protocol):
     @property
     def links(self) -> int: ...
 
+@dataclass(frozen=True, eq=False)
+class _Wiring:
+    """What the router reads of its fabric, without the fabric: the fabric keeps its
+    router (in its cache), and a router that kept the fabric would make a reference
+    cycle, which only Python's cyclic collector frees -- seldom, in a process that makes
+    few objects, so a dropped 1024-server topology's routes and tables (gigabytes)
+    would stay held long after the last use."""
+
+    name: str
+    kind: str
+    servers: int
+    nodes: int
+    links: int
+    src: np.ndarray
+    dst: np.ndarray
+    attach: np.ndarray
+    latency: np.ndarray
+    explicit: Mapping[Any, Any]
+
+    @classmethod
+    def of(cls, fabric: Routed) -> "_Wiring":
+        return cls(fabric.name, fabric.kind, fabric.servers, fabric.nodes, fabric.links,
+                   fabric.src, fabric.dst, fabric.attach, fabric.latency, fabric.explicit)
+
+
 _PAIR_CHUNK = 1 << 21  # entries of a (pairs x links) work array
 #: A BFS layer holding under 1 / _THIN_LAYER of the (roots x nodes) table is pushed as
 #: sparse entries, a wider one as a dense product (docs/tuning.md, "Thin BFS layers").
@@ -57,7 +83,7 @@ class _CoreRouter:
     """
 
     def __init__(self, fabric: Routed) -> None:
-        self.fabric = fabric
+        self.fabric = _Wiring.of(fabric)
         # Routing nodes: every switch, plus the servers that route (direct fabrics).
         nodes = np.union1d(fabric.attach, np.arange(fabric.servers, fabric.nodes))
         core_mask = np.isin(fabric.src, nodes) & np.isin(fabric.dst, nodes)
