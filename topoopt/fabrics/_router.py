@@ -32,6 +32,7 @@ class Routed(RoutedNetwork, Protocol):
     @property
     def links(self) -> int: ...
 
+
 @dataclass(frozen=True, eq=False)
 class _Wiring:
     """What the router reads of its fabric, without the fabric: the fabric keeps its
